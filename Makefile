@@ -1,0 +1,45 @@
+# streaming: Spark-Structured-Streaming-style stream processing in PostgreSQL.
+EXTENSION   = streaming
+EXTVERSION  = 0.1.0
+MODULE_big  = streaming
+OBJS        = $(patsubst %.c,%.o,$(wildcard src/*.c))
+DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql
+PGFILEDESC  = "streaming - stream processing for PostgreSQL"
+
+PG_CONFIG  ?= pg_config
+PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka)
+SHLIB_LINK  = $(shell pkg-config --libs rdkafka)
+
+# Tests (see README: "make test" runs them all on a private server).
+REGRESS        = init kafka_source api_errors stateless bad_records
+REGRESS_OPTS   = --temp-instance=tmp_check --temp-config=test/streaming.conf \
+                 --load-extension=$(EXTENSION)
+ISOLATION      = run_batch_vs_worker
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation/results \
+                 --temp-instance=tmp_check_iso --temp-config=test/streaming.conf \
+                 --load-extension=$(EXTENSION)
+TAP_TESTS      = 1
+PROVE_TESTS   ?= test/t/*.pl
+
+EXTRA_CLEAN = test/mock_broker tmp_check tmp_check_iso test/isolation/results \
+              test/isolation/output_iso results regression.diffs regression.out \
+              tmp_install
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The embedded Kafka broker for tests and the demo (librdkafka's mock cluster).
+test/mock_broker: test/mock_broker.c
+	$(CC) -O2 -Wall -o $@ $< $(shell pkg-config --cflags --libs rdkafka)
+
+all: test/mock_broker
+
+.PHONY: test demo bench
+test: all
+	test/run-tests.sh
+
+demo: all
+	test/demo.sh
+
+bench: all
+	bench/run.sh

@@ -1,0 +1,475 @@
+/*
+ * batch.c: one micro-batch, start to commit (SPEC 6).
+ *
+ * In the caller's transaction: lock the stream's row, plan the source's
+ * bounds from the stored positions, fetch, parse, filter and project, write
+ * the sink, then write the new positions, the progress row and the stream's
+ * state.  Nothing is acknowledged anywhere else, so a crash at any point
+ * leaves either the whole batch or none of it.
+ *
+ * Records are parsed in chunks inside a subtransaction; when a chunk fails,
+ * its records are parsed again one subtransaction each, and the ones that
+ * fail go to streaming.dead_letters (or are skipped, or stop the stream, by
+ * on_bad_record).  Errors after parsing (the query's expressions, the sink's
+ * constraints) fail the whole batch.
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+
+#include "batch.h"
+#include "guc.h"
+#include "parse.h"
+#include "query.h"
+#include "sink_table.h"
+
+/* State of one batch while its records flow through. */
+typedef struct BatchContext
+{
+	StmStreamDef *def;
+	StmKafka   *kc;
+	StmParser	parser;
+	TupleDesc	source_desc;
+	int			ndeclared;		/* declared columns; metadata follows */
+	int			event_time_att; /* -1: none */
+	TupleTableSlot *source_slot;
+	EState	   *estate;
+	ExprContext *econtext;
+	StmProjector *projector;
+	StmSink    *sink;
+	Datum	   *out_values;
+	bool	   *out_nulls;
+	MemoryContext chunk_cxt;
+	/* counters */
+	int64		num_input;
+	int64		num_bad;
+	bool		has_max_event_time;
+	TimestampTz max_event_time;
+} BatchContext;
+
+/* A parsed record: the source row, or the error that made it bad. */
+typedef struct ParsedRecord
+{
+	Datum	   *values;
+	bool	   *nulls;
+	ErrorData  *error;
+} ParsedRecord;
+
+StmRuntime *
+stm_runtime_create(int32 stream_id)
+{
+	StmRuntime *rt = palloc0(sizeof(StmRuntime));
+
+	rt->cxt = CurrentMemoryContext;
+	rt->stream_id = stream_id;
+	rt->started_at = GetCurrentTimestamp();
+	return rt;
+}
+
+/*
+ * Errors that a retry cannot cure: bad data (class 22), lost source data and
+ * on_bad_record => 'fail'.  The stream fails at once instead of retrying.
+ */
+bool
+stm_error_is_permanent(int sqlerrcode)
+{
+	return ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_DATA_EXCEPTION ||
+		sqlerrcode == ERRCODE_DATA_CORRUPTED;
+}
+
+static void
+parse_one(BatchContext *bc, rd_kafka_message_t *m, ParsedRecord *rec)
+{
+	int			natts = bc->source_desc->natts;
+
+	rec->values = palloc(sizeof(Datum) * natts);
+	rec->nulls = palloc(sizeof(bool) * natts);
+	rec->error = NULL;
+	stm_parse_record(&bc->parser, m->payload ? m->payload : "", (int) m->len,
+					 rec->values, rec->nulls);
+	stm_kafka_fill_metadata(bc->kc, m, rec->values + bc->ndeclared,
+							rec->nulls + bc->ndeclared);
+	if (bc->event_time_att >= 0 && rec->nulls[bc->event_time_att])
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("event time column \"%s\" is null",
+						bc->def->event_time)));
+}
+
+/*
+ * Parse records [from, to) in one subtransaction.  Returns false (and rolls
+ * the subtransaction back) when any of them failed; with single, records the
+ * error in the record instead.
+ */
+static bool
+parse_in_subxact(BatchContext *bc, rd_kafka_message_t **msgs, ParsedRecord *recs,
+				 int from, int to, bool single)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(bc->chunk_cxt);
+	PG_TRY();
+	{
+		for (int i = from; i < to; i++)
+			parse_one(bc, msgs[i], &recs[i]);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(bc->chunk_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		if (single)
+			recs[from].error = edata;
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+static void
+write_dead_letter(BatchContext *bc, rd_kafka_message_t *m, ErrorData *edata)
+{
+	Oid			types[6] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	StringInfoData pos;
+	bytea	   *raw;
+	int			nest;
+
+	initStringInfo(&pos);
+	appendStringInfoString(&pos, "{\"topic\": ");
+	escape_json(&pos, rd_kafka_topic_name(m->rkt));
+	appendStringInfo(&pos, ", \"partition\": %d, \"offset\": " INT64_FORMAT "}",
+					 m->partition, (int64) m->offset);
+	raw = palloc(m->len + VARHDRSZ);
+	SET_VARSIZE(raw, m->len + VARHDRSZ);
+	if (m->len > 0)
+		memcpy(VARDATA(raw), m->payload, m->len);
+
+	values[0] = CStringGetTextDatum(bc->def->name);
+	values[1] = CStringGetTextDatum(bc->def->source);
+	values[2] = CStringGetTextDatum(pos.data);
+	values[3] = PointerGetDatum(raw);
+	if (m->payload == NULL)
+		nulls[3] = 'n';
+	values[4] = CStringGetTextDatum(edata->detail ?
+									psprintf("%s: %s", edata->message, edata->detail) :
+									edata->message);
+	values[5] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
+
+	nest = stm_catalog_pin_search_path();
+	SPI_connect();
+	if (SPI_execute_with_args("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate) "
+							  "VALUES ($1, $2, $3::jsonb, $4, $5, $6)",
+							  6, types, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not write streaming.dead_letters");
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+}
+
+static void
+handle_bad_record(BatchContext *bc, rd_kafka_message_t *m, ErrorData *edata)
+{
+	bc->num_bad++;
+	if (strcmp(bc->kc->on_bad_record, "fail") == 0)
+		ereport(ERROR,
+				(errcode(edata->sqlerrcode),
+				 errmsg("bad record at Kafka topic \"%s\" partition %d offset " INT64_FORMAT ": %s",
+						rd_kafka_topic_name(m->rkt), m->partition, (int64) m->offset,
+						edata->message),
+				 edata->detail ? errdetail("%s", edata->detail) : 0,
+				 errhint("The source has on_bad_record => 'fail'; use 'dead_letter' to set bad records aside.")));
+	if (strcmp(bc->kc->on_bad_record, "dead_letter") == 0)
+		write_dead_letter(bc, m, edata);
+}
+
+/* Called by the Kafka source with each chunk of messages of the batch. */
+static void
+process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int n)
+{
+	BatchContext *bc = arg;
+	ParsedRecord *recs;
+	MemoryContext oldcxt;
+
+	MemoryContextReset(bc->chunk_cxt);
+	oldcxt = MemoryContextSwitchTo(bc->chunk_cxt);
+	recs = palloc0(sizeof(ParsedRecord) * n);
+	MemoryContextSwitchTo(oldcxt);
+	bc->num_input += n;
+
+	if (!parse_in_subxact(bc, msgs, recs, 0, n, false))
+	{
+		for (int i = 0; i < n; i++)
+			(void) parse_in_subxact(bc, msgs, recs, i, i + 1, true);
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		ParsedRecord *rec = &recs[i];
+		TupleTableSlot *slot = bc->source_slot;
+
+		if (rec->error)
+		{
+			handle_bad_record(bc, msgs[i], rec->error);
+			continue;
+		}
+		if (bc->event_time_att >= 0)
+		{
+			TimestampTz ts = DatumGetTimestampTz(rec->values[bc->event_time_att]);
+
+			if (!bc->has_max_event_time || ts > bc->max_event_time)
+				bc->max_event_time = ts;
+			bc->has_max_event_time = true;
+		}
+		ExecClearTuple(slot);
+		memcpy(slot->tts_values, rec->values, sizeof(Datum) * bc->source_desc->natts);
+		memcpy(slot->tts_isnull, rec->nulls, sizeof(bool) * bc->source_desc->natts);
+		ExecStoreVirtualTuple(slot);
+		bc->econtext->ecxt_scantuple = slot;
+		if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
+			stm_sink_put(bc->sink, bc->out_values, bc->out_nulls);
+		ResetExprContext(bc->econtext);
+	}
+}
+
+static TimestampTz
+last_trigger_time(StmRuntime *rt)
+{
+	Oid			argtype = INT4OID;
+	Datum		arg = Int32GetDatum(rt->stream_id);
+	TimestampTz result = rt->started_at;
+	int			nest = stm_catalog_pin_search_path();
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT max(started_at) FROM streaming.batches WHERE stream_id = $1",
+							  1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.batches");
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull && DatumGetTimestampTz(d) > result)
+			result = DatumGetTimestampTz(d);
+	}
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	return result;
+}
+
+static void
+record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
+			 char *start_json, char *end_json, int64 num_output,
+			 bool has_watermark, TimestampTz watermark)
+{
+	Oid			types[12] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID};
+	Datum		values[12];
+	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int			nest;
+
+	values[0] = Int32GetDatum(bc->def->id);
+	values[1] = Int64GetDatum(batch_id);
+	values[2] = TimestampTzGetDatum(started);
+	values[3] = Int64GetDatum(bc->num_input);
+	values[4] = Int64GetDatum(num_output);
+	values[5] = Int64GetDatum(bc->num_bad);
+	values[6] = TimestampTzGetDatum(bc->max_event_time);
+	nulls[6] = bc->has_max_event_time ? ' ' : 'n';
+	values[7] = TimestampTzGetDatum(watermark);
+	nulls[7] = has_watermark ? ' ' : 'n';
+	values[8] = CStringGetTextDatum(start_json);
+	values[9] = CStringGetTextDatum(end_json);
+	if (bc->kc->data_loss.len > 0)
+		values[10] = CStringGetTextDatum(psprintf("[%s]", bc->kc->data_loss.data));
+	else
+		nulls[10] = 'n';
+	values[11] = Int32GetDatum(stm_guc_progress_history);
+
+	nest = stm_catalog_pin_search_path();
+	SPI_connect();
+	if (SPI_execute_with_args("INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
+							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
+							  "start_positions, end_positions, data_loss) "
+							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb)",
+							  12, types, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not write streaming.batches");
+	if (SPI_execute_with_args("DELETE FROM streaming.batches WHERE stream_id = $1 AND batch_id <= $2 - $12",
+							  12, types, values, nulls, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not trim streaming.batches");
+	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET last_batch_id = $2, watermark = $8, "
+							  "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
+							  12, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update streaming.stream_defs");
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+}
+
+static int
+view_attno(TupleDesc desc, const char *name)
+{
+	for (int i = 0; i < desc->natts; i++)
+		if (strcmp(NameStr(TupleDescAttr(desc, i)->attname), name) == 0)
+			return i;
+	return -1;
+}
+
+/*
+ * Run one batch of the stream in the current transaction.  Returns its batch
+ * id, or -1 when there was nothing to do.
+ */
+int64
+stm_batch_run(StmRuntime *rt)
+{
+	BatchContext bc = {0};
+	StmStreamDef *def;
+	StmSourceDef *src;
+	StmQueryInfo *qi;
+	Relation	view;
+	Relation	sink_rel;
+	TimestampTz started = GetCurrentTimestamp();
+	int64		total;
+	int64		batch_id;
+	int			nest;
+	char	   *start_json;
+	char	   *end_json;
+	bool		has_watermark = false;
+	TimestampTz watermark = 0;
+	MemoryContext oldcxt;
+	ListCell   *lc;
+
+	/* the row lock serialises batches with drop, reset and other batches */
+	def = stm_catalog_get_stream_by_id(rt->stream_id, true);
+	if (def == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream with id %d does not exist", rt->stream_id)));
+	src = stm_catalog_get_source(def->source, false);
+
+	if (rt->kafka == NULL)
+	{
+		oldcxt = MemoryContextSwitchTo(rt->cxt);
+		rt->source = pstrdup(src->name);
+		rt->kafka = stm_kafka_open(src->name, true);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	bc.def = def;
+	bc.kc = rt->kafka;
+
+	total = stm_kafka_plan(bc.kc, def->id, last_trigger_time(rt));
+	if (total == 0)
+	{
+		bool		unsaved = bc.kc->data_loss.len > 0;
+
+		foreach(lc, bc.kc->partitions)
+			if (!((StmKafkaPartition *) lfirst(lc))->stored)
+				unsaved = true;
+		/* pin where 'latest' pointed, so later records are not skipped */
+		if (unsaved)
+			stm_kafka_save_positions(bc.kc, def->id);
+		return -1;
+	}
+	batch_id = def->last_batch_id + 1;
+	start_json = stm_kafka_positions_json(bc.kc, false);
+	end_json = stm_kafka_positions_json(bc.kc, true);
+
+	/* the query is analysed as its creator wrote it */
+	nest = NewGUCNestLevel();
+	(void) set_config_option("search_path", def->search_path, PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	qi = stm_query_analyze(def->query);
+	if (qi->source_view != src->view)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the query of stream \"%s\" no longer reads its source \"%s\"",
+						def->name, def->source)));
+	ExecCheckRTPerms(qi->query->rtable, true);
+
+	view = relation_open(src->view, AccessShareLock);
+	if (!OidIsValid(def->sink))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the sink table of stream \"%s\" was dropped", def->name)));
+	sink_rel = table_open(def->sink, RowExclusiveLock);
+
+	bc.source_desc = CreateTupleDescCopy(RelationGetDescr(view));
+	bc.ndeclared = bc.source_desc->natts - STM_KAFKA_META_COLUMNS -
+		(bc.kc->include_headers ? 1 : 0);
+	bc.event_time_att = def->event_time ? view_attno(bc.source_desc, def->event_time) : -1;
+	stm_parser_init(&bc.parser, bc.kc->format, bc.kc->has_columns, ',',
+					bc.source_desc, bc.ndeclared);
+	bc.estate = CreateExecutorState();
+	bc.econtext = GetPerTupleExprContext(bc.estate);
+	bc.source_slot = MakeSingleTupleTableSlot(bc.source_desc, &TTSOpsVirtual);
+	bc.sink = stm_sink_open(sink_rel, bc.estate);
+	bc.projector = stm_query_compile(qi, sink_rel, bc.estate);
+	bc.out_values = palloc(sizeof(Datum) * RelationGetDescr(sink_rel)->natts);
+	bc.out_nulls = palloc(sizeof(bool) * RelationGetDescr(sink_rel)->natts);
+	bc.chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
+										 ALLOCSET_DEFAULT_SIZES);
+
+	foreach(lc, bc.kc->partitions)
+		stm_kafka_fetch(bc.kc, lfirst(lc), process_chunk, &bc);
+
+	stm_sink_close(bc.sink);
+	ExecDropSingleTupleTableSlot(bc.source_slot);
+	FreeExecutorState(bc.estate);
+	MemoryContextDelete(bc.chunk_cxt);
+	table_close(sink_rel, NoLock);
+	relation_close(view, NoLock);
+	AtEOXact_GUC(true, nest);
+
+	/* watermark = max event time seen - delay; it never moves back */
+	if (def->has_watermark)
+	{
+		has_watermark = true;
+		/* before any event, the watermark is 1970-01-01 00:00 UTC */
+		watermark = def->has_watermark_value ? def->watermark_value :
+			-((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+		if (bc.has_max_event_time)
+		{
+			TimestampTz candidate = DatumGetTimestampTz(
+				DirectFunctionCall2(timestamptz_mi_interval,
+									TimestampTzGetDatum(bc.max_event_time),
+									IntervalPGetDatum(&def->watermark_delay)));
+
+			watermark = Max(watermark, candidate);
+		}
+	}
+
+	stm_kafka_save_positions(bc.kc, def->id);
+	record_batch(&bc, batch_id, started, start_json, end_json, bc.sink->rows,
+				 has_watermark, watermark);
+
+	if (stm_guc_log_batches)
+		ereport(LOG,
+				(errmsg("stream \"%s\" ran batch " INT64_FORMAT ": %lld input rows, %lld output rows, %lld bad rows",
+						def->name, batch_id, (long long) bc.num_input,
+						(long long) bc.sink->rows, (long long) bc.num_bad)));
+	return batch_id;
+}

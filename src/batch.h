@@ -1,0 +1,24 @@
+/*
+ * batch.h: one micro-batch of a stream, in one transaction.
+ */
+#ifndef STM_BATCH_H
+#define STM_BATCH_H
+
+#include "catalog.h"
+#include "source_kafka.h"
+
+/* What a stream keeps between batches (for a worker: its whole life). */
+typedef struct StmRuntime
+{
+	MemoryContext cxt;			/* lives as long as the runtime */
+	int32		stream_id;
+	char	   *source;
+	StmKafka   *kafka;
+	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
+} StmRuntime;
+
+extern StmRuntime *stm_runtime_create(int32 stream_id);
+extern int64 stm_batch_run(StmRuntime *rt);
+extern bool stm_error_is_permanent(int sqlerrcode);
+
+#endif

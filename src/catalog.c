@@ -1,0 +1,339 @@
+/*
+ * catalog.c: reading and writing the streaming.* tables.
+ *
+ * All functions here run SQL through SPI with search_path pinned to
+ * pg_catalog (so no user object can capture the names used), copy what they
+ * return into the caller's memory context, and never keep SPI connected.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+
+int
+stm_catalog_pin_search_path(void)
+{
+	int			nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return nestlevel;
+}
+
+void
+stm_catalog_unpin_search_path(int nestlevel)
+{
+	AtEOXact_GUC(true, nestlevel);
+}
+
+static char *
+copy_text(MemoryContext cxt, HeapTuple tup, TupleDesc desc, int col)
+{
+	char	   *v = SPI_getvalue(tup, desc, col);
+
+	return v ? MemoryContextStrdup(cxt, v) : NULL;
+}
+
+static Datum
+get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
+{
+	return SPI_getbinval(tup, desc, col, isnull);
+}
+
+#define STREAM_COLUMNS \
+	"id, name, source, query, sink::oid, output_mode, watermark_delay, " \
+	"event_time, trigger, search_path, owner::oid, enabled, status, " \
+	"last_batch_id, watermark, failures"
+
+static StmStreamDef *
+stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
+{
+	StmStreamDef *s = MemoryContextAllocZero(cxt, sizeof(StmStreamDef));
+	bool		isnull;
+	Datum		d;
+
+	s->id = DatumGetInt32(get_bin(tup, desc, 1, &isnull));
+	s->name = copy_text(cxt, tup, desc, 2);
+	s->source = copy_text(cxt, tup, desc, 3);
+	s->query = copy_text(cxt, tup, desc, 4);
+	d = get_bin(tup, desc, 5, &isnull);
+	s->sink = isnull ? InvalidOid : DatumGetObjectId(d);
+	s->output_mode = copy_text(cxt, tup, desc, 6);
+	d = get_bin(tup, desc, 7, &isnull);
+	s->has_watermark = !isnull;
+	if (!isnull)
+		s->watermark_delay = *DatumGetIntervalP(d);
+	s->event_time = copy_text(cxt, tup, desc, 8);
+	s->trigger = copy_text(cxt, tup, desc, 9);
+	s->trigger_kind = stm_catalog_parse_trigger(s->trigger, &s->trigger_interval_ms);
+	s->search_path = copy_text(cxt, tup, desc, 10);
+	s->owner = DatumGetObjectId(get_bin(tup, desc, 11, &isnull));
+	s->enabled = DatumGetBool(get_bin(tup, desc, 12, &isnull));
+	s->status = copy_text(cxt, tup, desc, 13);
+	d = get_bin(tup, desc, 14, &isnull);
+	s->last_batch_id = isnull ? -1 : DatumGetInt64(d);
+	d = get_bin(tup, desc, 15, &isnull);
+	s->has_watermark_value = !isnull;
+	s->watermark_value = isnull ? 0 : DatumGetTimestampTz(d);
+	s->failures = DatumGetInt32(get_bin(tup, desc, 16, &isnull));
+	return s;
+}
+
+static StmStreamDef *
+get_stream(const char *where, Oid argtype, Datum arg, bool lock)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	StmStreamDef *s = NULL;
+	char	   *sql;
+	int			nest = stm_catalog_pin_search_path();
+
+	sql = psprintf("SELECT " STREAM_COLUMNS " FROM streaming.stream_defs WHERE %s%s",
+				   where, lock ? " FOR UPDATE" : "");
+	SPI_connect();
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, !lock, 1) !=
+		(lock ? SPI_OK_SELECT : SPI_OK_SELECT))
+		elog(ERROR, "could not read streaming.stream_defs");
+	if (SPI_processed > 0)
+		s = stream_from_tuple(cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	return s;
+}
+
+/* Look a stream up by name; raises "does not exist" unless missing_ok. */
+StmStreamDef *
+stm_catalog_get_stream(const char *name, bool missing_ok)
+{
+	StmStreamDef *s;
+
+	s = get_stream("name = $1", TEXTOID, CStringGetTextDatum(name), false);
+	if (s == NULL && !missing_ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream \"%s\" does not exist", name)));
+	return s;
+}
+
+/* By id; with lock, the row is locked FOR UPDATE until the transaction ends. */
+StmStreamDef *
+stm_catalog_get_stream_by_id(int32 id, bool lock)
+{
+	return get_stream("id = $1", INT4OID, Int32GetDatum(id), lock);
+}
+
+static StmSourceDef *
+get_source(const char *where, Oid argtype, Datum arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	StmSourceDef *s = NULL;
+	int			nest = stm_catalog_pin_search_path();
+	char	   *sql;
+
+	sql = psprintf("SELECT name, kind, view::oid, owner::oid FROM streaming.sources WHERE %s",
+				   where);
+	SPI_connect();
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.sources");
+	if (SPI_processed > 0)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		s = MemoryContextAllocZero(cxt, sizeof(StmSourceDef));
+		s->name = copy_text(cxt, tup, desc, 1);
+		s->kind = copy_text(cxt, tup, desc, 2);
+		s->view = DatumGetObjectId(get_bin(tup, desc, 3, &isnull));
+		s->owner = DatumGetObjectId(get_bin(tup, desc, 4, &isnull));
+	}
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	return s;
+}
+
+StmSourceDef *
+stm_catalog_get_source(const char *name, bool missing_ok)
+{
+	StmSourceDef *s = get_source("name = $1", TEXTOID, CStringGetTextDatum(name));
+
+	if (s == NULL && !missing_ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("source \"%s\" does not exist", name)));
+	return s;
+}
+
+/* The source whose view this is, or NULL. */
+StmSourceDef *
+stm_catalog_get_source_by_view(Oid view)
+{
+	return get_source("view = $1::oid", OIDOID, ObjectIdGetDatum(view));
+}
+
+/* One option of a source as text (options #>> path), or NULL. */
+char *
+stm_catalog_source_option(const char *source, const char *path)
+{
+	List	   *rows = stm_catalog_source_option_list(source,
+													  psprintf("SELECT s.options #>> %s",
+															   quote_literal_cstr(path)));
+
+	return rows == NIL ? NULL : ((char **) linitial(rows))[0];
+}
+
+/*
+ * Rows of a query over one source's options: sql_expr is a SELECT evaluated
+ * LATERAL with "s" bound to the source's row.  Each list element is a char*
+ * array with one entry per output column (NULL for SQL NULL).
+ */
+List *
+stm_catalog_source_option_list(const char *source, const char *sql_expr)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *result = NIL;
+	int			nest = stm_catalog_pin_search_path();
+	Oid			argtype = TEXTOID;
+	Datum		arg = CStringGetTextDatum(source);
+	char	   *sql;
+
+	sql = psprintf("SELECT t.* FROM streaming.sources s, LATERAL (%s) t WHERE s.name = $1",
+				   sql_expr);
+	SPI_connect();
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.sources");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		int			natts = SPI_tuptable->tupdesc->natts;
+		char	  **row = MemoryContextAllocZero(cxt, sizeof(char *) * natts);
+		MemoryContext old;
+
+		for (int c = 0; c < natts; c++)
+			row[c] = copy_text(cxt, SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1);
+		old = MemoryContextSwitchTo(cxt);
+		result = lappend(result, row);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	return result;
+}
+
+/*
+ * Record the stream's status.  last_error is written when given, cleared when
+ * clear_error, else kept; failures < 0 keeps the counter.
+ */
+void
+stm_catalog_set_status(int32 stream_id, const char *status,
+					   const char *last_error, bool clear_error, int failures)
+{
+	Oid			types[5] = {INT4OID, TEXTOID, TEXTOID, BOOLOID, INT4OID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	int			nest = stm_catalog_pin_search_path();
+
+	values[0] = Int32GetDatum(stream_id);
+	values[1] = CStringGetTextDatum(status);
+	if (last_error)
+		values[2] = CStringGetTextDatum(last_error);
+	else
+		nulls[2] = 'n';
+	values[3] = BoolGetDatum(clear_error);
+	values[4] = Int32GetDatum(failures);
+	SPI_connect();
+	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET status = $2, "
+							  "last_error = CASE WHEN $3 IS NOT NULL THEN $3 WHEN $4 THEN NULL ELSE last_error END, "
+							  "failures = CASE WHEN $5 >= 0 THEN $5 ELSE failures END "
+							  "WHERE id = $1",
+							  5, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update streaming.stream_defs");
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+}
+
+/* Remember (or clear, with NULL) why the source could not be reached. */
+void
+stm_catalog_set_source_error(int32 stream_id, const char *error)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	int			nest = stm_catalog_pin_search_path();
+
+	values[0] = Int32GetDatum(stream_id);
+	if (error)
+		values[1] = CStringGetTextDatum(error);
+	else
+		nulls[1] = 'n';
+	SPI_connect();
+	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET source_error = $2 "
+							  "WHERE id = $1 AND source_error IS DISTINCT FROM $2",
+							  2, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update streaming.stream_defs");
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+}
+
+/* Only the owner (or a member of the owning role, or a superuser) may act. */
+void
+stm_catalog_check_owner(const char *what, const char *name, Oid owner)
+{
+	if (!has_privs_of_role(GetUserId(), owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of %s \"%s\"", what, name)));
+}
+
+/*
+ * trigger: '0' or any interval (processing time), 'available_now' or 'once'.
+ */
+StmTriggerKind
+stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms)
+{
+	Interval   *iv;
+
+	*interval_ms = 0;
+	if (pg_strcasecmp(trigger, "available_now") == 0)
+		return STM_TRIGGER_AVAILABLE_NOW;
+	if (pg_strcasecmp(trigger, "once") == 0)
+		return STM_TRIGGER_ONCE;
+	if (strcmp(trigger, "0") == 0)
+		return STM_TRIGGER_INTERVAL;
+	iv = DatumGetIntervalP(DirectFunctionCall3(interval_in,
+											   CStringGetDatum(trigger),
+											   ObjectIdGetDatum(InvalidOid),
+											   Int32GetDatum(-1)));
+	*interval_ms = (iv->time / 1000) + (int64) iv->day * 86400000 +
+		(int64) iv->month * 30 * 86400000;
+	if (*interval_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("trigger interval must not be negative"),
+				 errdetail("The trigger given was \"%s\".", trigger)));
+	return STM_TRIGGER_INTERVAL;
+}
+
+/* The stream should no longer run (it finished or failed). */
+void
+stm_catalog_disable(int32 stream_id)
+{
+	Oid			type = INT4OID;
+	Datum		value = Int32GetDatum(stream_id);
+	int			nest = stm_catalog_pin_search_path();
+
+	SPI_connect();
+	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET enabled = false WHERE id = $1",
+							  1, &type, &value, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update streaming.stream_defs");
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+}

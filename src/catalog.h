@@ -1,0 +1,71 @@
+/*
+ * catalog.h: the streaming.* tables as C structs.
+ *
+ * Every read and write of the extension's own tables goes through here, with
+ * search_path pinned to pg_catalog so that user objects cannot capture the
+ * generated SQL.
+ */
+#ifndef STM_CATALOG_H
+#define STM_CATALOG_H
+
+#include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
+
+typedef enum StmTriggerKind
+{
+	STM_TRIGGER_INTERVAL,
+	STM_TRIGGER_AVAILABLE_NOW,
+	STM_TRIGGER_ONCE
+} StmTriggerKind;
+
+typedef struct StmStreamDef
+{
+	int32		id;
+	char	   *name;
+	char	   *source;
+	char	   *query;
+	Oid			sink;
+	char	   *output_mode;
+	bool		has_watermark;
+	Interval	watermark_delay;
+	char	   *event_time;		/* NULL when none */
+	char	   *trigger;
+	StmTriggerKind trigger_kind;
+	int64		trigger_interval_ms;
+	char	   *search_path;
+	Oid			owner;
+	bool		enabled;
+	char	   *status;
+	int64		last_batch_id;	/* -1 before the first batch */
+	bool		has_watermark_value;
+	TimestampTz watermark_value;
+	int			failures;
+} StmStreamDef;
+
+typedef struct StmSourceDef
+{
+	char	   *name;
+	char	   *kind;
+	Oid			view;
+	Oid			owner;
+} StmSourceDef;
+
+/* search_path pinning around catalog SQL */
+extern int	stm_catalog_pin_search_path(void);
+extern void stm_catalog_unpin_search_path(int nestlevel);
+
+extern StmStreamDef *stm_catalog_get_stream(const char *name, bool missing_ok);
+extern StmStreamDef *stm_catalog_get_stream_by_id(int32 id, bool lock);
+extern StmSourceDef *stm_catalog_get_source(const char *name, bool missing_ok);
+extern StmSourceDef *stm_catalog_get_source_by_view(Oid view);
+extern char *stm_catalog_source_option(const char *source, const char *path);
+extern List *stm_catalog_source_option_list(const char *source, const char *sql_expr);
+extern void stm_catalog_set_status(int32 stream_id, const char *status,
+								   const char *last_error, bool clear_error,
+								   int failures);
+extern void stm_catalog_disable(int32 stream_id);
+extern void stm_catalog_set_source_error(int32 stream_id, const char *error);
+extern void stm_catalog_check_owner(const char *what, const char *name, Oid owner);
+extern StmTriggerKind stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms);
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * guc.c: every streaming.* setting lives here.
+ *
+ * All settings are PGC_SIGHUP or PGC_USERSET so that a reload reaches the
+ * workers; streaming.max_workers sizes shared memory and so needs a restart.
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "guc.h"
+
+int			stm_guc_max_workers = 8;
+int			stm_guc_naptime_ms = 1000;
+int			stm_guc_batch_memory_kb = 65536;
+bool		stm_guc_log_batches = false;
+int			stm_guc_max_retries = 5;
+int			stm_guc_retry_delay_ms = 1000;
+int			stm_guc_progress_history = 1000;
+int			stm_guc_max_record_size = 1024 * 1024;
+int			stm_guc_kafka_timeout_ms = 10000;
+
+void
+stm_guc_init(void)
+{
+	DefineCustomIntVariable("streaming.max_workers",
+							"Maximum number of streams that run in background workers at once.",
+							"Each running stream uses one background worker; max_worker_processes must leave room for them and the launcher.",
+							&stm_guc_max_workers, 8, 0, 1024,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("streaming.naptime",
+							"How long an idle stream worker sleeps before it polls its source again.",
+							NULL,
+							&stm_guc_naptime_ms, 1000, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("streaming.batch_memory",
+							"Memory a stream may use to buffer records fetched ahead of a batch.",
+							"Bounds the Kafka client's prefetch queue of each partition.",
+							&stm_guc_batch_memory_kb, 65536, 1024, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("streaming.log_batches",
+							 "Log one line per committed batch.",
+							 NULL,
+							 &stm_guc_log_batches, false,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("streaming.max_retries",
+							"Failed batches are retried this many times, with exponential backoff, before the stream's status becomes failed.",
+							NULL,
+							&stm_guc_max_retries, 5, 0, 1000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("streaming.retry_delay",
+							"Delay before the first retry of a failed batch; it doubles with each further failure, up to one minute.",
+							NULL,
+							&stm_guc_retry_delay_ms, 1000, 1, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("streaming.progress_history",
+							"Number of committed batches per stream kept in streaming.progress.",
+							NULL,
+							&stm_guc_progress_history, 1000, 1, INT_MAX,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("streaming.max_record_size",
+							"Records larger than this are bad records.",
+							NULL,
+							&stm_guc_max_record_size, 1024 * 1024, 1, MaxAllocSize / 2,
+							PGC_USERSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("streaming.kafka_timeout",
+							"How long a batch waits for the Kafka cluster before the stream is marked waiting and retried.",
+							NULL,
+							&stm_guc_kafka_timeout_ms, 10000, 100, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("streaming");
+}

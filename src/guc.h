@@ -1,0 +1,19 @@
+/*
+ * guc.h: the streaming.* configuration settings.
+ */
+#ifndef STM_GUC_H
+#define STM_GUC_H
+
+extern int	stm_guc_max_workers;
+extern int	stm_guc_naptime_ms;
+extern int	stm_guc_batch_memory_kb;
+extern bool stm_guc_log_batches;
+extern int	stm_guc_max_retries;
+extern int	stm_guc_retry_delay_ms;
+extern int	stm_guc_progress_history;
+extern int	stm_guc_max_record_size;
+extern int	stm_guc_kafka_timeout_ms;
+
+extern void stm_guc_init(void);
+
+#endif

@@ -1,0 +1,276 @@
+/*
+ * launcher.c: the one launcher of the cluster.
+ *
+ * It keeps one dynamic background worker per wanted slot in shared memory,
+ * restarting a worker that died with exponential backoff.  Slots are filled
+ * by the SQL API at commit (start, create_stream) and, after the server
+ * starts or restarts, by one short "streaming discovery" worker per database
+ * that reads the enabled streams of that database (shared memory is only a
+ * cache; the catalog is the truth).
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "guc.h"
+#include "launcher.h"
+#include "shmem.h"
+
+#define MAX_RESTART_DELAY_MS (60 * 1000)
+
+void
+stm_launcher_register(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "streaming");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "streaming_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "streaming launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "streaming launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+static bool
+register_dynamic(const char *function, const char *name, Datum arg,
+				 BackgroundWorkerHandle **handle)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "streaming");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s",
+			 strcmp(function, "streaming_worker_main") == 0 ?
+			 "streaming worker" : "streaming discovery");
+	worker.bgw_main_arg = arg;
+	worker.bgw_notify_pid = MyProcPid;
+	return RegisterDynamicBackgroundWorker(&worker, handle);
+}
+
+/* Start a discovery worker in every database that accepts connections. */
+static void
+discover_all_databases(void)
+{
+	List	   *dbs = NIL;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+	ListCell   *lc;
+
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+
+		/* templates are skipped: a connection there would block CREATE DATABASE */
+		if (db->datallowconn && !db->datistemplate)
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+			dbs = lappend_oid(dbs, db->oid);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+
+	foreach(lc, dbs)
+	{
+		BackgroundWorkerHandle *handle;
+
+		if (!register_dynamic("streaming_discovery_main", "streaming discovery",
+							  ObjectIdGetDatum(lfirst_oid(lc)), &handle))
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("could not start streaming discovery worker"),
+					 errhint("Raise max_worker_processes.")));
+			stm_shared->rescan_requested = true;
+			break;
+		}
+		/* one at a time, so discovery never takes many worker slots */
+		(void) WaitForBackgroundWorkerShutdown(handle);
+		pfree(handle);
+	}
+	list_free(dbs);
+}
+
+void
+streaming_launcher_main(Datum main_arg)
+{
+	BackgroundWorkerHandle **handles;
+	uint64	   *generations;
+	bool		warned_full = false;
+
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	handles = MemoryContextAllocZero(TopMemoryContext,
+									 sizeof(BackgroundWorkerHandle *) * stm_shared->nslots);
+	generations = MemoryContextAllocZero(TopMemoryContext, sizeof(uint64) * stm_shared->nslots);
+
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	stm_shared->launcher_latch = MyLatch;
+	/* workers of a previous launcher are gone (or are ours to forget) */
+	for (int i = 0; i < stm_shared->nslots; i++)
+		stm_shared->slots[i].next_start = 0;
+	LWLockRelease(stm_shared->lock);
+
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		long		wait_ms = stm_guc_naptime_ms;
+		bool		rescan;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+		rescan = stm_shared->rescan_requested;
+		stm_shared->rescan_requested = false;
+		LWLockRelease(stm_shared->lock);
+		if (rescan)
+			discover_all_databases();
+
+		for (int i = 0; i < stm_shared->nslots; i++)
+		{
+			StmWorkerSlot *slot = &stm_shared->slots[i];
+			pid_t		pid;
+
+			/* a worker of a reused slot is not ours to track */
+			if (handles[i] && generations[i] != slot->generation)
+			{
+				pfree(handles[i]);
+				handles[i] = NULL;
+			}
+			if (handles[i] &&
+				GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED)
+			{
+				pfree(handles[i]);
+				handles[i] = NULL;
+				LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+				slot->pid = 0;
+				if (slot->wanted)
+				{
+					/* it died without being told to: back off, then restart */
+					int			delay = Min(MAX_RESTART_DELAY_MS,
+											1000 << Min(slot->crashes, 16));
+
+					slot->crashes++;
+					slot->next_start = TimestampTzPlusMilliseconds(now, delay);
+					ereport(LOG,
+							(errmsg("streaming worker for stream %d exited, restarting in %d ms",
+									slot->stream_id, delay)));
+				}
+				LWLockRelease(stm_shared->lock);
+			}
+
+			LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+			if (slot->in_use && !slot->wanted && handles[i] == NULL && slot->pid == 0)
+				slot->in_use = false;
+			if (slot->in_use && slot->wanted && handles[i] == NULL && slot->pid == 0)
+			{
+				if (slot->next_start <= now)
+				{
+					char		name[BGW_MAXLEN];
+
+					snprintf(name, sizeof(name), "streaming worker for stream %d", slot->stream_id);
+					LWLockRelease(stm_shared->lock);
+					if (register_dynamic("streaming_worker_main", name, Int32GetDatum(i), &handles[i]))
+					{
+						generations[i] = slot->generation;
+						warned_full = false;
+					}
+					else
+					{
+						handles[i] = NULL;
+						if (!warned_full)
+							ereport(WARNING,
+									(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+									 errmsg("could not start background worker for stream %d", slot->stream_id),
+									 errhint("Raise max_worker_processes.")));
+						warned_full = true;
+					}
+					LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+				}
+				else
+					wait_ms = Min(wait_ms, (slot->next_start - now) / 1000 + 1);
+			}
+			LWLockRelease(stm_shared->lock);
+		}
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(wait_ms, 1), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* Put the enabled streams of one database into shared memory, then exit. */
+void
+streaming_discovery_main(Datum main_arg)
+{
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(get_extension_oid("streaming", true)))
+	{
+		SPI_connect();
+		if (SPI_execute("SELECT id, owner::oid FROM streaming.stream_defs WHERE enabled",
+						true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read streaming.stream_defs");
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			int32		id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+			Oid			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+
+			if (stm_shmem_want_stream(MyDatabaseId, id, owner) < 0)
+				ereport(WARNING,
+						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+						 errmsg("could not run stream %d: all streaming.max_workers slots are taken", id)));
+		}
+		SPI_finish();
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	proc_exit(0);
+}

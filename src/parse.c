@@ -1,0 +1,347 @@
+/*
+ * parse.c: turn one raw record into the Datums of a source's columns.
+ *
+ * JSON goes through PostgreSQL's own JSON lexer and parser (common/jsonapi.h)
+ * with semantic actions that pick out the top-level keys of the declared
+ * columns, so values are converted straight to their types without building
+ * a jsonb first.  Every value is converted with its type's input function,
+ * which gives the same results and error messages as a cast from text.
+ *
+ * CSV: PostgreSQL's COPY parser works on a stream, not on one record whose
+ * boundaries are given, so one record's fields are split here (RFC 4180:
+ * quotes, doubled quotes, delimiter inside quotes); an unquoted empty field
+ * is NULL, as in COPY ... CSV.
+ *
+ * Errors are raised with ereport; the batch catches them per record and
+ * sends the record to the dead-letter table.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/jsonapi.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+
+#include "guc.h"
+#include "parse.h"
+
+StmFormat
+stm_parse_format(const char *format)
+{
+	if (strcmp(format, "json") == 0)
+		return STM_FORMAT_JSON;
+	if (strcmp(format, "csv") == 0)
+		return STM_FORMAT_CSV;
+	if (strcmp(format, "text") == 0)
+		return STM_FORMAT_TEXT;
+	if (strcmp(format, "bytes") == 0)
+		return STM_FORMAT_BYTES;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unrecognized format \"%s\"", format),
+			 errhint("Valid formats are \"json\", \"csv\", \"text\" and \"bytes\".")));
+	return STM_FORMAT_JSON;		/* keep compiler quiet */
+}
+
+/*
+ * Prepare a parser for the first ncols columns of desc (the source view's
+ * declared columns; the metadata columns follow them and are filled by the
+ * source itself).
+ */
+void
+stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
+				char delimiter, TupleDesc desc, int ncols)
+{
+	memset(p, 0, sizeof(*p));
+	p->format = format;
+	p->has_columns = has_columns;
+	p->delimiter = delimiter;
+	p->ncols = ncols;
+	p->names = palloc(sizeof(char *) * ncols);
+	p->types = palloc(sizeof(Oid) * ncols);
+	p->typmods = palloc(sizeof(int32) * ncols);
+	p->infuncs = palloc(sizeof(FmgrInfo) * ncols);
+	p->ioparams = palloc(sizeof(Oid) * ncols);
+	p->wants_json = palloc(sizeof(bool) * ncols);
+	p->fields = palloc0(sizeof(char *) * ncols);
+	for (int i = 0; i < ncols; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Oid			infunc;
+		Oid			base = getBaseType(att->atttypid);
+
+		p->names[i] = pstrdup(NameStr(att->attname));
+		p->types[i] = att->atttypid;
+		p->typmods[i] = att->atttypmod;
+		getTypeInputInfo(att->atttypid, &infunc, &p->ioparams[i]);
+		fmgr_info(infunc, &p->infuncs[i]);
+		p->wants_json[i] = (base == JSONOID || base == JSONBOID);
+	}
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+typedef struct JsonRecordState
+{
+	StmParser  *p;
+	JsonLexContext *lex;
+	int			depth;			/* nesting depth of objects and arrays */
+	int			column;			/* column of the current top-level key, or -1 */
+	char	   *raw_start;		/* start of a nested value kept as JSON text */
+} JsonRecordState;
+
+static int
+column_of_key(StmParser *p, const char *key)
+{
+	for (int i = 0; i < p->ncols; i++)
+		if (strcmp(p->names[i], key) == 0)
+			return i;
+	return -1;
+}
+
+static void
+json_nested_start(void *state)
+{
+	JsonRecordState *s = state;
+
+	if (s->depth == 1 && s->column >= 0)
+		s->raw_start = s->lex->token_start;
+	s->depth++;
+}
+
+static void
+json_nested_end(void *state)
+{
+	JsonRecordState *s = state;
+
+	s->depth--;
+	if (s->depth == 1 && s->column >= 0 && s->raw_start)
+	{
+		char	   *end = s->lex->prev_token_terminator;
+
+		s->p->fields[s->column] = pnstrdup(s->raw_start, end - s->raw_start);
+		s->raw_start = NULL;
+	}
+}
+
+static void
+json_field_start(void *state, char *fname, bool isnull)
+{
+	JsonRecordState *s = state;
+
+	if (s->depth == 1)
+	{
+		s->column = column_of_key(s->p, fname);
+		/* a repeated key: the last one wins, as in jsonb */
+		if (s->column >= 0)
+			s->p->fields[s->column] = NULL;
+	}
+}
+
+static void
+json_scalar(void *state, char *token, JsonTokenType tokentype)
+{
+	JsonRecordState *s = state;
+
+	if (s->depth == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("JSON record is not an object")));
+	if (s->depth != 1 || s->column < 0)
+		return;
+	if (tokentype == JSON_TOKEN_NULL)
+		s->p->fields[s->column] = NULL;
+	else if (tokentype == JSON_TOKEN_STRING && s->p->wants_json[s->column])
+	{
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		escape_json(&buf, token);
+		s->p->fields[s->column] = buf.data;
+	}
+	else
+		s->p->fields[s->column] = token;
+}
+
+static void
+parse_json_columns(StmParser *p, char *data, int len)
+{
+	JsonRecordState state = {p, NULL, 0, -1, NULL};
+	JsonSemAction sem = {0};
+	JsonParseErrorType rc;
+	int			i = 0;
+
+	/* the top level must be an object */
+	while (i < len && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r'))
+		i++;
+	if (i == len || data[i] != '{')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("JSON record is not an object")));
+
+	state.lex = makeJsonLexContextCstringLen(data, len, GetDatabaseEncoding(), true);
+	sem.semstate = &state;
+	sem.object_start = json_nested_start;
+	sem.object_end = json_nested_end;
+	sem.array_start = json_nested_start;
+	sem.array_end = json_nested_end;
+	sem.object_field_start = json_field_start;
+	sem.scalar = json_scalar;
+	rc = pg_parse_json(state.lex, &sem);
+	if (rc != JSON_SUCCESS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("malformed JSON record"),
+				 errdetail("%s", json_errdetail(rc, state.lex))));
+}
+
+/* ---- CSV ----------------------------------------------------------------- */
+
+static void
+parse_csv_fields(StmParser *p, const char *data, int len)
+{
+	int			col = 0;
+	int			i = 0;
+	StringInfoData field;
+
+	/* a record produced as a line may keep its line end */
+	if (len > 0 && data[len - 1] == '\n')
+		len--;
+	if (len > 0 && data[len - 1] == '\r')
+		len--;
+
+	initStringInfo(&field);
+	for (;;)
+	{
+		bool		quoted = false;
+
+		resetStringInfo(&field);
+		if (i < len && data[i] == '"')
+		{
+			quoted = true;
+			i++;
+			for (;;)
+			{
+				if (i >= len)
+					ereport(ERROR,
+							(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
+							 errmsg("unterminated CSV quoted field in column %d", col + 1)));
+				if (data[i] == '"')
+				{
+					if (i + 1 < len && data[i + 1] == '"')
+					{
+						appendStringInfoChar(&field, '"');
+						i += 2;
+						continue;
+					}
+					i++;
+					break;
+				}
+				appendStringInfoChar(&field, data[i++]);
+			}
+			if (i < len && data[i] != p->delimiter)
+				ereport(ERROR,
+						(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
+						 errmsg("unexpected character after quoted CSV field in column %d", col + 1)));
+		}
+		else
+		{
+			while (i < len && data[i] != p->delimiter)
+			{
+				if (data[i] == '"')
+					ereport(ERROR,
+							(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
+							 errmsg("unexpected quote inside unquoted CSV field in column %d", col + 1)));
+				appendStringInfoChar(&field, data[i++]);
+			}
+		}
+
+		if (col < p->ncols)
+			p->fields[col] = (quoted || field.len > 0) ? pstrdup(field.data) : NULL;
+		col++;
+		if (i >= len)
+			break;
+		i++;					/* skip the delimiter */
+	}
+	if (col != p->ncols)
+		ereport(ERROR,
+				(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
+				 errmsg("CSV record has %d fields, expected %d", col, p->ncols)));
+}
+
+/* ---- one record ---------------------------------------------------------- */
+
+/*
+ * Fill values/nulls[0 .. ncols-1] from one record.  data need not be
+ * NUL-terminated.  Raises an error for a bad record.
+ */
+void
+stm_parse_record(StmParser *p, const char *data, int len,
+				 Datum *values, bool *nulls)
+{
+	char	   *buf;
+
+	if (len > stm_guc_max_record_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("record of %d bytes is larger than streaming.max_record_size (%d bytes)",
+						len, stm_guc_max_record_size)));
+
+	if (p->format == STM_FORMAT_BYTES)
+	{
+		bytea	   *b = palloc(len + VARHDRSZ);
+
+		SET_VARSIZE(b, len + VARHDRSZ);
+		memcpy(VARDATA(b), data, len);
+		values[0] = PointerGetDatum(b);
+		nulls[0] = false;
+		return;
+	}
+
+	if (len == 0 && p->format != STM_FORMAT_TEXT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("empty record")));
+
+	/* rejects invalid byte sequences for the database encoding */
+	(void) pg_verify_mbstr(GetDatabaseEncoding(), data, len, false);
+
+	buf = palloc(len + 1);
+	memcpy(buf, data, len);
+	buf[len] = '\0';
+	if (strlen(buf) != (size_t) len)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+				 errmsg("record contains a zero byte")));
+
+	if (p->format == STM_FORMAT_TEXT)
+	{
+		values[0] = PointerGetDatum(cstring_to_text_with_len(buf, len));
+		nulls[0] = false;
+		return;
+	}
+	if (p->format == STM_FORMAT_JSON && !p->has_columns)
+	{
+		values[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
+		nulls[0] = false;
+		return;
+	}
+
+	for (int i = 0; i < p->ncols; i++)
+		p->fields[i] = NULL;
+	if (p->format == STM_FORMAT_JSON)
+		parse_json_columns(p, buf, len);
+	else
+		parse_csv_fields(p, buf, len);
+
+	for (int i = 0; i < p->ncols; i++)
+	{
+		values[i] = InputFunctionCall(&p->infuncs[i], p->fields[i],
+									  p->ioparams[i], p->typmods[i]);
+		nulls[i] = (p->fields[i] == NULL);
+	}
+}

@@ -1,0 +1,307 @@
+/*
+ * query.c: stream queries.
+ *
+ * The query text goes through PostgreSQL's raw parser and analyser; the
+ * resulting Query is checked for the shapes streams support, and its target
+ * list and WHERE clause are planned as expressions (expression_planner) and
+ * compiled into ExprStates that read the source row as the scan tuple.  No
+ * executor plan is built per batch: each record costs one qual and one
+ * projection evaluation.
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/analyze.h"
+#include "parser/parse_coerce.h"
+#include "parser/parser.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+#include "query.h"
+
+static void
+refuse(const char *what, const char *hint)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("%s are not supported in a stream query", what),
+			 hint ? errhint("%s", hint) : 0));
+}
+
+/*
+ * Parse and analyse a stream query and check its shape.  Raises an error for
+ * anything other than a SELECT over exactly one relation (the caller checks
+ * that it is a source).
+ */
+StmQueryInfo *
+stm_query_analyze(const char *sql)
+{
+	List	   *raw;
+	RawStmt    *rawstmt;
+	Query	   *q;
+	RangeTblEntry *rte;
+	StmQueryInfo *qi;
+	ListCell   *lc;
+	int			n = 0;
+
+	raw = raw_parser(sql, RAW_PARSE_DEFAULT);
+	if (list_length(raw) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("query must be a single SELECT statement"),
+				 errdetail("The query given has %d statements.", list_length(raw))));
+	rawstmt = linitial_node(RawStmt, raw);
+	if (!IsA(rawstmt->stmt, SelectStmt))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("query must be a SELECT statement")));
+
+	q = parse_analyze_fixedparams(rawstmt, sql, NULL, 0, NULL);
+
+	if (q->setOperations)
+		refuse("set operations (UNION, INTERSECT, EXCEPT)", NULL);
+	if (q->cteList)
+		refuse("WITH clauses", NULL);
+	if (q->hasSubLinks)
+		refuse("subqueries", NULL);
+	if (q->hasWindowFuncs)
+		refuse("window functions (OVER)", NULL);
+	if (q->hasTargetSRFs)
+		refuse("set-returning functions in the select list", NULL);
+	if (q->hasAggs || q->groupClause || q->groupingSets || q->havingQual)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("aggregate queries are not supported yet"),
+				 errdetail("This version runs stateless streams: projections and WHERE over one source.")));
+	if (q->distinctClause)
+		refuse("DISTINCT clauses", "Use dedup_keys to drop duplicate records.");
+	if (q->sortClause)
+		refuse("ORDER BY clauses", "A stream's output is unordered; order when you read the sink.");
+	if (q->limitCount || q->limitOffset)
+		refuse("LIMIT and OFFSET clauses", NULL);
+	if (q->rowMarks)
+		refuse("locking clauses (FOR UPDATE)", NULL);
+
+	if (list_length(q->rtable) != 1 || list_length(q->jointree->fromlist) != 1 ||
+		!IsA(linitial(q->jointree->fromlist), RangeTblRef))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a stream query must read exactly one source"),
+				 errdetail("Joins and queries without FROM are not supported.")));
+	rte = linitial_node(RangeTblEntry, q->rtable);
+	if (rte->rtekind != RTE_RELATION)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a stream query must read from a source"),
+				 errdetail("The FROM clause names something that is not a relation.")));
+
+	qi = palloc0(sizeof(StmQueryInfo));
+	qi->query = q;
+	qi->source_view = rte->relid;
+	foreach(lc, q->targetList)
+	{
+		TargetEntry *tle = lfirst_node(TargetEntry, lc);
+
+		if (!tle->resjunk)
+			n++;
+	}
+	qi->noutputs = n;
+	qi->out_names = palloc(sizeof(char *) * n);
+	qi->out_types = palloc(sizeof(Oid) * n);
+	qi->out_typmods = palloc(sizeof(int32) * n);
+	n = 0;
+	foreach(lc, q->targetList)
+	{
+		TargetEntry *tle = lfirst_node(TargetEntry, lc);
+
+		if (tle->resjunk)
+			continue;
+		if (tle->resname == NULL || strcmp(tle->resname, "?column?") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_COLUMN_REFERENCE),
+					 errmsg("column %d of the stream query needs a name", n + 1),
+					 errhint("Add AS name after the expression.")));
+		for (int i = 0; i < n; i++)
+			if (strcmp(qi->out_names[i], tle->resname) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("column name \"%s\" appears more than once in the stream query",
+								tle->resname)));
+		qi->out_names[n] = tle->resname;
+		qi->out_types[n] = exprType((Node *) tle->expr);
+		qi->out_typmods[n] = exprTypmod((Node *) tle->expr);
+		if (qi->out_types[n] == UNKNOWNOID)
+			qi->out_types[n] = TEXTOID;
+		n++;
+	}
+	return qi;
+}
+
+static int
+output_index(StmQueryInfo *qi, const char *name)
+{
+	for (int i = 0; i < qi->noutputs; i++)
+		if (strcmp(qi->out_names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+static TargetEntry *
+output_tle(StmQueryInfo *qi, int index)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, qi->query->targetList)
+	{
+		TargetEntry *tle = lfirst_node(TargetEntry, lc);
+
+		if (tle->resjunk)
+			continue;
+		if (n++ == index)
+			return tle;
+	}
+	elog(ERROR, "stream query has no output column %d", index);
+	return NULL;
+}
+
+/*
+ * An existing sink must have a column for every output column, of a type the
+ * output can be assigned to.  Extra sink columns get their defaults.
+ */
+void
+stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream)
+{
+	TupleDesc	desc = RelationGetDescr(sink);
+
+	for (int i = 0; i < qi->noutputs; i++)
+	{
+		int			attno = -1;
+
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), qi->out_names[i]) == 0)
+			{
+				attno = a;
+				break;
+			}
+		}
+		if (attno < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("sink table \"%s\" of stream \"%s\" has no column \"%s\"",
+							RelationGetRelationName(sink), stream, qi->out_names[i]),
+					 errhint("The sink needs a column for every column of the stream query.")));
+		if (!can_coerce_type(1, &qi->out_types[i], &TupleDescAttr(desc, attno)->atttypid,
+							 COERCION_ASSIGNMENT))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column \"%s\" of sink table \"%s\" is of type %s, but the stream query gives %s",
+							qi->out_names[i], RelationGetRelationName(sink),
+							format_type_be(TupleDescAttr(desc, attno)->atttypid),
+							format_type_be(qi->out_types[i]))));
+	}
+}
+
+/* CREATE TABLE for a new sink with the query's output columns. */
+char *
+stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "CREATE TABLE %s (", qualified_name);
+	for (int i = 0; i < qi->noutputs; i++)
+		appendStringInfo(&buf, "%s%s %s", i > 0 ? ", " : "",
+						 quote_identifier(qi->out_names[i]),
+						 format_type_extended(qi->out_types[i], qi->out_typmods[i],
+											  FORMAT_TYPE_TYPEMOD_GIVEN |
+											  FORMAT_TYPE_FORCE_QUALIFY));
+	appendStringInfoChar(&buf, ')');
+	return buf.data;
+}
+
+/*
+ * Compile WHERE and one expression per sink column (the output column of the
+ * same name, coerced to the column's type, or the column's default).
+ */
+StmProjector *
+stm_query_compile(StmQueryInfo *qi, Relation sink, EState *estate)
+{
+	StmProjector *pj = palloc0(sizeof(StmProjector));
+	TupleDesc	desc = RelationGetDescr(sink);
+	Node	   *quals = qi->query->jointree->quals;
+
+	if (quals)
+	{
+		Expr	   *planned = expression_planner((Expr *) quals);
+
+		pj->qual = ExecInitQual(make_ands_implicit(planned), NULL);
+	}
+
+	pj->nsink = desc->natts;
+	pj->exprs = palloc0(sizeof(ExprState *) * desc->natts);
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		int			out;
+		Node	   *expr;
+
+		if (att->attisdropped)
+			continue;
+		out = output_index(qi, NameStr(att->attname));
+		if (out >= 0)
+		{
+			TargetEntry *tle = output_tle(qi, out);
+
+			expr = coerce_to_target_type(NULL, (Node *) tle->expr,
+										 exprType((Node *) tle->expr),
+										 att->atttypid, att->atttypmod,
+										 COERCION_ASSIGNMENT, COERCE_IMPLICIT_CAST, -1);
+			if (expr == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATATYPE_MISMATCH),
+						 errmsg("column \"%s\" of sink table \"%s\" is of type %s, but the stream query gives %s",
+								NameStr(att->attname), RelationGetRelationName(sink),
+								format_type_be(att->atttypid),
+								format_type_be(exprType((Node *) tle->expr)))));
+		}
+		else
+			expr = build_column_default(sink, a + 1);
+		if (expr)
+			pj->exprs[a] = ExecInitExpr(expression_planner((Expr *) expr), NULL);
+	}
+	return pj;
+}
+
+/*
+ * Evaluate one source row (econtext's scan tuple).  Returns false when WHERE
+ * rejects it; otherwise fills the sink row.
+ */
+bool
+stm_query_project(StmProjector *pj, ExprContext *econtext,
+				  Datum *values, bool *nulls)
+{
+	if (pj->qual && !ExecQual(pj->qual, econtext))
+		return false;
+	for (int a = 0; a < pj->nsink; a++)
+	{
+		if (pj->exprs[a])
+			values[a] = ExecEvalExprSwitchContext(pj->exprs[a], econtext, &nulls[a]);
+		else
+		{
+			values[a] = (Datum) 0;
+			nulls[a] = true;
+		}
+	}
+	return true;
+}

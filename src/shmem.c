@@ -1,0 +1,177 @@
+/*
+ * shmem.c: the slot table in shared memory and the hooks that create it.
+ *
+ * Invariants: a (database, stream) pair has at most one slot; slots are only
+ * changed under stm_shared->lock; a slot is freed by the launcher once its
+ * worker has exited and the slot is no longer wanted.
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+
+#include "guc.h"
+#include "shmem.h"
+
+StmShared  *stm_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static Size
+stm_shmem_size(void)
+{
+	return add_size(offsetof(StmShared, slots),
+					mul_size(stm_guc_max_workers, sizeof(StmWorkerSlot)));
+}
+
+static void
+stm_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(stm_shmem_size());
+	RequestNamedLWLockTranche("streaming", 1);
+}
+
+static void
+stm_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	stm_shared = ShmemInitStruct("streaming", stm_shmem_size(), &found);
+	if (!found)
+	{
+		memset(stm_shared, 0, stm_shmem_size());
+		stm_shared->lock = &(GetNamedLWLockTranche("streaming"))->lock;
+		stm_shared->nslots = stm_guc_max_workers;
+		stm_shared->rescan_requested = true;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+stm_shmem_install_hooks(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = stm_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = stm_shmem_startup;
+}
+
+/* True when the library was preloaded and workers can be started. */
+bool
+stm_shmem_available(void)
+{
+	return stm_shared != NULL;
+}
+
+void
+stm_shmem_wake_launcher(void)
+{
+	Latch	   *latch;
+
+	if (!stm_shared)
+		return;
+	latch = stm_shared->launcher_latch;
+	if (latch)
+		SetLatch(latch);
+}
+
+static StmWorkerSlot *
+find_slot(Oid dboid, int32 stream_id)
+{
+	for (int i = 0; i < stm_shared->nslots; i++)
+	{
+		StmWorkerSlot *slot = &stm_shared->slots[i];
+
+		if (slot->in_use && slot->dboid == dboid && slot->stream_id == stream_id)
+			return slot;
+	}
+	return NULL;
+}
+
+/*
+ * Ask for a worker for this stream.  Returns the slot index, or -1 when every
+ * slot is taken (the caller reports streaming.max_workers).
+ */
+int
+stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner)
+{
+	StmWorkerSlot *slot;
+	int			result = -1;
+
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	slot = find_slot(dboid, stream_id);
+	if (slot == NULL)
+	{
+		for (int i = 0; i < stm_shared->nslots; i++)
+		{
+			if (!stm_shared->slots[i].in_use)
+			{
+				slot = &stm_shared->slots[i];
+				slot->in_use = true;
+				slot->dboid = dboid;
+				slot->stream_id = stream_id;
+				slot->pid = 0;
+				slot->crashes = 0;
+				slot->next_start = 0;
+				slot->generation++;
+				break;
+			}
+		}
+	}
+	if (slot != NULL)
+	{
+		slot->wanted = true;
+		slot->owner = owner;
+		slot->next_start = 0;
+		result = slot - stm_shared->slots;
+	}
+	LWLockRelease(stm_shared->lock);
+	stm_shmem_wake_launcher();
+	return result;
+}
+
+/* The stream should not run: tell its worker to finish its batch and exit. */
+void
+stm_shmem_unwant_stream(Oid dboid, int32 stream_id)
+{
+	StmWorkerSlot *slot;
+	pid_t		pid = 0;
+
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	slot = find_slot(dboid, stream_id);
+	if (slot)
+	{
+		slot->wanted = false;
+		pid = slot->pid;
+	}
+	LWLockRelease(stm_shared->lock);
+	if (pid != 0)
+		kill(pid, SIGTERM);
+	stm_shmem_wake_launcher();
+}
+
+pid_t
+stm_shmem_stream_pid(Oid dboid, int32 stream_id)
+{
+	StmWorkerSlot *slot;
+	pid_t		pid = 0;
+
+	if (!stm_shared)
+		return 0;
+	LWLockAcquire(stm_shared->lock, LW_SHARED);
+	slot = find_slot(dboid, stream_id);
+	if (slot)
+		pid = slot->pid;
+	LWLockRelease(stm_shared->lock);
+	return pid;
+}

@@ -1,0 +1,46 @@
+/*
+ * shmem.h: shared state between the SQL API, the launcher and stream workers.
+ *
+ * One slot per stream that should run.  Shared memory is only a cache of
+ * what the catalog says (enabled streams); after a crash restart the launcher
+ * rebuilds it from the catalog of every database.
+ */
+#ifndef STM_SHMEM_H
+#define STM_SHMEM_H
+
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "utils/timestamp.h"
+
+typedef struct StmWorkerSlot
+{
+	bool		in_use;
+	bool		wanted;			/* false: let the worker exit, do not restart */
+	Oid			dboid;
+	Oid			owner;			/* role the worker runs as */
+	int32		stream_id;
+	pid_t		pid;			/* 0 while no worker runs */
+	int			crashes;		/* consecutive abnormal exits, for backoff */
+	TimestampTz next_start;		/* launcher waits until then */
+	uint64		generation;		/* bumped whenever the slot is reused */
+} StmWorkerSlot;
+
+typedef struct StmShared
+{
+	LWLock	   *lock;
+	Latch	   *launcher_latch;
+	bool		rescan_requested;	/* rediscover enabled streams in all DBs */
+	int			nslots;
+	StmWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} StmShared;
+
+extern StmShared *stm_shared;
+
+extern void stm_shmem_install_hooks(void);
+extern bool stm_shmem_available(void);
+extern void stm_shmem_wake_launcher(void);
+extern int	stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner);
+extern void stm_shmem_unwant_stream(Oid dboid, int32 stream_id);
+extern pid_t stm_shmem_stream_pid(Oid dboid, int32 stream_id);
+
+#endif

@@ -1,0 +1,31 @@
+/*
+ * streaming.c: the library's entry point.
+ *
+ * Without shared_preload_libraries the SQL API and run_batch still work;
+ * when preloaded, shared memory and the launcher are set up too (SPEC 1).
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+
+#include "api.h"
+#include "guc.h"
+#include "launcher.h"
+#include "shmem.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	stm_guc_init();
+	stm_api_init();
+	if (process_shared_preload_libraries_in_progress)
+	{
+		stm_shmem_install_hooks();
+		stm_launcher_register();
+	}
+}

@@ -1,0 +1,276 @@
+/*
+ * worker.c: one background worker per running stream.
+ *
+ * The worker connects as the stream's owner, takes the stream's lock for its
+ * whole life (so run_batch refuses meanwhile), and loops: one batch per
+ * transaction, then sleep on its latch until the trigger is due or, when
+ * the source had nothing, for streaming.naptime.
+ *
+ * Failures: a batch that raises an error is rolled back and its error
+ * recorded in the stream's row.  Connection errors (class 08: the broker is
+ * down) set status 'waiting' and are retried for ever; other errors are
+ * retried with exponential backoff and set status 'failed' after
+ * streaming.max_retries (at once for bad data, which no retry cures).
+ * SIGTERM lets the batch in flight finish, then the worker exits.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "api.h"
+#include "batch.h"
+#include "catalog.h"
+#include "guc.h"
+#include "shmem.h"
+#include "worker.h"
+
+static int	my_slot = -1;
+static uint64 my_generation = 0;
+
+/* Runs at exit after locks are released: the slot no longer has a worker. */
+static void
+clear_slot_pid(int code, Datum arg)
+{
+	StmWorkerSlot *slot = &stm_shared->slots[my_slot];
+
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	if (slot->generation == my_generation && slot->pid == MyProcPid)
+		slot->pid = 0;
+	LWLockRelease(stm_shared->lock);
+	stm_shmem_wake_launcher();
+}
+
+/* The stream is done (finished, failed, stopped): do not restart it. */
+static void
+release_slot(void)
+{
+	StmWorkerSlot *slot = &stm_shared->slots[my_slot];
+
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	if (slot->generation == my_generation)
+		slot->wanted = false;
+	LWLockRelease(stm_shared->lock);
+}
+
+static bool
+still_wanted(void)
+{
+	StmWorkerSlot *slot = &stm_shared->slots[my_slot];
+	bool		wanted;
+
+	LWLockAcquire(stm_shared->lock, LW_SHARED);
+	wanted = slot->generation == my_generation && slot->wanted;
+	LWLockRelease(stm_shared->lock);
+	return wanted;
+}
+
+static void
+sleep_ms(int64 ms)
+{
+	if (ms <= 0 || ShutdownRequestPending)
+		return;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 (long) Min(ms, INT_MAX), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+}
+
+/* Write the outcome of a failed batch in a transaction of its own. */
+static int64
+record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
+{
+	bool		connection = ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;
+	char	   *message = edata->detail ?
+		psprintf("%s: %s", edata->message, edata->detail) : edata->message;
+	int			failures = def->failures;
+	int64		delay;
+
+	*stop = false;
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (connection)
+	{
+		stm_catalog_set_source_error(def->id, message);
+		stm_catalog_set_status(def->id, "waiting", NULL, false, -1);
+		delay = stm_guc_retry_delay_ms;
+	}
+	else
+	{
+		failures++;
+		if (stm_error_is_permanent(edata->sqlerrcode) || failures > stm_guc_max_retries)
+		{
+			stm_catalog_set_status(def->id, "failed", message, false, failures);
+			stm_catalog_disable(def->id);
+			*stop = true;
+		}
+		else
+			stm_catalog_set_status(def->id, "running", message, false, failures);
+		delay = (int64) stm_guc_retry_delay_ms << Min(failures - 1, 20);
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	def->failures = failures;
+	return Min(delay, 60 * 1000);
+}
+
+void
+streaming_worker_main(Datum main_arg)
+{
+	StmWorkerSlot *slot;
+	Oid			dboid;
+	Oid			owner;
+	int32		stream_id;
+	MemoryContext worker_cxt;
+	MemoryContext def_cxt;
+	StmRuntime *rt;
+	StmStreamDef *def = NULL;
+	TimestampTz lock_deadline;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+
+	my_slot = DatumGetInt32(main_arg);
+	slot = &stm_shared->slots[my_slot];
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	if (!slot->in_use || !slot->wanted || slot->pid != 0)
+	{
+		LWLockRelease(stm_shared->lock);
+		proc_exit(0);
+	}
+	my_generation = slot->generation;
+	dboid = slot->dboid;
+	owner = slot->owner;
+	stream_id = slot->stream_id;
+	slot->pid = MyProcPid;
+	LWLockRelease(stm_shared->lock);
+	before_shmem_exit(clear_slot_pid, (Datum) 0);
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, owner, 0);
+
+	worker_cxt = AllocSetContextCreate(TopMemoryContext, "streaming worker",
+									   ALLOCSET_DEFAULT_SIZES);
+	def_cxt = AllocSetContextCreate(worker_cxt, "streaming definition",
+									ALLOCSET_SMALL_SIZES);
+	MemoryContextSwitchTo(worker_cxt);
+	rt = stm_runtime_create(stream_id);
+
+	/* a run_batch in progress holds the lock for its transaction */
+	lock_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
+	while (!stm_lock_stream(stream_id, true))
+	{
+		if (GetCurrentTimestamp() > lock_deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("stream with id %d is locked by another session", stream_id)));
+		sleep_ms(100);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	while (!ShutdownRequestPending)
+	{
+		int64		batch_id = -1;
+		TimestampTz batch_start = GetCurrentTimestamp();
+		int64		wait_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!still_wanted())
+			break;
+
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		PG_TRY();
+		{
+			MemoryContext txcxt;
+
+			/* the definition is re-read each batch: stop/alter take effect */
+			MemoryContextReset(def_cxt);
+			txcxt = MemoryContextSwitchTo(def_cxt);
+			def = stm_catalog_get_stream_by_id(stream_id, false);
+			MemoryContextSwitchTo(txcxt);
+			if (def == NULL || !def->enabled)
+			{
+				PopActiveSnapshot();
+				CommitTransactionCommand();
+				release_slot();
+				break;
+			}
+			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", def->name));
+			if (strcmp(def->status, "running") != 0)
+				stm_catalog_set_status(stream_id, "running", NULL, false, -1);
+			batch_id = stm_batch_run(rt);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+			bool		stop;
+
+			MemoryContextSwitchTo(worker_cxt);
+			edata = CopyErrorData();
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
+			if (def == NULL)
+				proc_exit(1);
+			wait_ms = record_failure(def, edata, &stop);
+			FreeErrorData(edata);
+			if (stop)
+			{
+				release_slot();
+				break;
+			}
+			sleep_ms(wait_ms);
+			continue;
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(worker_cxt);
+		pgstat_report_activity(STATE_IDLE, NULL);
+
+		if (batch_id >= 0)
+		{
+			LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+			slot->crashes = 0;
+			LWLockRelease(stm_shared->lock);
+		}
+
+		/* once / available_now: the stream is done when it has nothing left */
+		if (def->trigger_kind == STM_TRIGGER_ONCE ||
+			(def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW && batch_id < 0))
+		{
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			/* finished streams are not restarted, but start() runs them again */
+			stm_catalog_set_status(stream_id, "finished", NULL, false, -1);
+			stm_catalog_disable(stream_id);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			release_slot();
+			break;
+		}
+
+		if (batch_id < 0)
+			wait_ms = stm_guc_naptime_ms;
+		else
+			wait_ms = def->trigger_interval_ms -
+				(GetCurrentTimestamp() - batch_start) / 1000;
+		sleep_ms(wait_ms);
+	}
+	proc_exit(0);
+}
