@@ -376,6 +376,7 @@ stm_batch_run(StmRuntime *rt)
 		oldcxt = MemoryContextSwitchTo(rt->cxt);
 		rt->source = pstrdup(src->name);
 		rt->kafka = stm_kafka_open(src->name, true);
+		rt->kafka->bounded = rt->bounded;
 		MemoryContextSwitchTo(oldcxt);
 	}
 	bc.def = def;

@@ -15,6 +15,7 @@ typedef struct StmRuntime
 	char	   *source;
 	StmKafka   *kafka;
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
+	bool		bounded;		/* available_now: stop at what the first batch saw */
 } StmRuntime;
 
 extern StmRuntime *stm_runtime_create(int32 stream_id);

@@ -343,6 +343,7 @@ add_partition(StmKafka *kc, const char *topic, int32 partition)
 	p = palloc0(sizeof(StmKafkaPartition));
 	p->topic = pstrdup(topic);
 	p->partition = partition;
+	p->limit = -1;
 	foreach(lc, kc->partitions)
 	{
 		StmKafkaPartition *q = lfirst(lc);
@@ -535,8 +536,18 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, TimestampTz last_trigger)
 			p->start = p->low;
 		}
 		p->end = p->high;
+		/* available_now: what was there at the first plan, and no more */
+		if (kc->bounded)
+		{
+			if (!kc->limits_fixed)
+				p->limit = p->high;
+			else if (p->limit < 0)
+				p->limit = p->start;
+			p->end = Max(p->start, Min(p->end, p->limit));
+		}
 		total += p->end - p->start;
 	}
+	kc->limits_fixed = kc->bounded;
 
 	/* max_offsets_per_trigger: split over partitions by their lag (Spark's rateLimit) */
 	if (kc->max_offsets_per_trigger > 0 && total > kc->max_offsets_per_trigger)

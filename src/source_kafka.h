@@ -26,6 +26,7 @@ typedef struct StmKafkaPartition
 	int64		end;
 	int64		low;			/* log start offset, as last queried */
 	int64		high;			/* high watermark, as last queried */
+	int64		limit;			/* available_now: never read past this; -1 none */
 	bool		started;		/* consumption started at pos */
 	int64		pos;			/* next offset the local queue delivers */
 	rd_kafka_message_t **held;	/* fetched past end: first of next batch */
@@ -52,6 +53,8 @@ typedef struct StmKafka
 	bool		include_headers;
 	char	   *on_bad_record;
 	List	   *partitions;		/* StmKafkaPartition, all known */
+	bool		bounded;		/* available_now: read only what the first plan saw */
+	bool		limits_fixed;
 	char		error[512];		/* last error reported by librdkafka */
 	StringInfoData data_loss;	/* JSON array of losses found by the plan */
 } StmKafka;

@@ -210,6 +210,7 @@ streaming_worker_main(Datum main_arg)
 				break;
 			}
 			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", def->name));
+			rt->bounded = (def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
 			if (strcmp(def->status, "running") != 0)
 				stm_catalog_set_status(stream_id, "running", NULL, false, -1);
 			batch_id = stm_batch_run(rt);
