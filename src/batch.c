@@ -92,7 +92,8 @@ stm_error_is_permanent(int sqlerrcode)
 }
 
 static void
-parse_one(BatchContext *bc, rd_kafka_message_t *m, ParsedRecord *rec)
+parse_one(BatchContext *bc, StmKafkaPartition *part, rd_kafka_message_t *m,
+		  ParsedRecord *rec)
 {
 	int			natts = bc->source_desc->natts;
 
@@ -101,7 +102,7 @@ parse_one(BatchContext *bc, rd_kafka_message_t *m, ParsedRecord *rec)
 	rec->error = NULL;
 	stm_parse_record(&bc->parser, m->payload ? m->payload : "", (int) m->len,
 					 rec->values, rec->nulls);
-	stm_kafka_fill_metadata(bc->kc, m, rec->values + bc->ndeclared,
+	stm_kafka_fill_metadata(bc->kc, part, m, rec->values + bc->ndeclared,
 							rec->nulls + bc->ndeclared);
 	if (bc->event_time_att >= 0 && rec->nulls[bc->event_time_att])
 		ereport(ERROR,
@@ -116,7 +117,8 @@ parse_one(BatchContext *bc, rd_kafka_message_t *m, ParsedRecord *rec)
  * error in the record instead.
  */
 static bool
-parse_in_subxact(BatchContext *bc, rd_kafka_message_t **msgs, ParsedRecord *recs,
+parse_in_subxact(BatchContext *bc, StmKafkaPartition *part,
+				 rd_kafka_message_t **msgs, ParsedRecord *recs,
 				 int from, int to, bool single)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
@@ -128,7 +130,7 @@ parse_in_subxact(BatchContext *bc, rd_kafka_message_t **msgs, ParsedRecord *recs
 	PG_TRY();
 	{
 		for (int i = from; i < to; i++)
-			parse_one(bc, msgs[i], &recs[i]);
+			parse_one(bc, part, msgs[i], &recs[i]);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
@@ -222,10 +224,10 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 	MemoryContextSwitchTo(oldcxt);
 	bc->num_input += n;
 
-	if (!parse_in_subxact(bc, msgs, recs, 0, n, false))
+	if (!parse_in_subxact(bc, part, msgs, recs, 0, n, false))
 	{
 		for (int i = 0; i < n; i++)
-			(void) parse_in_subxact(bc, msgs, recs, i, i + 1, true);
+			(void) parse_in_subxact(bc, part, msgs, recs, i, i + 1, true);
 	}
 
 	for (int i = 0; i < n; i++)
@@ -431,11 +433,11 @@ stm_batch_run(StmRuntime *rt)
 	bc.projector = stm_query_compile(qi, sink_rel, bc.estate);
 	bc.out_values = palloc(sizeof(Datum) * RelationGetDescr(sink_rel)->natts);
 	bc.out_nulls = palloc(sizeof(bool) * RelationGetDescr(sink_rel)->natts);
+	/* a large first block survives each reset: no malloc churn per chunk */
 	bc.chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
-										 ALLOCSET_DEFAULT_SIZES);
+										 0, 4 * 1024 * 1024, 8 * 1024 * 1024);
 
-	foreach(lc, bc.kc->partitions)
-		stm_kafka_fetch(bc.kc, lfirst(lc), process_chunk, &bc);
+	stm_kafka_fetch(bc.kc, process_chunk, &bc);
 
 	stm_sink_close(bc.sink);
 	ExecDropSingleTupleTableSlot(bc.source_slot);

@@ -41,7 +41,7 @@
 #include "source_kafka.h"
 
 #define FETCH_CHUNK 1000
-#define FETCH_POLL_MS 100
+#define FETCH_POLL_MS 10
 
 /* librdkafka properties a non-superuser may set (SPEC 7: an allowlist) */
 static const char *const user_allowed_options[] = {
@@ -343,6 +343,7 @@ add_partition(StmKafka *kc, const char *topic, int32 partition)
 	p = palloc0(sizeof(StmKafkaPartition));
 	p->topic = pstrdup(topic);
 	p->partition = partition;
+	p->topic_text = CStringGetTextDatum(topic);
 	p->limit = -1;
 	foreach(lc, kc->partitions)
 	{
@@ -601,130 +602,214 @@ stash_rest(StmKafkaPartition *p, rd_kafka_message_t **msgs, int from, int n)
 }
 
 /*
- * Read [start, end) of one partition, handing chunks of messages to fn.
+ * Make the local queue of a partition deliver from its batch start, so that
+ * every partition of the batch fetches in the background from the beginning.
+ */
+static void
+position_partition(StmKafkaPartition *p)
+{
+	if (p->end <= p->start || (p->started && p->pos == p->start))
+		return;
+	kafka_release_partition(p);
+	if (rd_kafka_consume_start(p->rkt, p->partition, p->start) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not start consuming Kafka topic \"%s\" partition %d",
+						p->topic, p->partition),
+				 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
+	p->started = true;
+	p->pos = p->start;
+}
+
+/*
+ * Take up to FETCH_CHUNK messages of the batch from one partition: held ones
+ * first, then what its local queue has (waiting at most timeout_ms).  Moves
+ * p->next on; returns how many messages were put in msgs.
+ */
+static int
+take_messages(StmKafka *kc, StmKafkaPartition *p, rd_kafka_message_t **msgs,
+			  int timeout_ms)
+{
+	rd_kafka_message_t *got[FETCH_CHUNK];
+	int			n = 0;
+	ssize_t		ngot;
+
+	while (p->held_next < p->nheld && n < FETCH_CHUNK &&
+		   p->held[p->held_next]->offset < p->end)
+	{
+		msgs[n] = p->held[p->held_next++];
+		p->next = msgs[n]->offset + 1;
+		n++;
+	}
+	if (n > 0)
+		return n;
+	if (p->held_next < p->nheld)
+	{
+		/* the held messages are all past the end: a gap (compaction, markers) */
+		p->next = p->end;
+		return 0;
+	}
+
+	ngot = rd_kafka_consume_batch(p->rkt, p->partition, timeout_ms, got,
+								  Min(FETCH_CHUNK, p->end - p->next));
+	if (ngot < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not fetch from Kafka topic \"%s\" partition %d",
+						p->topic, p->partition),
+				 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
+	for (int i = 0; i < ngot; i++)
+	{
+		rd_kafka_message_t *m = got[i];
+
+		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		{
+			p->next = Max(p->next, m->offset);
+			rd_kafka_message_destroy(m);
+		}
+		else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			rd_kafka_resp_err_t err = m->err;
+
+			strlcpy(kc->error, rd_kafka_message_errstr(m), sizeof(kc->error));
+			rd_kafka_message_destroy(m);
+			if (err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+				err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE)
+			{
+				for (int j = i + 1; j < ngot; j++)
+					rd_kafka_message_destroy(got[j]);
+				for (int j = 0; j < n; j++)
+					rd_kafka_message_destroy(msgs[j]);
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("offset " INT64_FORMAT " of Kafka topic \"%s\" partition %d is out of range",
+								p->next, p->topic, p->partition),
+						 errdetail("%s", kc->error)));
+			}
+		}
+		else if (m->offset < p->next)
+			rd_kafka_message_destroy(m);	/* already handed out */
+		else if (m->offset >= p->end)
+		{
+			stash_rest(p, got, i, ngot);
+			break;
+		}
+		else
+		{
+			msgs[n++] = m;
+			p->next = m->offset + 1;
+		}
+	}
+	return n;
+}
+
+/*
+ * Read [start, end) of every partition of the batch, handing chunks of
+ * messages to fn.  Partitions are served round-robin from what their local
+ * queues hold, so parsing one partition overlaps fetching the others.
  * Messages are destroyed after fn returns (also when it raises an error).
  */
 void
-stm_kafka_fetch(StmKafka *kc, StmKafkaPartition *p, StmKafkaChunkFn fn, void *arg)
+stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
 {
 	rd_kafka_message_t *msgs[FETCH_CHUNK];
-	rd_kafka_message_t *got[FETCH_CHUNK];
-	int64		next = p->start;
 	int			waited_ms = 0;
+	ListCell   *lc;
 
-	if (p->end <= p->start)
-		return;
-	if (!p->started || p->pos != p->start)
+	foreach(lc, kc->partitions)
 	{
-		kafka_release_partition(p);
-		if (rd_kafka_consume_start(p->rkt, p->partition, p->start) != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("could not start consuming Kafka topic \"%s\" partition %d",
-							p->topic, p->partition),
-					 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
-		p->started = true;
-		p->pos = p->start;
+		StmKafkaPartition *p = lfirst(lc);
+
+		position_partition(p);
+		p->next = p->start;
+		/* until the batch ends, the local queue is not where the catalog says */
+		if (p->end > p->start)
+			p->pos = -1;
 	}
-	/* until the batch ends, the local queue is not where the catalog says */
-	p->pos = -1;
 
-	while (next < p->end)
+	for (;;)
 	{
-		int			n = 0;
+		bool		pending = false;
+		bool		progress = false;
+		StmKafkaPartition *waiting_on = NULL;
 
 		CHECK_FOR_INTERRUPTS();
-		while (p->held_next < p->nheld && n < FETCH_CHUNK &&
-			   p->held[p->held_next]->offset < p->end)
+		foreach(lc, kc->partitions)
 		{
-			msgs[n] = p->held[p->held_next++];
-			next = msgs[n]->offset + 1;
-			n++;
-		}
-		if (n == 0 && p->held_next < p->nheld)
-			break;				/* held messages are all past the end (gap) */
-		if (n == 0)
-		{
-			int64		want = Min(FETCH_CHUNK, p->end - next);
-			ssize_t		ngot = rd_kafka_consume_batch(p->rkt, p->partition, FETCH_POLL_MS,
-													  got, want);
+			StmKafkaPartition *p = lfirst(lc);
+			int			n;
 
-			if (ngot < 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("could not fetch from Kafka topic \"%s\" partition %d",
-								p->topic, p->partition),
-						 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
-			for (int i = 0; i < ngot; i++)
+			if (p->next >= p->end)
+				continue;
+			n = take_messages(kc, p, msgs, 0);
+			if (n == 0)
 			{
-				rd_kafka_message_t *m = got[i];
-
-				if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				if (p->next < p->end)
 				{
-					next = Max(next, m->offset);
-					rd_kafka_message_destroy(m);
+					pending = true;
+					waiting_on = waiting_on ? waiting_on : p;
 				}
-				else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR)
-				{
-					rd_kafka_resp_err_t err = m->err;
-
-					strlcpy(kc->error, rd_kafka_message_errstr(m), sizeof(kc->error));
-					rd_kafka_message_destroy(m);
-					if (err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
-						err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE)
-					{
-						for (int j = i + 1; j < ngot; j++)
-							rd_kafka_message_destroy(got[j]);
-						for (int j = 0; j < n; j++)
-							rd_kafka_message_destroy(msgs[j]);
-						ereport(ERROR,
-								(errcode(ERRCODE_DATA_CORRUPTED),
-								 errmsg("offset " INT64_FORMAT " of Kafka topic \"%s\" partition %d is out of range",
-										next, p->topic, p->partition),
-								 errdetail("%s", kc->error)));
-					}
-				}
-				else if (m->offset < next)
-					rd_kafka_message_destroy(m);	/* already handed out */
-				else if (m->offset >= p->end)
-				{
-					stash_rest(p, got, i, ngot);
-					break;
-				}
-				else
-				{
-					msgs[n++] = m;
-					next = m->offset + 1;
-				}
+				continue;
 			}
-			rd_kafka_poll(kc->rk, 0);
+			progress = true;
+			PG_TRY();
+			{
+				fn(arg, p, msgs, n);
+			}
+			PG_FINALLY();
+			{
+				for (int i = 0; i < n; i++)
+					rd_kafka_message_destroy(msgs[i]);
+			}
+			PG_END_TRY();
+			if (p->next < p->end)
+				pending = true;
 		}
-		if (n == 0)
+		if (!pending)
+			break;
+		if (progress)
 		{
-			if (next >= p->end)
-				break;
-			waited_ms += FETCH_POLL_MS;
-			if (waited_ms >= stm_guc_kafka_timeout_ms)
-				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("timed out fetching from Kafka topic \"%s\" partition %d at offset " INT64_FORMAT,
-								p->topic, p->partition, next),
-						 kc->error[0] ? errdetail("%s", kc->error) : 0));
+			waited_ms = 0;
 			continue;
 		}
-		waited_ms = 0;
-		PG_TRY();
+
+		/* nothing anywhere: block briefly on one partition, serve callbacks */
+		rd_kafka_poll(kc->rk, 0);
 		{
-			fn(arg, p, msgs, n);
+			int			n = take_messages(kc, waiting_on, msgs, FETCH_POLL_MS);
+
+			if (n > 0)
+			{
+				waited_ms = 0;
+				PG_TRY();
+				{
+					fn(arg, waiting_on, msgs, n);
+				}
+				PG_FINALLY();
+				{
+					for (int i = 0; i < n; i++)
+						rd_kafka_message_destroy(msgs[i]);
+				}
+				PG_END_TRY();
+				continue;
+			}
 		}
-		PG_FINALLY();
-		{
-			for (int i = 0; i < n; i++)
-				rd_kafka_message_destroy(msgs[i]);
-		}
-		PG_END_TRY();
+		waited_ms += FETCH_POLL_MS;
+		if (waited_ms >= stm_guc_kafka_timeout_ms)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("timed out fetching from Kafka topic \"%s\" partition %d at offset " INT64_FORMAT,
+							waiting_on->topic, waiting_on->partition, waiting_on->next),
+					 kc->error[0] ? errdetail("%s", kc->error) : 0));
 	}
-	p->pos = p->end;
+
+	foreach(lc, kc->partitions)
+	{
+		StmKafkaPartition *p = lfirst(lc);
+
+		if (p->end > p->start)
+			p->pos = p->end;
+	}
 }
 
 /* Write every partition's new position (end of this batch). */
@@ -849,13 +934,13 @@ headers_datum(rd_kafka_message_t *msg, bool *isnull)
  * kafka_timestamp, kafka_key, and kafka_headers when include_headers.
  */
 void
-stm_kafka_fill_metadata(StmKafka *kc, rd_kafka_message_t *msg,
-						Datum *values, bool *nulls)
+stm_kafka_fill_metadata(StmKafka *kc, StmKafkaPartition *part,
+						rd_kafka_message_t *msg, Datum *values, bool *nulls)
 {
 	rd_kafka_timestamp_type_t tstype;
 	int64_t		ts = rd_kafka_message_timestamp(msg, &tstype);
 
-	values[0] = CStringGetTextDatum(rd_kafka_topic_name(msg->rkt));
+	values[0] = part->topic_text;
 	nulls[0] = false;
 	values[1] = Int32GetDatum(msg->partition);
 	nulls[1] = false;

@@ -19,6 +19,7 @@
 typedef struct StmKafkaPartition
 {
 	char	   *topic;
+	Datum		topic_text;		/* the topic as a text Datum, for kafka_topic */
 	int32		partition;
 	rd_kafka_topic_t *rkt;
 	bool		stored;			/* has a row in streaming.offsets */
@@ -28,6 +29,7 @@ typedef struct StmKafkaPartition
 	int64		high;			/* high watermark, as last queried */
 	int64		limit;			/* available_now: never read past this; -1 none */
 	bool		started;		/* consumption started at pos */
+	int64		next;			/* while fetching: next offset to hand out */
 	int64		pos;			/* next offset the local queue delivers */
 	rd_kafka_message_t **held;	/* fetched past end: first of next batch */
 	int			nheld;
@@ -65,12 +67,11 @@ typedef void (*StmKafkaChunkFn) (void *arg, StmKafkaPartition *part,
 extern StmKafka *stm_kafka_open(const char *source, bool for_batches);
 extern void stm_kafka_close(StmKafka *kc);
 extern int64 stm_kafka_plan(StmKafka *kc, int32 stream_id, TimestampTz last_trigger);
-extern void stm_kafka_fetch(StmKafka *kc, StmKafkaPartition *part,
-							StmKafkaChunkFn fn, void *arg);
+extern void stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg);
 extern void stm_kafka_save_positions(StmKafka *kc, int32 stream_id);
 extern char *stm_kafka_positions_json(StmKafka *kc, bool end);
-extern void stm_kafka_fill_metadata(StmKafka *kc, rd_kafka_message_t *msg,
-									Datum *values, bool *nulls);
+extern void stm_kafka_fill_metadata(StmKafka *kc, StmKafkaPartition *part,
+									rd_kafka_message_t *msg, Datum *values, bool *nulls);
 extern void stm_kafka_refresh_partitions(StmKafka *kc);
 extern void stm_kafka_check_option(const char *key, const char *value);
 
