@@ -14,7 +14,7 @@ SHLIB_LINK  = $(shell pkg-config --libs rdkafka)
 REGRESS        = init kafka_source api_errors stateless bad_records
 REGRESS_OPTS   = --temp-instance=tmp_check --temp-config=test/streaming.conf \
                  --load-extension=$(EXTENSION)
-ISOLATION      = run_batch_vs_worker
+ISOLATION      = concurrent_batches
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation/results \
                  --temp-instance=tmp_check_iso --temp-config=test/streaming.conf \
                  --load-extension=$(EXTENSION)

@@ -28,6 +28,7 @@
 #include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -71,6 +72,12 @@ typedef struct PendingWorker
 	int32		stream_id;
 	Oid			owner;
 } PendingWorker;
+
+static void stm_process_utility(PlannedStmt *pstmt, const char *queryString,
+								bool readOnlyTree, ProcessUtilityContext context,
+								ParamListInfo params, QueryEnvironment *queryEnv,
+								DestReceiver *dest, QueryCompletion *qc);
+static ProcessUtility_hook_type prev_process_utility = NULL;
 
 static List *want_on_commit = NIL;
 static List *want_on_abort = NIL;
@@ -118,6 +125,8 @@ void
 stm_api_init(void)
 {
 	RegisterXactCallback(stm_xact_callback, NULL);
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = stm_process_utility;
 }
 
 /*
@@ -131,6 +140,76 @@ stm_lock_stream(int32 stream_id, bool session)
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
 	return LockAcquire(&tag, ExclusiveLock, session, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/* Wait for the stream's lock (held by a run_batch in another transaction). */
+void
+stm_wait_stream_lock(int32 stream_id)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+/*
+ * DROP EXTENSION streaming: the workers of this database would hold locks
+ * on the catalog the drop needs, so ask them to finish and wait first.
+ */
+static void
+stop_all_workers(void)
+{
+	List	   *ids = NIL;
+	ListCell   *lc;
+
+	if (!stm_shmem_available())
+		return;
+	LWLockAcquire(stm_shared->lock, LW_SHARED);
+	for (int i = 0; i < stm_shared->nslots; i++)
+		if (stm_shared->slots[i].in_use && stm_shared->slots[i].dboid == MyDatabaseId)
+		{
+			ids = lappend_int(ids, stm_shared->slots[i].stream_id);
+			queue_want(&want_on_abort, stm_shared->slots[i].stream_id,
+					   stm_shared->slots[i].owner);
+		}
+	LWLockRelease(stm_shared->lock);
+	foreach(lc, ids)
+	{
+		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
+
+		stm_shmem_unwant_stream(MyDatabaseId, lfirst_int(lc));
+		while (stm_shmem_stream_pid(MyDatabaseId, lfirst_int(lc)) != 0 &&
+			   GetCurrentTimestamp() < deadline)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 10, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+}
+
+static void
+stm_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					ProcessUtilityContext context, ParamListInfo params,
+					QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+
+	if (IsA(parsetree, DropStmt) && ((DropStmt *) parsetree)->removeType == OBJECT_EXTENSION)
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((DropStmt *) parsetree)->objects)
+			if (strcmp(strVal(lfirst(lc)), "streaming") == 0)
+				stop_all_workers();
+	}
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
 }
 
 /* ---- argument checks ---------------------------------------------------- */
@@ -900,6 +979,9 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 	int64		batch_id;
 
 	stm_catalog_check_owner("stream", name, def->owner);
+	/* a worker holds the lock for its life: refuse; another run_batch: wait */
+	if (stm_shmem_stream_pid(MyDatabaseId, def->id) == 0)
+		stm_wait_stream_lock(def->id);
 	if (!stm_lock_stream(def->id, false))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),

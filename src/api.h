@@ -8,5 +8,6 @@
 
 extern void stm_api_init(void);
 extern bool stm_lock_stream(int32 stream_id, bool session);
+extern void stm_wait_stream_lock(int32 stream_id);
 
 #endif

@@ -269,7 +269,7 @@ last_trigger_time(StmRuntime *rt)
 
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT max(started_at) FROM streaming.batches WHERE stream_id = $1",
-							  1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT)
+							  1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.batches");
 	if (SPI_processed > 0)
 	{

@@ -4,6 +4,8 @@
  * All functions here run SQL through SPI with search_path pinned to
  * pg_catalog (so no user object can capture the names used), copy what they
  * return into the caller's memory context, and never keep SPI connected.
+ * Reads are not read-only SPI calls, so under READ COMMITTED each takes a
+ * fresh snapshot: a batch that waited for another one sees its commit.
  */
 #include "postgres.h"
 
@@ -100,8 +102,7 @@ get_stream(const char *where, Oid argtype, Datum arg, bool lock)
 	sql = psprintf("SELECT " STREAM_COLUMNS " FROM streaming.stream_defs WHERE %s%s",
 				   where, lock ? " FOR UPDATE" : "");
 	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, !lock, 1) !=
-		(lock ? SPI_OK_SELECT : SPI_OK_SELECT))
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.stream_defs");
 	if (SPI_processed > 0)
 		s = stream_from_tuple(cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
@@ -142,7 +143,7 @@ get_source(const char *where, Oid argtype, Datum arg)
 	sql = psprintf("SELECT name, kind, view::oid, owner::oid FROM streaming.sources WHERE %s",
 				   where);
 	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.sources");
 	if (SPI_processed > 0)
 	{
@@ -209,7 +210,7 @@ stm_catalog_source_option_list(const char *source, const char *sql_expr)
 	sql = psprintf("SELECT t.* FROM streaming.sources s, LATERAL (%s) t WHERE s.name = $1",
 				   sql_expr);
 	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.sources");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{

@@ -503,7 +503,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, TimestampTz last_trigger)
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT topic, partition, next_offset FROM streaming.offsets WHERE stream_id = $1",
-							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+							  1, &argtype, &arg, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.offsets");
 	any_stored = SPI_processed > 0;
 	for (uint64 i = 0; i < SPI_processed; i++)
