@@ -28,6 +28,9 @@ EXTRA_CLEAN = test/mock_broker tmp_check tmp_check_iso test/isolation/results \
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS does not track headers: rebuild every object when any header changes.
+$(OBJS): $(wildcard src/*.h)
+
 # The embedded Kafka broker for tests and the demo (librdkafka's mock cluster).
 test/mock_broker: test/mock_broker.c
 	$(CC) -O2 -Wall -o $@ $< $(shell pkg-config --cflags --libs rdkafka)

@@ -99,7 +99,8 @@ SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters_id_seq', '');
 
 /*
  * Row-level security: a role sees and changes only the sources and streams
- * it owns (kafka_options may hold credentials); superusers see everything.
+ * it owns (kafka_options may hold credentials), and their positions, history
+ * and dead letters; superusers see everything.
  */
 ALTER TABLE streaming.sources ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.stream_defs ENABLE ROW LEVEL SECURITY;
@@ -107,6 +108,16 @@ CREATE POLICY owner_only ON streaming.sources
     USING (pg_has_role(current_user, owner, 'USAGE'));
 CREATE POLICY owner_only ON streaming.stream_defs
     USING (pg_has_role(current_user, owner, 'USAGE'));
+-- positions, history and dead letters follow the visibility of their stream
+ALTER TABLE streaming.offsets ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.batches ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.dead_letters ENABLE ROW LEVEL SECURITY;
+CREATE POLICY stream_owner_only ON streaming.offsets
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.batches
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.dead_letters
+    USING (stream IN (SELECT name FROM streaming.stream_defs));
 GRANT USAGE ON SCHEMA streaming TO PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON streaming.sources, streaming.stream_defs,
     streaming.offsets, streaming.batches, streaming.dead_letters TO PUBLIC;
@@ -223,7 +234,9 @@ LEFT JOIN streaming.worker_pids() w ON w.stream_id = s.id;
 CREATE VIEW streaming.progress WITH (security_invoker = true) AS
 SELECT s.name AS stream, b.batch_id, b.started_at, b.duration,
        b.num_input_rows,
-       b.num_input_rows / nullif(extract(epoch FROM b.duration), 0) AS input_rows_per_second,
+       -- as Spark: input rate over the time since the previous batch started
+       b.num_input_rows / nullif(extract(epoch FROM b.started_at - lag(b.started_at)
+           OVER (PARTITION BY b.stream_id ORDER BY b.batch_id)), 0) AS input_rows_per_second,
        b.num_input_rows / nullif(extract(epoch FROM b.duration), 0) AS processed_rows_per_second,
        b.num_output_rows, b.num_late_rows, b.num_bad_rows, b.num_dedup_rows, b.num_state_rows,
        b.max_event_time, b.watermark, b.start_positions, b.end_positions, b.data_loss

@@ -14,7 +14,10 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
+#include "catalog/dependency.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -601,6 +604,15 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 	spi_exec(view_sql.data, 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 	CommandCounterIncrement();
 	view = get_relname_relid(name, nspid);
+	/* DROP EXTENSION ... CASCADE takes the source views with it */
+	{
+		ObjectAddress view_addr;
+		ObjectAddress ext_addr;
+
+		ObjectAddressSet(view_addr, RelationRelationId, view);
+		ObjectAddressSet(ext_addr, ExtensionRelationId, get_extension_oid("streaming", false));
+		recordDependencyOn(&view_addr, &ext_addr, DEPENDENCY_NORMAL);
+	}
 	spi_exec(psprintf("COMMENT ON VIEW %s IS %s", qualified,
 					  quote_literal_cstr(psprintf("Columns of streaming source \"%s\"; stream queries read it, selecting from it returns no rows.", name))),
 			 0, NULL, NULL, NULL, SPI_OK_UTILITY);

@@ -25,6 +25,7 @@
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 
 #include "guc.h"
 #include "parse.h"
@@ -68,6 +69,8 @@ stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
 	p->ioparams = palloc(sizeof(Oid) * ncols);
 	p->wants_json = palloc(sizeof(bool) * ncols);
 	p->fields = palloc0(sizeof(char *) * ncols);
+	p->scratch = AllocSetContextCreate(CurrentMemoryContext, "streaming record",
+									   ALLOCSET_DEFAULT_SIZES);
 	for (int i = 0; i < ncols; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
@@ -284,6 +287,7 @@ stm_parse_record(StmParser *p, const char *data, int len,
 				 Datum *values, bool *nulls)
 {
 	char	   *buf;
+	MemoryContext oldcxt;
 
 	if (len > stm_guc_max_record_size)
 		ereport(ERROR,
@@ -309,34 +313,38 @@ stm_parse_record(StmParser *p, const char *data, int len,
 
 	/* rejects invalid byte sequences for the database encoding */
 	(void) pg_verify_mbstr(GetDatabaseEncoding(), data, len, false);
-
-	buf = palloc(len + 1);
-	memcpy(buf, data, len);
-	buf[len] = '\0';
-	if (strlen(buf) != (size_t) len)
+	if (memchr(data, '\0', len) != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
 				 errmsg("record contains a zero byte")));
 
 	if (p->format == STM_FORMAT_TEXT)
 	{
-		values[0] = PointerGetDatum(cstring_to_text_with_len(buf, len));
-		nulls[0] = false;
-		return;
-	}
-	if (p->format == STM_FORMAT_JSON && !p->has_columns)
-	{
-		values[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
+		values[0] = PointerGetDatum(cstring_to_text_with_len(data, len));
 		nulls[0] = false;
 		return;
 	}
 
+	/* lexing garbage goes to the scratch context; values to the caller's */
+	MemoryContextReset(p->scratch);
+	oldcxt = MemoryContextSwitchTo(p->scratch);
+	buf = palloc(len + 1);
+	memcpy(buf, data, len);
+	buf[len] = '\0';
+	if (p->format == STM_FORMAT_JSON && !p->has_columns)
+	{
+		MemoryContextSwitchTo(oldcxt);
+		values[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
+		nulls[0] = false;
+		return;
+	}
 	for (int i = 0; i < p->ncols; i++)
 		p->fields[i] = NULL;
 	if (p->format == STM_FORMAT_JSON)
 		parse_json_columns(p, buf, len);
 	else
 		parse_csv_fields(p, buf, len);
+	MemoryContextSwitchTo(oldcxt);
 
 	for (int i = 0; i < p->ncols; i++)
 	{

@@ -28,7 +28,8 @@ typedef struct StmParser
 	FmgrInfo   *infuncs;
 	Oid		   *ioparams;
 	bool	   *wants_json;		/* column of type json/jsonb: keep JSON text */
-	char	  **fields;			/* scratch: one text per column */
+	char	  **fields;			/* one text per column, in scratch */
+	MemoryContext scratch;		/* reset per record: lexing and splitting */
 } StmParser;
 
 extern StmFormat stm_parse_format(const char *format);
