@@ -211,9 +211,13 @@ streaming_worker_main(Datum main_arg)
 			}
 			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", def->name));
 			rt->bounded = (def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
-			if (strcmp(def->status, "running") != 0)
-				stm_catalog_set_status(stream_id, "running", NULL, false, -1);
 			batch_id = stm_batch_run(rt);
+			/* the source answered: no longer waiting */
+			if (strcmp(def->status, "running") != 0)
+			{
+				stm_catalog_set_status(stream_id, "running", NULL, false, -1);
+				stm_catalog_set_source_error(stream_id, NULL);
+			}
 			PopActiveSnapshot();
 			CommitTransactionCommand();
 		}
