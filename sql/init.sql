@@ -12,6 +12,8 @@ CREATE EXTENSION streaming;
 SELECT extname, extversion, extnamespace::regnamespace AS schema, extrelocatable
 FROM pg_extension WHERE extname = 'streaming';
 SELECT nspname FROM pg_namespace WHERE nspname = 'streaming';
+-- the tests need a UTF8 database (non-ASCII names, invalid UTF-8 records)
+SELECT getdatabaseencoding();
 
 -- every object of the extension, in a stable order
 SELECT pg_describe_object(classid, objid, 0) AS object

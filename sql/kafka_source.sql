@@ -278,6 +278,10 @@ SELECT streaming.create_stream('ks_max_st',
     'SELECT kafka_partition AS part, kafka_offset AS off FROM ks_max_src', start => false);
 -- 13 records: 3+1+1, then 3+1 of the remaining 6+2, then the last 3+1
 SELECT streaming.run_batch('ks_max_st');
+-- the lag is what the first batch left
+SELECT stream, ks_strip(topic) AS topic, partition, committed_offset, high_watermark, lag
+FROM streaming.source_lag WHERE stream = 'ks_max_st' ORDER BY 2, 3;
+SELECT name, last_batch_id, lag FROM streaming.streams WHERE name = 'ks_max_st';
 SELECT streaming.run_batch('ks_max_st');
 SELECT streaming.run_batch('ks_max_st');
 SELECT streaming.run_batch('ks_max_st');
@@ -307,7 +311,9 @@ SELECT * FROM ks_progress WHERE stream = 'ks_min_st' ORDER BY batch_id;
 --
 -- drop_source is refused while a stream reads the source
 --
+\set VERBOSITY default
 SELECT streaming.drop_source('ks_json_src');
+\set VERBOSITY terse
 SELECT streaming.drop_stream('ks_json_st');
 SELECT streaming.drop_source('ks_json_src');
 SELECT to_regclass('ks_json_src') AS view;
@@ -317,8 +323,18 @@ SELECT count(*) FROM ks_json_st;
 SELECT streaming.drop_source('ks_json_src');
 
 -- clean up
-SELECT streaming.drop_stream(name, drop_sink => true) FROM streaming.streams ORDER BY name;
-SELECT streaming.drop_source(name) FROM streaming.sources ORDER BY name;
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT name FROM streaming.streams LOOP
+        PERFORM streaming.drop_stream(r.name, drop_sink => true);
+    END LOOP;
+    FOR r IN SELECT name FROM streaming.sources LOOP
+        PERFORM streaming.drop_source(r.name);
+    END LOOP;
+END $$;
+SELECT count(*) FROM streaming.sources;
 DROP TABLE ks_json_st;
 DROP VIEW ks_progress;
 SELECT count(*) FROM streaming.offsets;

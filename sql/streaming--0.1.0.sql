@@ -40,6 +40,7 @@ CREATE TABLE streaming.stream_defs (
     status          text NOT NULL DEFAULT 'stopped'
                     CHECK (status IN ('running', 'waiting', 'stopped', 'failed', 'finished')),
     last_batch_id   bigint,
+    positions_initialized boolean NOT NULL DEFAULT false, -- starting_offsets applied
     watermark       timestamptz,
     last_error      text,
     source_error    text,
@@ -149,7 +150,7 @@ COMMENT ON FUNCTION streaming.create_kafka_source IS 'Define a Kafka source and 
 CREATE FUNCTION streaming.drop_source(name text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_drop_source'
-LANGUAGE C STRICT VOLATILE
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
 /* Streams ------------------------------------------------------------------ */
@@ -176,36 +177,36 @@ COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over on
 CREATE FUNCTION streaming.drop_stream(name text, drop_sink boolean DEFAULT false)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_drop_stream'
-LANGUAGE C STRICT VOLATILE;
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 
 CREATE FUNCTION streaming.start(name text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_start'
-LANGUAGE C STRICT VOLATILE
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION streaming.stop(name text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_stop'
-LANGUAGE C STRICT VOLATILE
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION streaming.reset(name text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_reset'
-LANGUAGE C STRICT VOLATILE
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION streaming.run_batch(name text)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'streaming_run_batch'
-LANGUAGE C STRICT VOLATILE;
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.run_batch IS 'Run one batch of the stream in this session and transaction; returns its batch id, or NULL when there was nothing to do.';
 
 CREATE FUNCTION streaming.process_available(name text, timeout interval DEFAULT '60s')
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_process_available'
-LANGUAGE C STRICT VOLATILE
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
 /* Monitoring --------------------------------------------------------------- */

@@ -34,6 +34,7 @@
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/formatting.h"
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/regproc.h"
@@ -232,6 +233,69 @@ text_arg(FunctionCallInfo fcinfo, int argno)
 	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
+/* The name argument of the control functions: required. */
+static char *
+name_arg(FunctionCallInfo fcinfo)
+{
+	require_arg(fcinfo, 0, "name");
+	return text_arg(fcinfo, 0);
+}
+
+static bool
+bool_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	require_arg(fcinfo, argno, argname);
+	return PG_GETARG_BOOL(argno);
+}
+
+/* Keyword arguments are case-insensitive, as in Spark. */
+static char *
+keyword_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *v = text_arg(fcinfo, argno);
+
+	return v ? str_tolower(v, strlen(v), DEFAULT_COLLATION_OID) : NULL;
+}
+
+/*
+ * Errors raised while an argument is checked by PostgreSQL's own code (a
+ * parser, a regex compiler) get a context line naming the argument, and
+ * syntax error positions point into the argument's text, not into the
+ * calling statement.
+ */
+typedef struct ArgErrorContext
+{
+	const char *argname;
+	const char *text;
+} ArgErrorContext;
+
+static void
+arg_error_callback(void *arg)
+{
+	ArgErrorContext *ctx = arg;
+	int			pos = geterrposition();
+
+	if (pos > 0)
+	{
+		errposition(0);
+		internalerrposition(pos);
+		internalerrquery(ctx->text);
+	}
+	errcontext("in argument \"%s\"", ctx->argname);
+}
+
+#define ARG_ERRCONTEXT_BEGIN(argname_, text_) \
+	do { \
+		ArgErrorContext argctx_ = {(argname_), (text_)}; \
+		ErrorContextCallback errcb_; \
+		errcb_.callback = arg_error_callback; \
+		errcb_.arg = &argctx_; \
+		errcb_.previous = error_context_stack; \
+		error_context_stack = &errcb_;
+#define ARG_ERRCONTEXT_END() \
+		error_context_stack = errcb_.previous; \
+	} while (0)
+
 static void
 check_choice(const char *argname, const char *value, const char *const *choices,
 			 const char *hint)
@@ -311,28 +375,45 @@ parses_as(const char *str, Oid typid)
 	return ok;
 }
 
-static void
-columns_error_callback(void *arg)
-{
-	errcontext("in the columns argument \"%s\"", (char *) arg);
-}
-
 /*
  * Parse 'a bigint, b numeric(10,2)' with PostgreSQL's grammar (as the column
  * list of a CREATE TABLE) and resolve the types.  Returns a ColumnDef list
  * whose typeName carries the resolved type and typmod.
  */
+#define COLUMNS_PREFIX_LEN ((int) sizeof("CREATE TABLE streaming_columns (") - 1)
+
+static void
+columns_error_callback(void *arg)
+{
+	ArgErrorContext *ctx = arg;
+	int			pos = geterrposition();
+
+	if (pos > COLUMNS_PREFIX_LEN)
+	{
+		errposition(0);
+		internalerrposition(pos - COLUMNS_PREFIX_LEN);
+		internalerrquery(ctx->text);
+	}
+	else if (pos > 0)
+		errposition(0);
+	errcontext("in argument \"%s\"", ctx->argname);
+}
+
 static List *
 parse_columns(const char *columns, Oid **types, int32 **typmods)
 {
 	ErrorContextCallback errcb;
+	ArgErrorContext colctx;
 	List	   *raw;
 	CreateStmt *cs;
 	ListCell   *lc;
 	int			n = 0;
 
+	/* positions in errors count from the start of the columns text */
+	colctx.argname = "columns";
+	colctx.text = columns;
 	errcb.callback = columns_error_callback;
-	errcb.arg = (void *) columns;
+	errcb.arg = &colctx;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
@@ -394,6 +475,7 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 	char	   *bootstrap;
 	char	   *topic_pattern = text_arg(fcinfo, 3);
 	char	   *starting = text_arg(fcinfo, 5);
+	char	   *starting_kw = keyword_arg(fcinfo, 5);
 	char	   *format;
 	char	   *columns = text_arg(fcinfo, 7);
 	char	   *on_bad_record;
@@ -419,8 +501,10 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 	require_arg(fcinfo, 14, "kafka_options");
 	name = text_arg(fcinfo, 0);
 	bootstrap = text_arg(fcinfo, 1);
-	format = text_arg(fcinfo, 6);
-	on_bad_record = text_arg(fcinfo, 13);
+	format = keyword_arg(fcinfo, 6);
+	on_bad_record = keyword_arg(fcinfo, 13);
+	if (strcmp(starting_kw, "earliest") == 0 || strcmp(starting_kw, "latest") == 0)
+		starting = starting_kw;
 
 	if (name[0] == '\0')
 		ereport(ERROR,
@@ -461,8 +545,10 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("topic_pattern must not be empty")));
 		/* compiles the pattern: an invalid one raises its own error */
+		ARG_ERRCONTEXT_BEGIN("topic_pattern", topic_pattern);
 		(void) RE_compile_and_execute(cstring_to_text(topic_pattern), "", 0,
 									  REG_ADVANCED, C_COLLATION_OID, 0, NULL);
+		ARG_ERRCONTEXT_END();
 	}
 	if (!PG_ARGISNULL(4) &&
 		!spi_check("SELECT jsonb_typeof($1) = 'object' AND $1 <> '{}' AND NOT EXISTS ("
@@ -632,6 +718,10 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 		else
 			values[param] = PG_GETARG_DATUM(arg);
 	}
+	/* keywords are stored as normalised */
+	values[6] = CStringGetTextDatum(starting);
+	values[7] = CStringGetTextDatum(format);
+	values[14] = CStringGetTextDatum(on_bad_record);
 	spi_exec("INSERT INTO streaming.sources (name, kind, view, options) VALUES ($1, 'kafka', $2::oid::regclass, "
 			 "jsonb_strip_nulls(jsonb_build_object('bootstrap_servers', $3, 'topics', to_jsonb($4), "
 			 "'topic_pattern', $5, 'partitions', $6, 'starting_offsets', $7, 'format', $8, 'columns', $9, "
@@ -644,7 +734,7 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 Datum
 streaming_drop_source(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0);
+	char	   *name = name_arg(fcinfo);
 	StmSourceDef *src = stm_catalog_get_source(name, false);
 	Oid			type = TEXTOID;
 	Datum		arg = CStringGetTextDatum(name);
@@ -717,15 +807,20 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	name = text_arg(fcinfo, 0);
 	query = text_arg(fcinfo, 1);
 	sink_name = PG_ARGISNULL(2) ? name : text_arg(fcinfo, 2);
-	output_mode = text_arg(fcinfo, 3);
+	output_mode = keyword_arg(fcinfo, 3);
 	trigger = text_arg(fcinfo, 8);
-	late_rows = text_arg(fcinfo, 10);
+	late_rows = keyword_arg(fcinfo, 10);
 	start = PG_GETARG_BOOL(12);
 
 	if (name[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("stream name must not be empty")));
+	if (strlen(name) >= NAMEDATALEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("stream name \"%s\" is too long", name),
+				 errdetail("Names may be at most %d bytes long.", NAMEDATALEN - 1)));
 	if (stm_catalog_get_stream(name, true) != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -765,7 +860,9 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		require_workers(name);
 
 	/* the query, through PostgreSQL's parser and analyser */
+	ARG_ERRCONTEXT_BEGIN("query", query);
 	qi = stm_query_analyze(query);
+	ARG_ERRCONTEXT_END();
 	src = stm_catalog_get_source_by_view(qi->source_view);
 	if (src == NULL)
 		ereport(ERROR,
@@ -805,7 +902,15 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	}
 
 	/* the sink: an existing compatible table, or a new one */
-	sink_rv = makeRangeVarFromNameList(stringToQualifiedNameList(sink_name));
+	/* the default sink is named exactly like the stream; a given one is SQL */
+	if (PG_ARGISNULL(2))
+		sink_rv = makeRangeVar(NULL, name, -1);
+	else
+	{
+		ARG_ERRCONTEXT_BEGIN("sink", sink_name);
+		sink_rv = makeRangeVarFromNameList(stringToQualifiedNameList(sink_name));
+		ARG_ERRCONTEXT_END();
+	}
 	sink_oid = RangeVarGetRelid(sink_rv, RowExclusiveLock, true);
 	if (OidIsValid(sink_oid))
 	{
@@ -905,8 +1010,8 @@ stop_worker(StmStreamDef *def)
 Datum
 streaming_drop_stream(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0);
-	bool		drop_sink = PG_GETARG_BOOL(1);
+	char	   *name = name_arg(fcinfo);
+	bool		drop_sink = bool_arg(fcinfo, 1, "drop_sink");
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
 	Oid			types[2] = {INT4OID, TEXTOID};
 	Datum		values[2];
@@ -929,7 +1034,7 @@ streaming_drop_stream(PG_FUNCTION_ARGS)
 Datum
 streaming_start(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0);
+	char	   *name = name_arg(fcinfo);
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(def->id);
@@ -946,7 +1051,7 @@ streaming_start(PG_FUNCTION_ARGS)
 Datum
 streaming_stop(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0);
+	char	   *name = name_arg(fcinfo);
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(def->id);
@@ -961,7 +1066,7 @@ streaming_stop(PG_FUNCTION_ARGS)
 Datum
 streaming_reset(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0);
+	char	   *name = name_arg(fcinfo);
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(def->id);
@@ -976,6 +1081,7 @@ streaming_reset(PG_FUNCTION_ARGS)
 	spi_exec("DELETE FROM streaming.offsets WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	spi_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	spi_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
+			 "positions_initialized = false, "
 			 "last_error = NULL, source_error = NULL, "
 			 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",
 			 1, &type, &value, NULL, SPI_OK_UPDATE);
@@ -985,7 +1091,7 @@ streaming_reset(PG_FUNCTION_ARGS)
 Datum
 streaming_run_batch(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0);
+	char	   *name = name_arg(fcinfo);
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
 	StmRuntime *rt;
 	int64		batch_id;
@@ -1000,6 +1106,7 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 				 errmsg("stream \"%s\" is being run by a background worker", name),
 				 errhint("Stop it with streaming.stop() to run batches by hand, or wait with streaming.process_available().")));
 	rt = stm_runtime_create(def->id);
+	rt->started_at = 0;			/* waits count from the last batch only */
 	batch_id = stm_batch_run(rt);
 	stm_kafka_close(rt->kafka);
 	if (batch_id < 0)
@@ -1014,8 +1121,8 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 Datum
 streaming_process_available(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0);
-	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+	char	   *name = name_arg(fcinfo);
+	Interval   *timeout = (require_arg(fcinfo, 1, "timeout"), PG_GETARG_INTERVAL_P(1));
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
 	StmKafka   *kc;
 	TimestampTz deadline;

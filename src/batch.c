@@ -100,8 +100,7 @@ parse_one(BatchContext *bc, StmKafkaPartition *part, rd_kafka_message_t *m,
 	rec->values = palloc(sizeof(Datum) * natts);
 	rec->nulls = palloc(sizeof(bool) * natts);
 	rec->error = NULL;
-	stm_parse_record(&bc->parser, m->payload ? m->payload : "", (int) m->len,
-					 rec->values, rec->nulls);
+	stm_parse_record(&bc->parser, m->payload, (int) m->len, rec->values, rec->nulls);
 	stm_kafka_fill_metadata(bc->kc, part, m, rec->values + bc->ndeclared,
 							rec->nulls + bc->ndeclared);
 	if (bc->event_time_att >= 0 && rec->nulls[bc->event_time_att])
@@ -259,8 +258,13 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 	}
 }
 
+/*
+ * When the last batch started (min_offsets_per_trigger waits at most
+ * max_trigger_delay from then): the newest batch, else when this runtime or
+ * the stream began.
+ */
 static TimestampTz
-last_trigger_time(StmRuntime *rt)
+last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 {
 	Oid			argtype = INT4OID;
 	Datum		arg = Int32GetDatum(rt->stream_id);
@@ -268,7 +272,8 @@ last_trigger_time(StmRuntime *rt)
 	int			nest = stm_catalog_pin_search_path();
 
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT max(started_at) FROM streaming.batches WHERE stream_id = $1",
+	if (SPI_execute_with_args("SELECT coalesce((SELECT max(started_at) FROM streaming.batches WHERE stream_id = $1), "
+							  "(SELECT created_at FROM streaming.stream_defs WHERE id = $1))",
 							  1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.batches");
 	if (SPI_processed > 0)
@@ -282,6 +287,22 @@ last_trigger_time(StmRuntime *rt)
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
 	return result;
+}
+
+/* The stream's first plan happened: later partitions start at earliest. */
+static void
+mark_positions_initialized(int32 stream_id)
+{
+	Oid			argtype = INT4OID;
+	Datum		arg = Int32GetDatum(stream_id);
+	int			nest = stm_catalog_pin_search_path();
+
+	SPI_connect();
+	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET positions_initialized = true WHERE id = $1",
+							  1, &argtype, &arg, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update streaming.stream_defs");
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
 }
 
 static void
@@ -384,7 +405,10 @@ stm_batch_run(StmRuntime *rt)
 	bc.def = def;
 	bc.kc = rt->kafka;
 
-	total = stm_kafka_plan(bc.kc, def->id, last_trigger_time(rt));
+	total = stm_kafka_plan(bc.kc, def->id, def->positions_initialized,
+						   last_trigger_time(rt, def));
+	if (!def->positions_initialized)
+		mark_positions_initialized(def->id);
 	if (total == 0)
 	{
 		bool		unsaved = bc.kc->data_loss.len > 0;

@@ -55,7 +55,7 @@ get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 #define STREAM_COLUMNS \
 	"id, name, source, query, sink::oid, output_mode, watermark_delay, " \
 	"event_time, trigger, search_path, owner::oid, enabled, status, " \
-	"last_batch_id, watermark, failures"
+	"last_batch_id, watermark, failures, positions_initialized"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -88,6 +88,7 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->has_watermark_value = !isnull;
 	s->watermark_value = isnull ? 0 : DatumGetTimestampTz(d);
 	s->failures = DatumGetInt32(get_bin(tup, desc, 16, &isnull));
+	s->positions_initialized = DatumGetBool(get_bin(tup, desc, 17, &isnull));
 	return s;
 }
 

@@ -37,6 +37,7 @@ typedef struct StmStreamDef
 	bool		enabled;
 	char	   *status;
 	int64		last_batch_id;	/* -1 before the first batch */
+	bool		positions_initialized;	/* starting_offsets were applied */
 	bool		has_watermark_value;
 	TimestampTz watermark_value;
 	int			failures;

@@ -289,6 +289,19 @@ stm_parse_record(StmParser *p, const char *data, int len,
 	char	   *buf;
 	MemoryContext oldcxt;
 
+	/* a tombstone (no value at all) */
+	if (data == NULL)
+	{
+		if (p->format == STM_FORMAT_TEXT || p->format == STM_FORMAT_BYTES)
+		{
+			values[0] = (Datum) 0;
+			nulls[0] = true;
+			return;
+		}
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("record has no value")));
+	}
 	if (len > stm_guc_max_record_size)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),

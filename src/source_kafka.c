@@ -468,7 +468,8 @@ note_data_loss(StmKafka *kc, StmKafkaPartition *p, int64 from, int64 to)
 				 errmsg("records of Kafka topic \"%s\" partition %d are no longer available",
 						p->topic, p->partition),
 				 errdetail("The stream was to read from offset " INT64_FORMAT
-						   ", but the partition now holds offsets " INT64_FORMAT " to " INT64_FORMAT
+						   ", but the partition now starts at offset " INT64_FORMAT
+						   " and ends before offset " INT64_FORMAT
 						   " (retention, or the topic was deleted and created again).",
 						   from, p->low, p->high),
 				 errhint("To skip the lost records and go on, create the source with fail_on_data_loss => false.")));
@@ -485,7 +486,8 @@ note_data_loss(StmKafka *kc, StmKafkaPartition *p, int64 from, int64 to)
  * the batch covers; 0 when there is nothing (or not yet enough) to read.
  */
 int64
-stm_kafka_plan(StmKafka *kc, int32 stream_id, TimestampTz last_trigger)
+stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
+			   TimestampTz last_trigger)
 {
 	ListCell   *lc;
 	bool		any_stored;
@@ -505,7 +507,8 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, TimestampTz last_trigger)
 	if (SPI_execute_with_args("SELECT topic, partition, next_offset FROM streaming.offsets WHERE stream_id = $1",
 							  1, &argtype, &arg, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.offsets");
-	any_stored = SPI_processed > 0;
+	/* starting_offsets apply to the stream's first plan only */
+	any_stored = initialized || SPI_processed > 0;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];

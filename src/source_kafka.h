@@ -66,7 +66,8 @@ typedef void (*StmKafkaChunkFn) (void *arg, StmKafkaPartition *part,
 
 extern StmKafka *stm_kafka_open(const char *source, bool for_batches);
 extern void stm_kafka_close(StmKafka *kc);
-extern int64 stm_kafka_plan(StmKafka *kc, int32 stream_id, TimestampTz last_trigger);
+extern int64 stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
+							 TimestampTz last_trigger);
 extern void stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg);
 extern void stm_kafka_save_positions(StmKafka *kc, int32 stream_id);
 extern char *stm_kafka_positions_json(StmKafka *kc, bool end);
