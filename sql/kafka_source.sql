@@ -167,6 +167,18 @@ SELECT streaming.run_batch('ks_pat_st');
 SELECT ks_strip(topic) AS topic, part, off, value FROM ks_pat_st ORDER BY 1, 2, 3;
 SELECT * FROM ks_progress WHERE stream = 'ks_pat_st' ORDER BY batch_id;
 
+-- a stream whose first batch found no matching topic at all still reads a
+-- topic that appears later from its earliest offset (starting_offsets
+-- 'latest' applies to the first batch only)
+SELECT streaming.create_kafka_source('ks_late_src', :'bs',
+    topic_pattern => 'ks_late_[a-z]+' || :'run', format => 'text');
+SELECT streaming.create_stream('ks_late_st', 'SELECT kafka_offset AS off, value FROM ks_late_src',
+    start => false);
+SELECT streaming.run_batch('ks_late_st');   -- no topic yet: nothing to do
+\! printf 'l0\nl1\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_late_a$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ks_late_st');
+SELECT * FROM ks_late_st ORDER BY off;
+
 --
 -- partitions: only the assigned partitions are read
 --
@@ -307,6 +319,18 @@ SELECT streaming.run_batch('ks_min_st');   -- 1 < 3: waits
 \! printf '4\n5\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_min$KAFKA_RUN_ID" -p 3
 SELECT streaming.run_batch('ks_min_st');   -- 3 records
 SELECT * FROM ks_progress WHERE stream = 'ks_min_st' ORDER BY batch_id;
+-- ... but not longer than max_trigger_delay after the last batch started
+\set t ks_delay:run
+\! printf '0\n1\n2\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_delay$KAFKA_RUN_ID" -p 0
+SELECT streaming.create_kafka_source('ks_delay_src', :'bs', topics => ARRAY[:'t'],
+    starting_offsets => 'earliest', format => 'text', min_offsets_per_trigger => 3,
+    max_trigger_delay => '1 millisecond');
+SELECT streaming.create_stream('ks_delay_st', 'SELECT kafka_offset AS off FROM ks_delay_src',
+    start => false);
+SELECT streaming.run_batch('ks_delay_st');   -- 3 records
+\! printf '3\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_delay$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ks_delay_st');   -- 1 < 3, but the delay has passed
+SELECT * FROM ks_delay_st ORDER BY off;
 
 --
 -- drop_source is refused while a stream reads the source
