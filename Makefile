@@ -29,7 +29,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # PGXS does not track headers: rebuild every object when any header changes.
-$(OBJS): $(wildcard src/*.h)
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
 
 # The embedded Kafka broker for tests and the demo (librdkafka's mock cluster).
 test/mock_broker: test/mock_broker.c

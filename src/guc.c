@@ -40,7 +40,7 @@ stm_guc_init(void)
 
 	DefineCustomIntVariable("streaming.batch_memory",
 							"Memory a stream may use to buffer records fetched ahead of a batch.",
-							"Bounds the Kafka client's prefetch queue of each partition.",
+							"Each partition's Kafka prefetch queue may hold 1/64 of it (at least 256kB).",
 							&stm_guc_batch_memory_kb, 65536, 1024, INT_MAX / 2,
 							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
 

@@ -251,9 +251,13 @@ stm_kafka_open(const char *source, bool for_batches)
 	set_conf(conf, "enable.auto.offset.store", "false");
 	/* as Spark: end offsets are high watermarks, read them all */
 	set_conf(conf, "isolation.level", "read_uncommitted");
-	/* keep each partition's prefetch large enough not to pause fetching */
+	/*
+	 * Prefetch: keep fetching until a partition's local queue holds
+	 * batch_memory/64 (librdkafka's limit is per partition; the records'
+	 * bookkeeping comes on top), not until a message count is reached.
+	 */
 	set_conf(conf, "queued.min.messages", "1000000");
-	snprintf(buf, sizeof(buf), "%d", Max(1024, stm_guc_batch_memory_kb / 16));
+	snprintf(buf, sizeof(buf), "%d", Max(256, stm_guc_batch_memory_kb / 64));
 	set_conf(conf, "queued.max.messages.kbytes", buf);
 	set_conf(conf, "fetch.wait.max.ms", "100");
 	rd_kafka_conf_set_opaque(conf, kc);
