@@ -8,6 +8,7 @@
 
 #include <limits.h>
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -26,11 +27,13 @@ int			stm_guc_kafka_timeout_ms = 10000;
 void
 stm_guc_init(void)
 {
-	DefineCustomIntVariable("streaming.max_workers",
-							"Maximum number of streams that run in background workers at once.",
-							"Each running stream uses one background worker; max_worker_processes must leave room for them and the launcher.",
-							&stm_guc_max_workers, 8, 0, 1024,
-							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	/* sizes shared memory: only exists when preloaded (else it would be FATAL) */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("streaming.max_workers",
+								"Maximum number of streams that run in background workers at once.",
+								"Each running stream uses one background worker; max_worker_processes must leave room for them and the launcher.",
+								&stm_guc_max_workers, 8, 0, 1024,
+								PGC_POSTMASTER, 0, NULL, NULL, NULL);
 
 	DefineCustomIntVariable("streaming.naptime",
 							"How long an idle stream worker sleeps before it polls its source again.",

@@ -195,6 +195,13 @@ stm_cluster_start()
 		stm_err "the server did not start"
 		return 1
 	fi
+	# The running server, too, must load extensions from the copy.
+	if [ "$("$STM_BINDIR/psql" -XAtq -h "$2" -p 5432 -U "$STM_USER" -d postgres \
+		-c "SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'")" != \
+		"$("$STM_BINDIR/pg_config" --pkglibdir)" ]; then
+		stm_err "the server does not load extensions from $STM_INST"
+		return 1
+	fi
 }
 
 # stm_kafka_start: export BOOTSTRAP and KAFKA_BOOTSTRAP (the same address):
