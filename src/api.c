@@ -1150,27 +1150,18 @@ streaming_process_available(PG_FUNCTION_ARGS)
 	stm_kafka_refresh_partitions(kc);
 	initStringInfo(&targets);
 	appendStringInfoChar(&targets, '[');
+	stm_kafka_query_watermarks(kc);
 	foreach(lc, kc->partitions)
 	{
 		StmKafkaPartition *p = lfirst(lc);
-		int64_t		lo,
-					hi;
-		rd_kafka_resp_err_t err;
+		int64		hi = p->high;
 
-		err = rd_kafka_query_watermark_offsets(kc->rk, p->topic, p->partition, &lo, &hi,
-											   stm_guc_kafka_timeout_ms);
-		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("could not get the offsets of Kafka topic \"%s\" partition %d",
-							p->topic, p->partition),
-					 errdetail("%s", rd_kafka_err2str(err))));
 		if (hi == 0)
 			continue;
 		appendStringInfo(&targets, "%s{\"topic\": ", targets.len > 1 ? ", " : "");
 		escape_json(&targets, p->topic);
 		appendStringInfo(&targets, ", \"partition\": %d, \"offset\": " INT64_FORMAT "}",
-						 p->partition, (int64) hi);
+						 p->partition, hi);
 	}
 	appendStringInfoChar(&targets, ']');
 	stm_kafka_close(kc);

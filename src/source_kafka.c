@@ -174,6 +174,8 @@ kafka_destroy_cb(void *arg)
 	}
 	rd_kafka_destroy(kc->rk);
 	kc->rk = NULL;
+	rd_kafka_destroy(kc->meta);
+	kc->meta = NULL;
 }
 
 static int64
@@ -192,6 +194,7 @@ stm_kafka_open(const char *source, bool for_batches)
 	StmKafka   *kc = palloc0(sizeof(StmKafka));
 	MemoryContextCallback *cb = palloc0(sizeof(MemoryContextCallback));
 	rd_kafka_conf_t *conf;
+	rd_kafka_conf_t *meta_conf;
 	char		errstr[512];
 	char		buf[32];
 	List	   *rows;
@@ -269,12 +272,31 @@ stm_kafka_open(const char *source, bool for_batches)
 	foreach(lc, rows)
 		set_conf(conf, ((char **) lfirst(lc))[0], ((char **) lfirst(lc))[1]);
 
+	/*
+	 * Two clients: one fetches, one asks for metadata and offsets.  A broker
+	 * answers the requests of one connection in order, so on the fetching
+	 * connection they would wait behind each long-polling fetch.
+	 */
+	meta_conf = rd_kafka_conf_dup(conf);
 	kc->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (kc->rk == NULL)
+	{
+		rd_kafka_conf_destroy(meta_conf);
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not create Kafka client for source \"%s\"", source),
 				 errdetail("%s", errstr)));
+	}
+	kc->meta = rd_kafka_new(RD_KAFKA_CONSUMER, meta_conf, errstr, sizeof(errstr));
+	if (kc->meta == NULL)
+	{
+		rd_kafka_destroy(kc->rk);
+		kc->rk = NULL;
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not create Kafka client for source \"%s\"", source),
+				 errdetail("%s", errstr)));
+	}
 	cb->func = kafka_destroy_cb;
 	cb->arg = kc;
 	MemoryContextRegisterResetCallback(CurrentMemoryContext, cb);
@@ -390,7 +412,7 @@ stm_kafka_refresh_partitions(StmKafka *kc)
 		return;
 	}
 
-	err = rd_kafka_metadata(kc->rk, 1, NULL, &md, stm_guc_kafka_timeout_ms);
+	err = rd_kafka_metadata(kc->meta, 1, NULL, &md, stm_guc_kafka_timeout_ms);
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -415,23 +437,59 @@ stm_kafka_refresh_partitions(StmKafka *kc)
 	PG_END_TRY();
 }
 
+/*
+ * One ListOffsets round for every partition: offset -1 asks for the high
+ * watermark, -2 for the log start.  (rd_kafka_query_watermark_offsets, one
+ * partition at a time, ignores its timeout in librdkafka 2.0.2 while the
+ * brokers are down; this call honours it.)
+ */
 static void
-query_watermarks(StmKafka *kc, StmKafkaPartition *p)
+list_offsets(StmKafka *kc, int64 which)
 {
-	int64_t		lo,
-				hi;
+	rd_kafka_topic_partition_list_t *list;
 	rd_kafka_resp_err_t err;
+	ListCell   *lc;
+	int			i = 0;
 
-	err = rd_kafka_query_watermark_offsets(kc->rk, p->topic, p->partition,
-										   &lo, &hi, stm_guc_kafka_timeout_ms);
-	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not get the offsets of Kafka topic \"%s\" partition %d",
-						p->topic, p->partition),
-				 errdetail("%s", rd_kafka_err2str(err))));
-	p->low = lo;
-	p->high = hi;
+	if (kc->partitions == NIL)
+		return;
+	list = rd_kafka_topic_partition_list_new(list_length(kc->partitions));
+	foreach(lc, kc->partitions)
+	{
+		StmKafkaPartition *p = lfirst(lc);
+
+		rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = which;
+	}
+	err = rd_kafka_offsets_for_times(kc->meta, list, stm_guc_kafka_timeout_ms);
+	foreach(lc, kc->partitions)
+	{
+		StmKafkaPartition *p = lfirst(lc);
+		rd_kafka_topic_partition_t *tp = &list->elems[i++];
+		rd_kafka_resp_err_t perr = err != RD_KAFKA_RESP_ERR_NO_ERROR ? err : tp->err;
+
+		if (perr != RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			rd_kafka_topic_partition_list_destroy(list);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not get the offsets of Kafka topic \"%s\" partition %d",
+							p->topic, p->partition),
+					 errdetail("%s", rd_kafka_err2str(perr))));
+		}
+		if (which == RD_KAFKA_OFFSET_END)
+			p->high = tp->offset;
+		else
+			p->low = tp->offset;
+	}
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* Low and high watermarks of every known partition, as the brokers say now. */
+void
+stm_kafka_query_watermarks(StmKafka *kc)
+{
+	list_offsets(kc, RD_KAFKA_OFFSET_END);
+	list_offsets(kc, RD_KAFKA_OFFSET_BEGINNING);
 }
 
 /* starting_offsets for a partition seen in the stream's first batch */
@@ -502,6 +560,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 
 	resetStringInfo(&kc->data_loss);
 	rd_kafka_poll(kc->rk, 0);
+	rd_kafka_poll(kc->meta, 0);
 	stm_kafka_refresh_partitions(kc);
 
 	foreach(lc, kc->partitions)
@@ -531,11 +590,11 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
 
+	stm_kafka_query_watermarks(kc);
 	foreach(lc, kc->partitions)
 	{
 		StmKafkaPartition *p = lfirst(lc);
 
-		query_watermarks(kc, p);
 		if (!p->stored)
 			p->start = any_stored ? p->low : starting_offset(kc, p);
 		if (p->start < p->low || p->start > p->high)
@@ -657,8 +716,12 @@ take_messages(StmKafka *kc, StmKafkaPartition *p, rd_kafka_message_t **msgs,
 		return 0;
 	}
 
+	/*
+	 * consume_batch waits until it has all it asked for: when waiting, ask
+	 * for one message, which returns as soon as anything arrives.
+	 */
 	ngot = rd_kafka_consume_batch(p->rkt, p->partition, timeout_ms, got,
-								  Min(FETCH_CHUNK, p->end - p->next));
+								  timeout_ms > 0 ? 1 : Min(FETCH_CHUNK, p->end - p->next));
 	if (ngot < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),

@@ -38,7 +38,8 @@ typedef struct StmKafkaPartition
 
 typedef struct StmKafka
 {
-	rd_kafka_t *rk;
+	rd_kafka_t *rk;				/* fetches */
+	rd_kafka_t *meta;			/* metadata and offset queries */
 	MemoryContext cxt;			/* where partitions are kept */
 	char	   *source;
 	char	   *bootstrap;
@@ -74,6 +75,7 @@ extern char *stm_kafka_positions_json(StmKafka *kc, bool end);
 extern void stm_kafka_fill_metadata(StmKafka *kc, StmKafkaPartition *part,
 									rd_kafka_message_t *msg, Datum *values, bool *nulls);
 extern void stm_kafka_refresh_partitions(StmKafka *kc);
+extern void stm_kafka_query_watermarks(StmKafka *kc);
 extern void stm_kafka_check_option(const char *key, const char *value);
 
 #endif
