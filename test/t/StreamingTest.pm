@@ -1,0 +1,638 @@
+# test/t/StreamingTest.pm: what the TAP tests of streaming share.
+#
+#   my $kafka = StreamingTest::Kafka->start;     # mock broker, or the real one
+#   my ($topic, $nparts) = $kafka->create_topic('orders', 8);
+#   my $data = StreamingTest::Orders->new;        # what was produced, in total
+#   $kafka->produce_orders($topic, $data, 100_000, poison_at => [50_000]);
+#   my $node = streaming_node('main');            # preloaded, started, extension created
+#   create_orders_source($node, 'orders_src', $kafka, $topic);
+#   ... create a stream ...
+#   check_sink($node, 'orders_all', $data, 'after the first run');
+#   check_offsets($node, 'orders_all', $kafka, $topic);
+#
+# Kafka: when KAFKA_BOOTSTRAP_SERVERS is set, that broker is used and every
+# topic gets a unique name; otherwise each test file starts its own mock
+# broker (test/mock_broker, built by make) and stops it at exit, also when
+# the test dies.  Records are produced with kcat, round robin over the
+# topic's partitions (one kcat per partition, explicit partition), and after
+# producing every partition must still start at offset 0 and end exactly
+# where the records produced so far say: the mock broker silently drops data
+# beyond 5 MiB per partition, and a test that lost input proves nothing.
+#
+# Nodes: shared_preload_libraries = 'streaming' (unless preload => 0),
+# streaming.naptime = '100ms', max_worker_processes = 32,
+# restart_after_crash = on.  Waiting is done by polling a query (wait_for),
+# never with fixed sleeps.
+#
+# The tests run as a user that may run initdb (postgres when root); see
+# test/run-tests.sh, or by hand:
+#   cd DIR-postgres-can-write &&
+#   runuser -u postgres -- env PATH=/usr/lib/postgresql/15/bin:$PATH \
+#     PG_REGRESS=/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress \
+#     PERL5LIB=/usr/lib/postgresql/15/lib/pgxs/src/test/perl \
+#     prove -v /work/main/test/t/001_worker.pl
+# STREAMING_TEST_SEED=N replays the random choices of a run (002_crash.pl).
+package StreamingTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
+  wait_for query_retry stream_row sink_stats check_sink check_offsets check_progress
+  diag_stream psql_error test_seed ORDER_COLUMNS ORDER_QUERY_COLUMNS);
+
+# The declared columns of the orders sources, and what the streams select.
+use constant ORDER_COLUMNS =>
+  'order_id bigint, amount numeric(12,2), status text, event_time timestamptz';
+use constant ORDER_QUERY_COLUMNS =>
+  'order_id, amount, status, event_time, kafka_partition, kafka_offset';
+
+# test_seed: the seed of this run's randomness, printed so that a failing run
+# can be replayed with STREAMING_TEST_SEED=N.
+sub test_seed
+{
+	my $seed = $ENV{STREAMING_TEST_SEED};
+	$seed = (time() ^ ($$ << 8)) & 0x7fffffff
+	  unless defined $seed && $seed ne '';
+	srand($seed);
+	note "random seed: $seed (replay with STREAMING_TEST_SEED=$seed)";
+	return $seed;
+}
+
+# streaming_node(NAME, preload => 1, conf => '...'): an initialised and
+# started node with the test settings, and the extension created in
+# database postgres.
+sub streaming_node
+{
+	my ($name, %opts) = @_;
+	my $preload = exists $opts{preload} ? $opts{preload} : 1;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+
+	$node->init;
+	my $conf = "max_worker_processes = 32\n"
+	  . "streaming.naptime = '100ms'\n"
+	  . "streaming.log_batches = on\n"
+	  . "log_line_prefix = '%m [%p] %b '\n"
+	  . "log_min_messages = info\n";
+	$conf = "shared_preload_libraries = 'streaming'\n$conf" if $preload;
+	# PostgreSQL::Test::Cluster turns this off; the crash tests need it
+	$conf .= "restart_after_crash = on\n";
+	$conf .= $opts{conf} if defined $opts{conf};
+	$node->append_conf('postgresql.conf', $conf);
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION streaming');
+	return $node;
+}
+
+# psql_error(NODE, SQL): run SQL that must fail; returns its stderr (and
+# fails the test if it succeeded).
+sub psql_error
+{
+	my ($node, $sql) = @_;
+	my ($ret, $stdout, $stderr) = $node->psql('postgres', $sql);
+	isnt($ret, 0, "fails: $sql");
+	return $stderr;
+}
+
+sub quote_literal
+{
+	my ($s) = @_;
+	$s =~ s/'/''/g;
+	return "'$s'";
+}
+
+# create_orders_source(NODE, NAME, KAFKA, TOPIC, option => value, ...):
+# a Kafka source over TOPIC with the orders columns, from the earliest
+# offset; further named arguments of create_kafka_source as SQL text.
+sub create_orders_source
+{
+	my ($node, $name, $kafka, $topic, %opts) = @_;
+	my $args = join '',
+	  map { ", $_ => $opts{$_}" } sort keys %opts;
+
+	$node->safe_psql('postgres',
+		    "SELECT streaming.create_kafka_source("
+		  . quote_literal($name) . ", "
+		  . quote_literal($kafka->bootstrap)
+		  . ", topics => ARRAY["
+		  . quote_literal($topic) . "]"
+		  . ", starting_offsets => 'earliest'"
+		  . ", columns => "
+		  . quote_literal(ORDER_COLUMNS)
+		  . $args . ")");
+	return;
+}
+
+# create_orders_stream(NODE, NAME, SOURCE, option => 'sql value', ...): a
+# stateless stream that copies every order with its position into a sink
+# table named like the stream.
+sub create_orders_stream
+{
+	my ($node, $name, $source, %opts) = @_;
+	my $args = join '',
+	  map { ", $_ => $opts{$_}" } sort keys %opts;
+
+	$node->safe_psql('postgres',
+		    "SELECT streaming.create_stream("
+		  . quote_literal($name) . ", "
+		  . quote_literal("SELECT " . ORDER_QUERY_COLUMNS . " FROM $source")
+		  . $args . ")");
+	return;
+}
+
+# stream_row(NODE, NAME): the stream's row of streaming.streams, as a hash.
+sub stream_row
+{
+	my ($node, $name) = @_;
+	my $out = $node->safe_psql('postgres',
+		"SELECT status, coalesce(worker_pid::text, ''), coalesce(last_batch_id::text, ''), "
+		  . "coalesce(last_error, ''), coalesce(source_error, ''), coalesce(lag::text, '') "
+		  . "FROM streaming.streams WHERE name = "
+		  . quote_literal($name));
+	return undef if $out eq '';
+	my @f = split /\|/, $out, 6;
+	return {
+		status => $f[0],
+		worker_pid => $f[1],
+		last_batch_id => $f[2],
+		last_error => $f[3],
+		source_error => $f[4],
+		lag => $f[5]
+	};
+}
+
+# diag_stream(NODE, NAME): print what the stream looks like, to debug a
+# failure.
+sub diag_stream
+{
+	my ($node, $name) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SELECT * FROM streaming.streams WHERE name = "
+		  . quote_literal($name)
+		  . "; SELECT * FROM streaming.source_lag WHERE stream = "
+		  . quote_literal($name)
+		  . "; SELECT batch_id, num_input_rows, start_positions, end_positions FROM streaming.progress "
+		  . "WHERE stream = "
+		  . quote_literal($name)
+		  . " ORDER BY batch_id DESC LIMIT 3",
+		extra_params => ['-x']);
+	diag("stream $name:\n$out\n$err");
+	return;
+}
+
+# wait_for(NODE, SQL, EXPECTED, WHAT, STREAM, TIMEOUT): poll until SQL
+# returns EXPECTED ('t' by default), for up to TIMEOUT seconds (default
+# $PostgreSQL::Test::Utils::timeout_default); success is a passed test
+# named WHAT.  Errors (the server restarting, say) only mean "not yet".  A
+# timeout fails the test, prints the stream STREAM (if given) and dies, so
+# that later steps do not wait in vain.  (Unlike poll_query_until, this
+# survives a server that is down: psql's stdin then breaks, and IPC::Run
+# dies.)
+sub wait_for
+{
+	my ($node, $sql, $expected, $what, $stream, $timeout) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $deadline = time() + ($timeout || $PostgreSQL::Test::Utils::timeout_default);
+	my ($out, $err) = ('', '');
+
+	$expected = 't' unless defined $expected;
+	while (1)
+	{
+		my $ret;
+		eval {
+			($ret, $out, $err) = $node->psql('postgres', $sql);
+			1;
+		} or ($ret, $err) = (-1, $@);
+		if ($ret == 0 && $out eq $expected)
+		{
+			pass($what);
+			return 1;
+		}
+		last if time() > $deadline;
+		usleep(100_000);
+	}
+	fail("timed out waiting: $what");
+	diag("last result of $sql:\n$out\n$err");
+	diag_stream($node, $stream) if defined $stream;
+	die "timed out waiting: $what\n";
+}
+
+# query_retry(NODE, SQL): the output of SQL, retried while it fails (the
+# server restarting after a crash, say) for up to
+# $PostgreSQL::Test::Utils::timeout_default seconds.
+sub query_retry
+{
+	my ($node, $sql) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	my ($ret, $out, $err);
+
+	while (1)
+	{
+		eval {
+			($ret, $out, $err) = $node->psql('postgres', $sql);
+			1;
+		} or ($ret, $err) = (-1, $@);
+		return $out if $ret == 0;
+		die "query_retry: $sql keeps failing: $err\n" if time() > $deadline;
+		usleep(100_000);
+	}
+}
+
+# sink_stats(NODE, TABLE): "count|sum(amount)|sum(order_id)|distinct
+# positions|distinct order ids|md5 of the ordered order ids".
+sub sink_stats
+{
+	my ($node, $table) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*), coalesce(sum(amount), 0.00), coalesce(sum(order_id), 0), "
+		  . "count(DISTINCT (kafka_partition, kafka_offset)), count(DISTINCT order_id), "
+		  . "coalesce(md5(string_agg(order_id::text, ',' ORDER BY order_id)), '') "
+		  . "FROM $table");
+}
+
+# check_sink(NODE, TABLE, ORDERS, WHAT): the sink holds every produced
+# order exactly once.
+sub check_sink
+{
+	my ($node, $table, $orders, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+
+	return is(sink_stats($node, $table), $orders->expected_stats,
+		"$what: count, sum(amount), sum(order_id), distinct positions, distinct orders and md5 match what was produced"
+	);
+}
+
+# check_offsets(NODE, STREAM, KAFKA, TOPIC, WHAT): the stream's stored
+# positions are the high watermark of every partition.
+sub check_offsets
+{
+	my ($node, $stream, $kafka, $topic, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $wm = $kafka->watermarks($topic);
+	my $expected = join "\n",
+	  map { "$_|$wm->{$_}[1]" }
+	  grep { $wm->{$_}[1] > 0 } sort { $a <=> $b } keys %$wm;
+	my $got = $node->safe_psql('postgres',
+		"SELECT o.partition, o.next_offset FROM streaming.offsets o "
+		  . "JOIN streaming.stream_defs s ON s.id = o.stream_id "
+		  . "WHERE s.name = "
+		  . quote_literal($stream)
+		  . " AND o.topic = "
+		  . quote_literal($topic)
+		  . " AND (o.next_offset > 0) ORDER BY 1");
+	return is($got, $expected,
+		"$what: streaming.offsets holds the high watermark of every partition");
+}
+
+# check_progress(NODE, STREAM, COUNT, WHAT): the committed batches in
+# streaming.progress read COUNT records in all, and each batch starts where
+# the one before it ended.
+sub check_progress
+{
+	my ($node, $stream, $count, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $q = quote_literal($stream);
+
+	is( $node->safe_psql('postgres',
+			"SELECT sum(num_input_rows) FROM streaming.progress WHERE stream = $q"),
+		$count,
+		"$what: the batches in streaming.progress read every record once");
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FROM (SELECT batch_id, start_positions, "
+			  . "lag(end_positions) OVER (ORDER BY batch_id) AS prev_end, "
+			  . "lag(batch_id) OVER (ORDER BY batch_id) AS prev_id "
+			  . "FROM streaming.progress WHERE stream = $q) b "
+			  . "WHERE prev_id IS NOT NULL "
+			  . "AND (prev_id <> batch_id - 1 OR start_positions IS DISTINCT FROM prev_end)"),
+		0,
+		"$what: batch ids are consecutive and each batch starts where the previous one ended"
+	);
+	return;
+}
+
+#-------------------------------------------------------------------------
+# What was produced: the expected content of a sink.
+package StreamingTest::Orders;
+
+use strict;
+use warnings;
+use Digest::MD5 qw(md5_hex);
+use POSIX qw(strftime);
+
+sub new
+{
+	my ($class) = @_;
+	return bless { next_id => 1, ids => [], cents => 0, id_sum => 0 },
+	  $class;
+}
+
+# One order as a JSON line (about 100 bytes); amount and status are
+# functions of the order id.
+sub line
+{
+	my ($self, $id) = @_;
+	my $cents = 100 + ($id * 7919) % 99_900;
+	my $status = (qw(created paid shipped cancelled))[ $id % 4 ];
+	my $ts = strftime('%Y-%m-%dT%H:%M:%SZ', gmtime(1_714_564_800 + $id));
+	return (
+		sprintf(
+			'{"order_id": %d, "amount": %d.%02d, "status": "%s", "event_time": "%s"}',
+			$id, int($cents / 100), $cents % 100, $status, $ts),
+		$cents);
+}
+
+# take(N): the next N orders as lines, counted as produced.
+sub take
+{
+	my ($self, $n) = @_;
+	my @lines;
+	for (1 .. $n)
+	{
+		my $id = $self->{next_id}++;
+		my ($line, $cents) = $self->line($id);
+		push @lines, $line;
+		push @{ $self->{ids} }, $id;
+		$self->{cents} += $cents;
+		$self->{id_sum} += $id;
+	}
+	return \@lines;
+}
+
+sub count { my ($self) = @_; return scalar @{ $self->{ids} }; }
+
+# What sink_stats must return after every order was consumed once.
+sub expected_stats
+{
+	my ($self) = @_;
+	my $n = $self->count;
+	my $md5 = $n ? md5_hex(join ',', sort { $a <=> $b } @{ $self->{ids} }) : '';
+	return join '|', $n,
+	  sprintf('%d.%02d', int($self->{cents} / 100), $self->{cents} % 100),
+	  $self->{id_sum}, $n, $n, $md5;
+}
+
+#-------------------------------------------------------------------------
+# A Kafka broker: the mock broker of this test file, or the real broker
+# named by KAFKA_BOOTSTRAP_SERVERS.
+package StreamingTest::Kafka;
+
+use strict;
+use warnings;
+use File::Basename qw(basename);
+use FindBin;
+use IPC::Run ();
+use JSON::PP ();
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my @running_mocks;
+
+sub start
+{
+	my ($class) = @_;
+	my $self = bless { lines_per_topic => {} }, $class;
+	my $unique = sprintf('%d_%d', time(), $$);
+
+	if (defined $ENV{KAFKA_BOOTSTRAP_SERVERS} && $ENV{KAFKA_BOOTSTRAP_SERVERS} ne '')
+	{
+		$self->{bootstrap} = $ENV{KAFKA_BOOTSTRAP_SERVERS};
+		$self->{mock} = 0;
+		$self->{prefix} = "stm_test_${unique}_";
+		note "using the Kafka broker at $self->{bootstrap}";
+		return $self;
+	}
+
+	my $bin = "$FindBin::RealBin/../mock_broker";
+	BAIL_OUT("$bin is missing: run make first") unless -x $bin;
+	my $name = basename($0, '.pl');
+	$self->{in} = '';
+	$self->{out} = '';
+	$self->{mock} = 1;
+	$self->{prefix} = '';
+	$self->{harness} = IPC::Run::start(
+		[ $bin, '--stdin' ],
+		'<', \$self->{in}, '>', \$self->{out},
+		'2>', "$PostgreSQL::Test::Utils::log_path/${name}_mock_broker.log");
+	$self->{pid} = $self->{harness}->{KIDS}[0]{PID};
+	push @running_mocks, $self;
+	my $timeout = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
+	pump_until($self->{harness}, $timeout, \$self->{out}, qr/\n/)
+	  or BAIL_OUT("the mock broker did not start");
+	($self->{bootstrap}) = $self->{out} =~ /^(.*)\n/;
+	$self->{out} = '';
+	note "mock broker (pid $self->{pid}) at $self->{bootstrap}";
+	return $self;
+}
+
+sub bootstrap { my ($self) = @_; return $self->{bootstrap}; }
+sub is_mock { my ($self) = @_; return $self->{mock}; }
+
+# command(LINE): a command to the mock broker's stdin; dies unless "ok".
+sub command
+{
+	my ($self, $line) = @_;
+	$self->{out} = '';
+	$self->{in} .= "$line\n";
+	my $timeout = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
+	pump_until($self->{harness}, $timeout, \$self->{out}, qr/\n/)
+	  or die "the mock broker did not answer \"$line\"\n";
+	die "mock broker: \"$line\": $self->{out}" unless $self->{out} eq "ok\n";
+	return;
+}
+
+# down / up: take all brokers down, bring them back (SIGUSR1 / SIGUSR2).
+sub down
+{
+	my ($self) = @_;
+	die "cannot take a real broker down\n" unless $self->{mock};
+	kill 'USR1', $self->{pid} or die "could not signal the mock broker: $!";
+	return;
+}
+
+sub up
+{
+	my ($self) = @_;
+	die "cannot bring a real broker up\n" unless $self->{mock};
+	kill 'USR2', $self->{pid} or die "could not signal the mock broker: $!";
+	return;
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{harness};
+	kill 'TERM', $self->{pid};
+	eval { $self->{harness}->finish; 1 } or $self->{harness}->kill_kill;
+	delete $self->{harness};
+	@running_mocks = grep { $_ != $self } @running_mocks;
+	return;
+}
+
+END
+{
+	my $rc = $?;
+	$_->stop for @running_mocks;
+	$? = $rc;
+}
+
+sub kcat
+{
+	my ($self, @args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'kcat', '-b', $self->{bootstrap}, @args ],
+		'<', \undef, '>', \$out, '2>', \$err)
+	  or die "kcat @args failed: $err";
+	return $out;
+}
+
+# create_topic(NAME, PARTITIONS): returns the topic's real name (unique on
+# a real broker) and its number of partitions.
+sub create_topic
+{
+	my ($self, $base, $nparts) = @_;
+	my $topic = $self->{prefix} . $base;
+
+	if ($self->{mock})
+	{
+		$self->command("create $topic $nparts");
+	}
+	else
+	{
+		my ($o, $e) = (q{}, q{});
+		my ($tool) = grep { -x $_ } map { "$_/kafka-topics.sh" }
+		  (split(/:/, $ENV{PATH}),
+			defined $ENV{KAFKA_HOME} ? "$ENV{KAFKA_HOME}/bin" : ());
+		if ($tool)
+		{
+			IPC::Run::run([ $tool, '--bootstrap-server', $self->{bootstrap},
+				'--create', '--topic', $topic, '--partitions', $nparts,
+				'--replication-factor', '1' ], '>', \$o, '2>', \$e)
+			  or die "$tool --create $topic failed: $e";
+		}
+		else
+		{
+			# no admin tool: the metadata request below makes the broker
+			# auto-create it
+			note "no kafka-topics.sh: $topic gets the broker's default partitions";
+		}
+	}
+
+	# wait until the metadata shows the topic with its partitions
+	my $found = 0;
+	for (1 .. 10 * $PostgreSQL::Test::Utils::timeout_default)
+	{
+		my $md = eval {
+			JSON::PP::decode_json($self->kcat('-L', '-J', '-t', $topic));
+		};
+		if ($md)
+		{
+			my ($t) = grep { $_->{topic} eq $topic } @{ $md->{topics} };
+			$found = scalar @{ $t->{partitions} }
+			  if $t && !$t->{error} && $t->{partitions};
+		}
+		last if $found;
+		select(undef, undef, undef, 0.1);
+	}
+	die "topic $topic did not appear\n" unless $found;
+	$self->{partitions}{$topic} = $found;
+	$self->{produced}{$topic} = { map { $_ => 0 } 0 .. $found - 1 };
+	return ($topic, $found);
+}
+
+sub partitions { my ($self, $topic) = @_; return $self->{partitions}{$topic}; }
+
+# watermarks(TOPIC): { partition => [low, high] }
+sub watermarks
+{
+	my ($self, $topic) = @_;
+	my $n = $self->{partitions}{$topic};
+	my %wm;
+	for my $which ([ 0, -2 ], [ 1, -1 ])
+	{
+		my $out = $self->kcat('-Q', map { ('-t', "$topic:$_:$which->[1]") } 0 .. $n - 1);
+		while ($out =~ /^\S+ \[(\d+)\] offset (-?\d+)$/mg)
+		{
+			$wm{$1}[ $which->[0] ] = $2;
+		}
+	}
+	for my $p (0 .. $n - 1)
+	{
+		die "no watermarks for $topic [$p]\n"
+		  unless defined $wm{$p}[0] && defined $wm{$p}[1];
+	}
+	return \%wm;
+}
+
+# produce_lines(TOPIC, LINES): LINES round robin over the partitions,
+# starting at partition 0; returns [partition, offset] of every line.
+# Dies unless every partition then starts at offset 0 and holds exactly
+# what was produced to it.
+sub produce_lines
+{
+	my ($self, $topic, $lines) = @_;
+	my $n = $self->{partitions}{$topic} or die "unknown topic $topic\n";
+	my $dir = PostgreSQL::Test::Utils::tempdir;
+	my (@per, @pos);
+
+	for my $i (0 .. $#$lines)
+	{
+		my $p = $i % $n;
+		push @pos, [ $p, $self->{produced}{$topic}{$p} + scalar @{ $per[$p] || [] } ];
+		push @{ $per[$p] }, $lines->[$i];
+	}
+	for my $p (0 .. $n - 1)
+	{
+		next unless $per[$p];
+		my $file = "$dir/p$p";
+		open my $fh, '>', $file or die "$file: $!";
+		print $fh map { "$_\n" } @{ $per[$p] };
+		close $fh or die "$file: $!";
+		$self->kcat('-P', '-t', $topic, '-p', $p, '-l',
+			'-X', 'queue.buffering.max.messages=1000000',
+			'-X', 'linger.ms=50', $file);
+		$self->{produced}{$topic}{$p} += scalar @{ $per[$p] };
+	}
+
+	my $wm = $self->watermarks($topic);
+	for my $p (0 .. $n - 1)
+	{
+		my ($lo, $hi) = @{ $wm->{$p} };
+		die "topic $topic [$p]: low offset $lo after producing: the broker dropped data (too much per partition?)\n"
+		  if $lo != 0;
+		die "topic $topic [$p]: high watermark $hi, but $self->{produced}{$topic}{$p} records were produced\n"
+		  if $hi != $self->{produced}{$topic}{$p};
+	}
+	return \@pos;
+}
+
+# produce_orders(TOPIC, ORDERS, N, poison => [I, ...]): the next N orders
+# of ORDERS; a malformed JSON record is inserted before order number I
+# (counting from 0 in this call) for each I.  Returns the positions of the
+# poison records as [partition, offset, raw].
+sub produce_orders
+{
+	my ($self, $topic, $orders, $n, %opts) = @_;
+	my %poison = map { $_ => 1 } @{ $opts{poison_at} || [] };
+	my $good = $orders->take($n);
+	my (@lines, @poison_idx);
+
+	for my $i (0 .. $#$good)
+	{
+		if ($poison{$i})
+		{
+			push @poison_idx, scalar @lines;
+			push @lines, qq({"order_id": 0, "amount": 12.5, "status": "poison #$i", "event_time": );
+		}
+		push @lines, $good->[$i];
+	}
+	my $pos = $self->produce_lines($topic, \@lines);
+	return [ map { [ @{ $pos->[$_] }, $lines[$_] ] } @poison_idx ];
+}
+
+1;
