@@ -289,22 +289,6 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 	return result;
 }
 
-/* The stream's first plan happened: later partitions start at earliest. */
-static void
-mark_positions_initialized(int32 stream_id)
-{
-	Oid			argtype = INT4OID;
-	Datum		arg = Int32GetDatum(stream_id);
-	int			nest = stm_catalog_pin_search_path();
-
-	SPI_connect();
-	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET positions_initialized = true WHERE id = $1",
-							  1, &argtype, &arg, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update streaming.stream_defs");
-	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
-}
-
 static void
 record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 			 char *start_json, char *end_json, int64 num_output,
@@ -397,7 +381,6 @@ stm_batch_run(StmRuntime *rt)
 	if (rt->kafka == NULL)
 	{
 		oldcxt = MemoryContextSwitchTo(rt->cxt);
-		rt->source = pstrdup(src->name);
 		rt->kafka = stm_kafka_open(src->name, true);
 		rt->kafka->bounded = rt->bounded;
 		MemoryContextSwitchTo(oldcxt);
@@ -408,7 +391,7 @@ stm_batch_run(StmRuntime *rt)
 	total = stm_kafka_plan(bc.kc, def->id, def->positions_initialized,
 						   last_trigger_time(rt, def));
 	if (!def->positions_initialized)
-		mark_positions_initialized(def->id);
+		stm_catalog_mark_positions_initialized(def->id);
 	if (total == 0)
 	{
 		bool		unsaved = bc.kc->data_loss.len > 0;
@@ -438,11 +421,12 @@ stm_batch_run(StmRuntime *rt)
 	ExecCheckRTPerms(qi->query->rtable, true);
 
 	view = relation_open(src->view, AccessShareLock);
-	if (!OidIsValid(def->sink))
+	sink_rel = OidIsValid(def->sink) ? try_relation_open(def->sink, RowExclusiveLock) : NULL;
+	if (sink_rel == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("the sink table of stream \"%s\" was dropped", def->name)));
-	sink_rel = table_open(def->sink, RowExclusiveLock);
+				 errmsg("the sink table of stream \"%s\" was dropped", def->name),
+				 errhint("Drop the stream, or create the table again.")));
 
 	bc.source_desc = CreateTupleDescCopy(RelationGetDescr(view));
 	bc.ndeclared = bc.source_desc->natts - STM_KAFKA_META_COLUMNS -

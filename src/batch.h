@@ -12,7 +12,6 @@ typedef struct StmRuntime
 {
 	MemoryContext cxt;			/* lives as long as the runtime */
 	int32		stream_id;
-	char	   *source;
 	StmKafka   *kafka;
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */

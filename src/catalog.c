@@ -324,18 +324,32 @@ stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms)
 	return STM_TRIGGER_INTERVAL;
 }
 
-/* The stream should no longer run (it finished or failed). */
-void
-stm_catalog_disable(int32 stream_id)
+/* UPDATE streaming.stream_defs SET <set_clause> for one stream. */
+static void
+update_stream(int32 stream_id, const char *set_clause)
 {
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(stream_id);
 	int			nest = stm_catalog_pin_search_path();
 
 	SPI_connect();
-	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET enabled = false WHERE id = $1",
+	if (SPI_execute_with_args(psprintf("UPDATE streaming.stream_defs SET %s WHERE id = $1", set_clause),
 							  1, &type, &value, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
+}
+
+/* The stream should no longer run (it finished or failed). */
+void
+stm_catalog_disable(int32 stream_id)
+{
+	update_stream(stream_id, "enabled = false");
+}
+
+/* The stream's first plan happened: later partitions start at earliest. */
+void
+stm_catalog_mark_positions_initialized(int32 stream_id)
+{
+	update_stream(stream_id, "positions_initialized = true");
 }

@@ -65,6 +65,7 @@ extern void stm_catalog_set_status(int32 stream_id, const char *status,
 								   const char *last_error, bool clear_error,
 								   int failures);
 extern void stm_catalog_disable(int32 stream_id);
+extern void stm_catalog_mark_positions_initialized(int32 stream_id);
 extern void stm_catalog_set_source_error(int32 stream_id, const char *error);
 extern void stm_catalog_check_owner(const char *what, const char *name, Oid owner);
 extern StmTriggerKind stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms);

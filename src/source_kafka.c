@@ -773,6 +773,23 @@ take_messages(StmKafka *kc, StmKafkaPartition *p, rd_kafka_message_t **msgs,
 	return n;
 }
 
+/* Give a chunk of messages to fn; they are destroyed after, also on error. */
+static void
+hand_over(StmKafkaChunkFn fn, void *arg, StmKafkaPartition *p,
+		  rd_kafka_message_t **msgs, int n)
+{
+	PG_TRY();
+	{
+		fn(arg, p, msgs, n);
+	}
+	PG_FINALLY();
+	{
+		for (int i = 0; i < n; i++)
+			rd_kafka_message_destroy(msgs[i]);
+	}
+	PG_END_TRY();
+}
+
 /*
  * Read [start, end) of every partition of the batch, handing chunks of
  * messages to fn.  Partitions are served round-robin from what their local
@@ -822,16 +839,7 @@ stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
 				continue;
 			}
 			progress = true;
-			PG_TRY();
-			{
-				fn(arg, p, msgs, n);
-			}
-			PG_FINALLY();
-			{
-				for (int i = 0; i < n; i++)
-					rd_kafka_message_destroy(msgs[i]);
-			}
-			PG_END_TRY();
+			hand_over(fn, arg, p, msgs, n);
 			if (p->next < p->end)
 				pending = true;
 		}
@@ -851,16 +859,7 @@ stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
 			if (n > 0)
 			{
 				waited_ms = 0;
-				PG_TRY();
-				{
-					fn(arg, waiting_on, msgs, n);
-				}
-				PG_FINALLY();
-				{
-					for (int i = 0; i < n; i++)
-						rd_kafka_message_destroy(msgs[i]);
-				}
-				PG_END_TRY();
+				hand_over(fn, arg, waiting_on, msgs, n);
 				continue;
 			}
 		}

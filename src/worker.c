@@ -132,7 +132,7 @@ streaming_worker_main(Datum main_arg)
 	MemoryContext worker_cxt;
 	MemoryContext def_cxt;
 	StmRuntime *rt;
-	StmStreamDef *def = NULL;
+	StmStreamDef *volatile def = NULL;	/* read in PG_CATCH: volatile */
 	TimestampTz lock_deadline;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -198,6 +198,7 @@ streaming_worker_main(Datum main_arg)
 			MemoryContext txcxt;
 
 			/* the definition is re-read each batch: stop/alter take effect */
+			def = NULL;
 			MemoryContextReset(def_cxt);
 			txcxt = MemoryContextSwitchTo(def_cxt);
 			def = stm_catalog_get_stream_by_id(stream_id, false);
