@@ -214,6 +214,39 @@ SELECT * FROM ae_leftovers;
 --
 SELECT streaming.start('no_such');
 SELECT streaming.stop('no_such');
+-- window calls: one, in the GROUP BY, with constant fixed sizes; aggregates
+-- that can be computed in parts (checked before aggregate queries are refused)
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, '0 minutes'), name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, '-5 minutes'), name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, '1 month'), name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, NULL), name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, '5 minutes' + (random() * interval '1 minute')), name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.hop(ts, '5 minutes', '10 minutes'), name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.hop(ts, '5 minutes', '0 seconds'), name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.session(ts, '0 seconds'), name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, '5 minutes'), streaming.hop(ts, '10 minutes', '5 minutes')$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts + interval '1 hour', '5 minutes')$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT streaming.tumble(ts, '5 minutes') AS w FROM ae_src$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT id FROM ae_src WHERE streaming.tumble(ts, '5 minutes') > now()$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT streaming.window_start() AS ws FROM ae_src$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT streaming.window_end() AS we, count(*) AS n FROM ae_src GROUP BY name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, array_agg(id) AS ids FROM ae_src GROUP BY name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, string_agg(name, ',') AS s FROM ae_src GROUP BY name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(DISTINCT id) AS n FROM ae_src GROUP BY name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, sum(amount ORDER BY id) AS n FROM ae_src GROUP BY name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, sum(amount) FILTER (WHERE amount > 0) AS n FROM ae_src GROUP BY name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) AS p FROM ae_src GROUP BY name$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY ROLLUP (name)$$, start => false);
+SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY name HAVING count(*) > 1$$, start => false);
+-- valid windowed aggregates pass these checks, then wait for a later version
+SELECT streaming.create_stream('bad', $$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, name, count(*) AS n, sum(amount) AS total, avg(amount) AS mean FROM ae_src GROUP BY streaming.tumble(ts, '5 minutes'), name$$, start => false);
+-- outside a stream query, window calls raise an error
+SELECT streaming.tumble(now(), '5 minutes');
+SELECT streaming.hop(now(), '5 minutes', '1 minute');
+SELECT streaming.session(now(), '5 minutes');
+SELECT streaming.window_start();
+SELECT streaming.window_end();
+
 SELECT streaming.run_batch('no_such');
 SELECT streaming.reset('no_such');
 SELECT streaming.drop_stream('no_such');

@@ -209,6 +209,41 @@ AS 'MODULE_PATHNAME', 'streaming_process_available'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
+/*
+ * Window calls (SPEC 3): valid in a stream query's GROUP BY (window_start()
+ * and window_end() in its select list); called anywhere else they raise an
+ * error.  VOLATILE so that the planner never folds them.
+ */
+CREATE FUNCTION streaming.tumble(ts timestamptz, size interval,
+    origin timestamptz DEFAULT '1970-01-01 00:00:00+00')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_tumble'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION streaming.tumble IS 'Tumbling window [start, start + size) of ts, aligned like date_bin; only in a stream''s GROUP BY.';
+
+CREATE FUNCTION streaming.hop(ts timestamptz, size interval, slide interval,
+    origin timestamptz DEFAULT '1970-01-01 00:00:00+00')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_hop'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION streaming.hop IS 'Sliding windows of size, one every slide; only in a stream''s GROUP BY.';
+
+CREATE FUNCTION streaming.session(ts timestamptz, gap interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_session'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION streaming.session IS 'Session windows closed by a gap of inactivity; only in a stream''s GROUP BY.';
+
+CREATE FUNCTION streaming.window_start()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_window_start'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION streaming.window_end()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_window_end'
+LANGUAGE C VOLATILE;
+
 /* Monitoring --------------------------------------------------------------- */
 
 CREATE FUNCTION streaming.worker_pids(OUT stream_id integer, OUT pid integer)

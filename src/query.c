@@ -10,21 +10,28 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/pg_aggregate.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/tlist.h"
 #include "optimizer/optimizer.h"
 #include "parser/analyze.h"
 #include "parser/parse_coerce.h"
 #include "parser/parser.h"
+#include "parser/parsetree.h"
 #include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
 
 #include "query.h"
+#include "window.h"
 
 static void
 refuse(const char *what, const char *hint)
@@ -33,6 +40,180 @@ refuse(const char *what, const char *hint)
 			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 			 errmsg("%s are not supported in a stream query", what),
 			 hint ? errhint("%s", hint) : 0));
+}
+
+/*
+ * Window calls are only valid as the window entry of a stream's GROUP BY
+ * (allowed, NULL when there is none), window_start() and window_end() only
+ * where a window exists.
+ */
+typedef struct WindowCallCheck
+{
+	Node	   *allowed;		/* the GROUP BY's window call */
+	bool		has_window;
+} WindowCallCheck;
+
+static bool
+window_call_walker(Node *node, WindowCallCheck *ctx)
+{
+	if (node == NULL)
+		return false;
+	if (node == ctx->allowed)
+		return false;
+	if (IsA(node, FuncExpr))
+	{
+		FuncExpr   *f = (FuncExpr *) node;
+		StmWindowKind kind = stm_window_kind(f->funcid);
+
+		if (kind == STM_WINDOW_START || kind == STM_WINDOW_END)
+		{
+			if (!ctx->has_window)
+				ereport(ERROR,
+						(errcode(ERRCODE_GROUPING_ERROR),
+						 errmsg("streaming.%s() needs a window in the GROUP BY",
+								kind == STM_WINDOW_START ? "window_start" : "window_end"),
+						 errhint("Group by streaming.tumble(), streaming.hop() or streaming.session().")));
+		}
+		else if (kind != STM_WINDOW_NONE)
+			ereport(ERROR,
+					(errcode(ERRCODE_GROUPING_ERROR),
+					 errmsg("streaming.%s() can only be used in the GROUP BY of a stream query",
+							get_func_name(f->funcid)),
+					 errhint("A stream query groups by at most one window call; its select list may repeat it, "
+							 "or use streaming.window_start() and streaming.window_end().")));
+	}
+	return expression_tree_walker(node, window_call_walker, (void *) ctx);
+}
+
+static void
+check_window_calls(Node *node, Node *allowed)
+{
+	WindowCallCheck ctx = {allowed, allowed != NULL};
+
+	(void) window_call_walker(node, &ctx);
+}
+
+/* An aggregate must be computable in partial mode: its state is merged across batches. */
+static bool
+aggregate_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Aggref))
+	{
+		Aggref	   *agg = (Aggref *) node;
+		char	   *name = format_procedure(agg->aggfnoid);
+		HeapTuple	tup;
+		Form_pg_aggregate form;
+
+		if (agg->aggdistinct != NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("DISTINCT inside aggregate %s is not supported in a stream query", name),
+					 errhint("Use dedup_keys to drop duplicate records before aggregating.")));
+		if (agg->aggorder != NIL && agg->aggkind == AGGKIND_NORMAL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ORDER BY inside aggregate %s is not supported in a stream query", name)));
+		if (agg->aggfilter != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("FILTER on aggregate %s is not supported in a stream query", name),
+					 errhint("Filter the rows with WHERE, or aggregate a CASE expression.")));
+		if (agg->aggkind != AGGKIND_NORMAL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ordered-set aggregate %s cannot be used in a stream query", name),
+					 errdetail("Its state cannot be computed in parts and combined across batches.")));
+		tup = SearchSysCache1(AGGFNOID, ObjectIdGetDatum(agg->aggfnoid));
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for aggregate %u", agg->aggfnoid);
+		form = (Form_pg_aggregate) GETSTRUCT(tup);
+		if (!OidIsValid(form->aggcombinefn))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("aggregate %s cannot be used in a stream query", name),
+					 errdetail("It has no combine function, so its state cannot be merged across batches.")));
+		if (form->aggtranstype == INTERNALOID &&
+			(!OidIsValid(form->aggserialfn) || !OidIsValid(form->aggdeserialfn)))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("aggregate %s cannot be used in a stream query", name),
+					 errdetail("Its state is of type internal and it has no serialization functions, so the state cannot be stored.")));
+		ReleaseSysCache(tup);
+		return false;			/* arguments hold no aggregates */
+	}
+	return expression_tree_walker(node, aggregate_walker, context);
+}
+
+/* A source column of another type, cast to timestamptz for the window call. */
+static void
+check_event_time_column(Query *q, FuncExpr *window, Node *ts)
+{
+	Node	   *col = strip_implicit_coercions(ts);
+
+	if (col != ts && IsA(col, Var))
+	{
+		Var		   *var = (Var *) col;
+		RangeTblEntry *rte = rt_fetch(var->varno, q->rtable);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("column \"%s\" must be of type timestamptz to be the event time of streaming.%s()",
+						get_attname(rte->relid, var->varattno, false),
+						get_func_name(window->funcid)),
+				 errdetail("It is of type %s.", format_type_be(var->vartype))));
+	}
+}
+
+/*
+ * Shape 2 (SPEC 3): GROUP BY at most one window call and other expressions;
+ * aggregates that PostgreSQL can compute in partial mode.
+ */
+static void
+check_aggregate_shape(Query *q)
+{
+	FuncExpr   *window = NULL;
+	ListCell   *lc;
+
+	if (q->groupingSets)
+		refuse("GROUPING SETS, ROLLUP and CUBE", NULL);
+	if (q->havingQual)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("HAVING is not supported in a stream query yet")));
+	foreach(lc, q->groupClause)
+	{
+		SortGroupClause *gc = lfirst_node(SortGroupClause, lc);
+		TargetEntry *tle = get_sortgroupclause_tle(gc, q->targetList);
+
+		if (IsA(tle->expr, FuncExpr))
+		{
+			StmWindowKind kind = stm_window_kind(((FuncExpr *) tle->expr)->funcid);
+
+			if (kind == STM_WINDOW_TUMBLE || kind == STM_WINDOW_HOP || kind == STM_WINDOW_SESSION)
+			{
+				StmWindowSpec spec;
+
+				if (window != NULL)
+					ereport(ERROR,
+							(errcode(ERRCODE_GROUPING_ERROR),
+							 errmsg("a stream query may group by only one window call")));
+				window = (FuncExpr *) tle->expr;
+				stm_window_spec(window, &spec);
+				check_event_time_column(q, window, (Node *) spec.ts);
+				if (!IsA(spec.ts, Var))
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("the event time of streaming.%s() must be a column of the source",
+									get_func_name(window->funcid)),
+							 errhint("Compute the event time in the source's columns.")));
+			}
+		}
+	}
+	check_window_calls((Node *) q->targetList, (Node *) window);
+	check_window_calls(q->jointree->quals, NULL);
+	(void) aggregate_walker((Node *) q->targetList, NULL);
 }
 
 /*
@@ -76,10 +257,15 @@ stm_query_analyze(const char *sql)
 	if (q->hasTargetSRFs)
 		refuse("set-returning functions in the select list", NULL);
 	if (q->hasAggs || q->groupClause || q->groupingSets || q->havingQual)
+	{
+		check_aggregate_shape(q);
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("aggregate queries are not supported yet"),
 				 errdetail("This version runs stateless streams: projections and WHERE over one source.")));
+	}
+	check_window_calls((Node *) q->targetList, NULL);
+	check_window_calls(q->jointree->quals, NULL);
 	if (q->distinctClause)
 		refuse("DISTINCT clauses", "Use dedup_keys to drop duplicate records.");
 	if (q->sortClause)
