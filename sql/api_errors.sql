@@ -215,7 +215,7 @@ SELECT * FROM ae_leftovers;
 SELECT streaming.start('no_such');
 SELECT streaming.stop('no_such');
 -- window calls: one, in the GROUP BY, with constant fixed sizes; aggregates
--- that can be computed in parts (checked before aggregate queries are refused)
+-- that can be computed in parts
 SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, '0 minutes'), name$$, start => false);
 SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, '-5 minutes'), name$$, start => false);
 SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY streaming.tumble(ts, '1 month'), name$$, start => false);
@@ -238,7 +238,7 @@ SELECT streaming.create_stream('bad', $$SELECT name, sum(amount) FILTER (WHERE a
 SELECT streaming.create_stream('bad', $$SELECT name, percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) AS p FROM ae_src GROUP BY name$$, start => false);
 SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY ROLLUP (name)$$, start => false);
 SELECT streaming.create_stream('bad', $$SELECT name, count(*) AS n FROM ae_src GROUP BY name HAVING count(*) > 1$$, start => false);
--- valid windowed aggregates pass these checks, then wait for a later version
+-- valid windowed aggregates pass these checks; append mode needs a watermark
 SELECT streaming.create_stream('bad', $$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, name, count(*) AS n, sum(amount) AS total, avg(amount) AS mean FROM ae_src GROUP BY streaming.tumble(ts, '5 minutes'), name$$, start => false);
 -- outside a stream query, window calls raise an error
 SELECT streaming.tumble(now(), '5 minutes');

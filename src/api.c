@@ -43,6 +43,7 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
+#include "aggstate.h"
 #include "api.h"
 #include "batch.h"
 #include "catalog.h"
@@ -214,6 +215,14 @@ stm_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
 								queryEnv, dest, qc);
+}
+
+/* True when the (qualified) relation exists. */
+static bool
+to_regclass_name(const char *name)
+{
+	return OidIsValid(RangeVarGetRelid(makeRangeVarFromNameList(stringToQualifiedNameList(name)),
+									   NoLock, true));
 }
 
 /* ---- argument checks ---------------------------------------------------- */
@@ -772,6 +781,54 @@ require_workers(const char *stream)
 						 "or create the stream with start => false and run its batches with streaming.run_batch().")));
 }
 
+/*
+ * What aggregate streams support in this version: update and complete mode,
+ * tumbling and hopping windows or none, no watermark; every window and
+ * group column in the select list (they key the sink).
+ */
+static void
+check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_watermark,
+					   const char *event_time)
+{
+	StmAggQuery *agg = qi->agg;
+	bool		in_output[FUNC_MAX_ARGS + 1] = {false};
+
+	if (strcmp(output_mode, "append") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("output_mode \"append\" needs a watermark on an aggregate query"),
+				 errdetail("In append mode a group's row is written once, when its window closes; "
+						   "watermarks on aggregate streams are not supported yet."),
+				 errhint("Use output_mode 'update' or 'complete'.")));
+	if (has_watermark || event_time)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("watermarks on aggregate streams are not supported yet")));
+	if (agg->window.kind == STM_WINDOW_SESSION)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("session windows are not supported yet")));
+	if (agg->nkeys > FUNC_MAX_ARGS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a stream query may group by at most %d expressions", FUNC_MAX_ARGS)));
+	for (int i = 0; i < qi->noutputs; i++)
+		if (agg->out_group_col[i] >= 0)
+			in_output[agg->out_group_col[i]] = true;
+	if (agg->window.kind != STM_WINDOW_NONE && !in_output[0])
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the select list of an aggregate stream must include the window"),
+				 errhint("Add streaming.window_start() AS window_start: the sink's key is the window and the groups.")));
+	for (int k = 1; k <= agg->nkeys; k++)
+		if (!in_output[k])
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the select list of an aggregate stream must include every GROUP BY expression"),
+					 errdetail("GROUP BY expression %d is not in the select list.", k),
+					 errhint("The sink's key is the window and the groups.")));
+}
+
 Datum
 streaming_create_stream(PG_FUNCTION_ARGS)
 {
@@ -870,11 +927,13 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 				 errmsg("relation \"%s\" is not a streaming source", get_rel_name(qi->source_view)),
 				 errhint("Create sources with streaming.create_kafka_source().")));
 	ExecCheckRTPerms(qi->query->rtable, true);
-	if (strcmp(output_mode, "complete") == 0)
+	if (qi->agg == NULL && strcmp(output_mode, "complete") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("output_mode \"complete\" needs an aggregate query"),
 				 errdetail("A query without aggregates writes each input row once; use \"append\".")));
+	if (qi->agg)
+		check_aggregate_stream(qi, output_mode, !PG_ARGISNULL(4), event_time);
 	if (!PG_ARGISNULL(4) && event_time == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -974,6 +1033,8 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
 
+	if (qi->agg)
+		stm_aggstate_create(stream_id, qi->agg, GetUserId());
 	if (start)
 		queue_want(&want_on_commit, stream_id, GetUserId());
 	PG_RETURN_VOID();
@@ -1022,6 +1083,9 @@ streaming_drop_stream(PG_FUNCTION_ARGS)
 	values[0] = Int32GetDatum(def->id);
 	values[1] = CStringGetTextDatum(def->name);
 	spi_exec("DELETE FROM streaming.stream_defs WHERE id = $1", 1, types, values, NULL, SPI_OK_DELETE);
+	if (to_regclass_name(stm_aggstate_table(def->id)))
+		spi_exec(psprintf("DROP TABLE %s", stm_aggstate_table(def->id)),
+				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 	spi_exec("DELETE FROM streaming.dead_letters WHERE stream = $2", 2, types, values, NULL, SPI_OK_DELETE);
 	if (drop_sink && OidIsValid(def->sink) && get_rel_name(def->sink) != NULL)
 		spi_exec(psprintf("DROP TABLE %s",
@@ -1080,6 +1144,9 @@ streaming_reset(PG_FUNCTION_ARGS)
 	(void) stm_catalog_get_stream_by_id(def->id, true);
 	spi_exec("DELETE FROM streaming.offsets WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	spi_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	if (to_regclass_name(stm_aggstate_table(def->id)))
+		spi_exec(psprintf("DELETE FROM %s", stm_aggstate_table(def->id)),
+				 0, NULL, NULL, NULL, SPI_OK_DELETE);
 	spi_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
 			 "positions_initialized = false, "
 			 "last_error = NULL, source_error = NULL, "

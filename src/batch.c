@@ -31,6 +31,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "aggstate.h"
 #include "batch.h"
 #include "guc.h"
 #include "parse.h"
@@ -51,6 +52,8 @@ typedef struct BatchContext
 	ExprContext *econtext;
 	StmProjector *projector;
 	StmSink    *sink;
+	ExprState  *qual;			/* aggregate streams: WHERE */
+	StmAggBatch *aggbatch;		/* aggregate streams: the batch's groups */
 	Datum	   *out_values;
 	bool	   *out_nulls;
 	MemoryContext chunk_cxt;
@@ -107,7 +110,7 @@ parse_one(BatchContext *bc, StmKafkaPartition *part, rd_kafka_message_t *m,
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("event time column \"%s\" is null",
-						bc->def->event_time)));
+						NameStr(TupleDescAttr(bc->source_desc, bc->event_time_att)->attname))));
 }
 
 /*
@@ -252,7 +255,12 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 		memcpy(slot->tts_isnull, rec->nulls, sizeof(bool) * bc->source_desc->natts);
 		ExecStoreVirtualTuple(slot);
 		bc->econtext->ecxt_scantuple = slot;
-		if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
+		if (bc->aggbatch)
+		{
+			if (bc->qual == NULL || ExecQual(bc->qual, bc->econtext))
+				stm_aggbatch_add(bc->aggbatch, bc->econtext);
+		}
+		else if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
 			stm_sink_put(bc->sink, bc->out_values, bc->out_nulls);
 		ResetExprContext(bc->econtext);
 	}
@@ -291,13 +299,13 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 
 static void
 record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
-			 char *start_json, char *end_json, int64 num_output,
+			 char *start_json, char *end_json, int64 num_output, int64 num_state_rows,
 			 bool has_watermark, TimestampTz watermark)
 {
-	Oid			types[12] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID};
-	Datum		values[12];
-	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[13] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID};
+	Datum		values[13];
+	char		nulls[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			nest;
 
 	values[0] = Int32GetDatum(bc->def->id);
@@ -317,21 +325,22 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 	else
 		nulls[10] = 'n';
 	values[11] = Int32GetDatum(stm_guc_progress_history);
+	values[12] = Int64GetDatum(num_state_rows);
 
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
 							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
-							  "start_positions, end_positions, data_loss) "
-							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb)",
-							  12, types, values, nulls, false, 0) != SPI_OK_INSERT)
+							  "start_positions, end_positions, data_loss, num_state_rows) "
+							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13)",
+							  13, types, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write streaming.batches");
 	if (SPI_execute_with_args("DELETE FROM streaming.batches WHERE stream_id = $1 AND batch_id <= $2 - $12",
-							  12, types, values, nulls, false, 0) != SPI_OK_DELETE)
+							  13, types, values, nulls, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not trim streaming.batches");
 	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET last_batch_id = $2, watermark = $8, "
 							  "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
-							  12, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+							  13, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
@@ -367,6 +376,8 @@ stm_batch_run(StmRuntime *rt)
 	char	   *end_json;
 	bool		has_watermark = false;
 	TimestampTz watermark = 0;
+	int64		num_output;
+	int64		num_state_rows = 0;
 	MemoryContext oldcxt;
 	ListCell   *lc;
 
@@ -437,8 +448,17 @@ stm_batch_run(StmRuntime *rt)
 	bc.estate = CreateExecutorState();
 	bc.econtext = GetPerTupleExprContext(bc.estate);
 	bc.source_slot = MakeSingleTupleTableSlot(bc.source_desc, &TTSOpsVirtual);
-	bc.sink = stm_sink_open(sink_rel, bc.estate);
-	bc.projector = stm_query_compile(qi, sink_rel, bc.estate);
+	if (qi->agg)
+	{
+		bc.qual = stm_query_compile_qual(qi);
+		bc.aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, sink_rel);
+		bc.event_time_att = qi->agg->event_time_att;
+	}
+	else
+	{
+		bc.sink = stm_sink_open(sink_rel, bc.estate);
+		bc.projector = stm_query_compile(qi, sink_rel, bc.estate);
+	}
 	bc.out_values = palloc(sizeof(Datum) * RelationGetDescr(sink_rel)->natts);
 	bc.out_nulls = palloc(sizeof(bool) * RelationGetDescr(sink_rel)->natts);
 	/* a large first block survives each reset: no malloc churn per chunk */
@@ -447,7 +467,13 @@ stm_batch_run(StmRuntime *rt)
 
 	stm_kafka_fetch(bc.kc, process_chunk, &bc);
 
-	stm_sink_close(bc.sink);
+	if (bc.aggbatch)
+		num_output = stm_aggbatch_finish(bc.aggbatch, &num_state_rows);
+	else
+	{
+		stm_sink_close(bc.sink);
+		num_output = bc.sink->rows;
+	}
 	ExecDropSingleTupleTableSlot(bc.source_slot);
 	FreeExecutorState(bc.estate);
 	MemoryContextDelete(bc.chunk_cxt);
@@ -474,13 +500,13 @@ stm_batch_run(StmRuntime *rt)
 	}
 
 	stm_kafka_save_positions(bc.kc, def->id);
-	record_batch(&bc, batch_id, started, start_json, end_json, bc.sink->rows,
+	record_batch(&bc, batch_id, started, start_json, end_json, num_output, num_state_rows,
 				 has_watermark, watermark);
 
 	if (stm_guc_log_batches)
 		ereport(LOG,
 				(errmsg("stream \"%s\" ran batch " INT64_FORMAT ": %lld input rows, %lld output rows, %lld bad rows",
 						def->name, batch_id, (long long) bc.num_input,
-						(long long) bc.sink->rows, (long long) bc.num_bad)));
+						(long long) num_output, (long long) bc.num_bad)));
 	return batch_id;
 }

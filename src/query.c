@@ -12,6 +12,7 @@
 
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/tupdesc.h"
 #include "catalog/pg_aggregate.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
@@ -216,6 +217,166 @@ check_aggregate_shape(Query *q)
 	(void) aggregate_walker((Node *) q->targetList, NULL);
 }
 
+typedef struct GroupRowMap
+{
+	StmAggQuery *agg;
+	Node	   *window_call;
+} GroupRowMap;
+
+static Var *
+group_var(StmAggQuery *agg, int attno)
+{
+	Form_pg_attribute att = TupleDescAttr(agg->group_desc, attno - 1);
+
+	return makeVar(1, attno, att->atttypid, att->atttypmod, att->attcollation, 0);
+}
+
+/* Rewrite an output expression to read the group row. */
+static Node *
+group_row_mutator(Node *node, GroupRowMap *map)
+{
+	StmAggQuery *agg = map->agg;
+	ListCell   *lc;
+	int			k = 0;
+
+	if (node == NULL)
+		return NULL;
+	if (map->window_call && equal(node, map->window_call))
+		return (Node *) group_var(agg, 1);
+	if (IsA(node, FuncExpr))
+	{
+		StmWindowKind kind = stm_window_kind(((FuncExpr *) node)->funcid);
+
+		if (kind == STM_WINDOW_START)
+			return (Node *) group_var(agg, 1);
+		if (kind == STM_WINDOW_END)
+			return (Node *) group_var(agg, 2);
+	}
+	foreach(lc, agg->key_exprs)
+	{
+		if (equal(node, lfirst(lc)))
+			return (Node *) group_var(agg, 3 + k);
+		k++;
+	}
+	if (IsA(node, Aggref))
+	{
+		k = 0;
+		foreach(lc, agg->aggrefs)
+		{
+			if (equal(node, lfirst(lc)))
+				return (Node *) group_var(agg, 3 + agg->nkeys + k);
+			k++;
+		}
+		elog(ERROR, "aggregate not found in the stream's aggregates");
+	}
+	return expression_tree_mutator(node, group_row_mutator, (void *) map);
+}
+
+static bool
+collect_aggrefs(Node *node, List **aggs)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Aggref))
+	{
+		ListCell   *lc;
+
+		foreach(lc, *aggs)
+			if (equal(node, lfirst(lc)))
+				return false;
+		*aggs = lappend(*aggs, node);
+		return false;
+	}
+	return expression_tree_walker(node, collect_aggrefs, (void *) aggs);
+}
+
+/* Groups, aggregates and outputs of an aggregate query (already checked). */
+static StmAggQuery *
+build_agg_query(Query *q)
+{
+	StmAggQuery *agg = palloc0(sizeof(StmAggQuery));
+	GroupRowMap map = {agg, NULL};
+	List	   *raw_keys = NIL;
+	ListCell   *lc;
+	int			natts;
+	int			n = 0;
+
+	agg->event_time_att = -1;
+	foreach(lc, q->groupClause)
+	{
+		SortGroupClause *gc = lfirst_node(SortGroupClause, lc);
+		TargetEntry *tle = get_sortgroupclause_tle(gc, q->targetList);
+
+		if (IsA(tle->expr, FuncExpr) &&
+			stm_window_kind(((FuncExpr *) tle->expr)->funcid) != STM_WINDOW_NONE)
+		{
+			map.window_call = (Node *) tle->expr;
+			stm_window_spec((FuncExpr *) tle->expr, &agg->window);
+			agg->event_time_att = ((Var *) agg->window.ts)->varattno - 1;
+		}
+		else
+			raw_keys = lappend(raw_keys, tle->expr);
+	}
+	agg->nkeys = list_length(raw_keys);
+	agg->key_exprs = raw_keys;
+	agg->key_types = palloc(sizeof(Oid) * Max(agg->nkeys, 1));
+	agg->key_typmods = palloc(sizeof(int32) * Max(agg->nkeys, 1));
+	foreach(lc, q->targetList)
+		(void) collect_aggrefs((Node *) lfirst_node(TargetEntry, lc)->expr, &agg->aggrefs);
+
+	natts = 2 + agg->nkeys + list_length(agg->aggrefs);
+	agg->group_desc = CreateTemplateTupleDesc(natts);
+	TupleDescInitEntry(agg->group_desc, 1, "window_start", TIMESTAMPTZOID, -1, 0);
+	TupleDescInitEntry(agg->group_desc, 2, "window_end", TIMESTAMPTZOID, -1, 0);
+	foreach(lc, raw_keys)
+	{
+		Node	   *key = lfirst(lc);
+
+		agg->key_types[n] = exprType(key);
+		agg->key_typmods[n] = exprTypmod(key);
+		TupleDescInitEntry(agg->group_desc, 3 + n, NULL, exprType(key), exprTypmod(key), 0);
+		TupleDescInitEntryCollation(agg->group_desc, 3 + n, exprCollation(key));
+		n++;
+	}
+	n = 0;
+	foreach(lc, agg->aggrefs)
+	{
+		Aggref	   *a = lfirst_node(Aggref, lc);
+
+		TupleDescInitEntry(agg->group_desc, 3 + agg->nkeys + n, NULL, a->aggtype, -1, 0);
+		TupleDescInitEntryCollation(agg->group_desc, 3 + agg->nkeys + n, a->aggcollid);
+		n++;
+	}
+
+	/* outputs over the group row; which of them are the group columns */
+	agg->out_group_col = palloc(sizeof(int) * list_length(q->targetList));
+	agg->out_names = palloc(sizeof(char *) * list_length(q->targetList));
+	n = 0;
+	foreach(lc, q->targetList)
+	{
+		TargetEntry *tle = lfirst_node(TargetEntry, lc);
+		Node	   *out;
+
+		if (tle->resjunk)
+			continue;
+		out = group_row_mutator((Node *) tle->expr, &map);
+		agg->out_names[n] = tle->resname;
+		agg->out_group_col[n] = -1;
+		if (IsA(out, Var) && ((Var *) out)->varattno == 1)
+			agg->out_group_col[n] = 0;
+		else if (IsA(out, Var) && ((Var *) out)->varattno >= 3 &&
+				 ((Var *) out)->varattno < 3 + agg->nkeys)
+			agg->out_group_col[n] = ((Var *) out)->varattno - 2;
+		agg->outputs = lappend(agg->outputs, expression_planner((Expr *) out));
+		n++;
+	}
+	/* keys are evaluated over the source row */
+	n = 0;
+	foreach(lc, agg->key_exprs)
+		lfirst(lc) = expression_planner((Expr *) lfirst(lc));
+	return agg;
+}
+
 /*
  * Parse and analyse a stream query and check its shape.  Raises an error for
  * anything other than a SELECT over exactly one relation (the caller checks
@@ -256,16 +417,13 @@ stm_query_analyze(const char *sql)
 		refuse("window functions (OVER)", NULL);
 	if (q->hasTargetSRFs)
 		refuse("set-returning functions in the select list", NULL);
-	if (q->hasAggs || q->groupClause || q->groupingSets || q->havingQual)
+	if (!(q->hasAggs || q->groupClause || q->groupingSets || q->havingQual))
 	{
-		check_aggregate_shape(q);
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("aggregate queries are not supported yet"),
-				 errdetail("This version runs stateless streams: projections and WHERE over one source.")));
+		check_window_calls((Node *) q->targetList, NULL);
+		check_window_calls(q->jointree->quals, NULL);
 	}
-	check_window_calls((Node *) q->targetList, NULL);
-	check_window_calls(q->jointree->quals, NULL);
+	else
+		check_aggregate_shape(q);
 	if (q->distinctClause)
 		refuse("DISTINCT clauses", "Use dedup_keys to drop duplicate records.");
 	if (q->sortClause)
@@ -291,6 +449,8 @@ stm_query_analyze(const char *sql)
 	qi = palloc0(sizeof(StmQueryInfo));
 	qi->query = q;
 	qi->source_view = rte->relid;
+	if (q->hasAggs || q->groupClause)
+		qi->agg = build_agg_query(q);
 	foreach(lc, q->targetList)
 	{
 		TargetEntry *tle = lfirst_node(TargetEntry, lc);
@@ -412,8 +572,34 @@ stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name)
 						 format_type_extended(qi->out_types[i], qi->out_typmods[i],
 											  FORMAT_TYPE_TYPEMOD_GIVEN |
 											  FORMAT_TYPE_FORCE_QUALIFY));
+	/* aggregate streams: a primary key on the window and group columns */
+	if (qi->agg)
+	{
+		bool		first = true;
+
+		for (int i = 0; i < qi->noutputs; i++)
+			if (qi->agg->out_group_col[i] >= 0)
+			{
+				appendStringInfo(&buf, "%s%s", first ? ", PRIMARY KEY (" : ", ",
+								 quote_identifier(qi->out_names[i]));
+				first = false;
+			}
+		if (!first)
+			appendStringInfoChar(&buf, ')');
+	}
 	appendStringInfoChar(&buf, ')');
 	return buf.data;
+}
+
+/* Only WHERE, for aggregate streams (their outputs are per group). */
+ExprState *
+stm_query_compile_qual(StmQueryInfo *qi)
+{
+	Node	   *quals = qi->query->jointree->quals;
+
+	if (quals == NULL)
+		return NULL;
+	return ExecInitQual(make_ands_implicit(expression_planner((Expr *) quals)), NULL);
 }
 
 /*

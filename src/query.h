@@ -9,9 +9,32 @@
 #include "nodes/parsenodes.h"
 #include "utils/relcache.h"
 
+#include "window.h"
+
+/*
+ * An aggregate query (shape 2): the groups are (window, keys); each output
+ * column is an expression over the group row: window_start, window_end,
+ * the keys, then the aggregates' results.
+ */
+typedef struct StmAggQuery
+{
+	StmWindowSpec window;		/* kind STM_WINDOW_NONE: no window */
+	int			event_time_att; /* source column of the window's event time, or -1 */
+	int			nkeys;
+	List	   *key_exprs;		/* planned, over the source row */
+	Oid		   *key_types;
+	int32	   *key_typmods;
+	List	   *aggrefs;		/* distinct Aggrefs */
+	List	   *outputs;		/* planned, over the group row */
+	char	  **out_names;
+	int		   *out_group_col;	/* output i is group column k (0: window start), else -1 */
+	TupleDesc	group_desc;
+} StmAggQuery;
+
 typedef struct StmQueryInfo
 {
 	Query	   *query;
+	StmAggQuery *agg;			/* NULL for a stateless query */
 	Oid			source_view;
 	int			noutputs;
 	char	  **out_names;
@@ -30,6 +53,7 @@ typedef struct StmProjector
 extern StmQueryInfo *stm_query_analyze(const char *sql);
 extern void stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream);
 extern char *stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name);
+extern ExprState *stm_query_compile_qual(StmQueryInfo *qi);
 extern StmProjector *stm_query_compile(StmQueryInfo *qi, Relation sink, EState *estate);
 extern bool stm_query_project(StmProjector *pj, ExprContext *econtext,
 							  Datum *values, bool *nulls);

@@ -1,0 +1,150 @@
+--
+-- aggregates: GROUP BY streams with partial aggregate states (SPEC 3 shape
+-- 2, 3.2 update and complete modes), run with run_batch.  After every batch
+-- the sink must equal a plain GROUP BY over all records read so far.
+--
+-- Environment: KAFKA_BOOTSTRAP (also in the server's environment: records
+-- are produced with COPY ... TO PROGRAM kcat), KAFKA_RUN_ID (optional topic
+-- suffix).
+--
+\set run ''
+\getenv run KAFKA_RUN_ID
+\getenv bs KAFKA_BOOTSTRAP
+SET ag.run = :'run';
+
+-- the same orders in a table and, part by part, in a topic
+CREATE TABLE ag_orders AS
+SELECT g AS id, g % 7 AS customer, (((g * 37) % 1000) / 10.0)::numeric(10,1) AS amount,
+       (ARRAY['new', 'paid', 'shipped'])[g % 3 + 1] AS status,
+       timestamptz '2024-01-01 10:00:00+00' + g * interval '7 seconds' AS ts
+FROM generate_series(1, 3000) g;
+CREATE FUNCTION ag_produce(lo int, hi int) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('COPY (SELECT row_to_json(o) FROM ag_orders o WHERE id BETWEEN %s AND %s ORDER BY id) TO PROGRAM %L',
+                   lo, hi, 'kcat -P -b "$KAFKA_BOOTSTRAP" -t ag_orders' || current_setting('ag.run') || ' -p 0');
+END
+$$;
+\set t ag_orders:run
+SELECT ag_produce(1, 1000);
+SELECT streaming.create_kafka_source('ag_src', :'bs', topics => ARRAY[:'t'],
+    starting_offsets => 'earliest',
+    columns => 'id bigint, customer int, amount numeric(10,1), status text, ts timestamptz');
+
+-- what a plain GROUP BY over the records read so far gives
+CREATE TABLE ag_read (last_id int);
+INSERT INTO ag_read VALUES (1000);
+CREATE VIEW ag_expected_tumble AS
+SELECT date_bin('5 minutes', ts, 'epoch') AS ws, date_bin('5 minutes', ts, 'epoch') + interval '5 minutes' AS we,
+       status, count(*) AS n, sum(amount) AS total, avg(amount) AS mean, min(id) AS first_id, max(id) AS last_id
+FROM ag_orders WHERE id <= (SELECT last_id FROM ag_read) GROUP BY 1, 2, 3;
+
+--
+-- tumbling windows, update mode
+--
+SELECT streaming.create_stream('ag_tumble',
+    $$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, status,
+             count(*) AS n, sum(amount) AS total, avg(amount) AS mean, min(id) AS first_id, max(id) AS last_id
+      FROM ag_src GROUP BY streaming.tumble(ts, '5 minutes'), status$$,
+    output_mode => 'update', start => false);
+\d ag_tumble
+SELECT streaming.run_batch('ag_tumble');
+SELECT * FROM ag_tumble ORDER BY ws, status LIMIT 6;
+SELECT (SELECT count(*) FROM (TABLE ag_tumble EXCEPT TABLE ag_expected_tumble) d) AS missing_from_expected,
+       (SELECT count(*) FROM (TABLE ag_expected_tumble EXCEPT TABLE ag_tumble) d) AS missing_from_sink,
+       (SELECT count(*) FROM ag_tumble) AS groups;
+-- two more batches: groups of windows that span batches are combined
+SELECT ag_produce(1001, 2200);
+SELECT streaming.run_batch('ag_tumble');
+SELECT ag_produce(2201, 3000);
+SELECT streaming.run_batch('ag_tumble');
+SELECT streaming.run_batch('ag_tumble');   -- nothing new
+UPDATE ag_read SET last_id = 3000;
+SELECT (SELECT count(*) FROM (TABLE ag_tumble EXCEPT TABLE ag_expected_tumble) d) AS missing_from_expected,
+       (SELECT count(*) FROM (TABLE ag_expected_tumble EXCEPT TABLE ag_tumble) d) AS missing_from_sink,
+       (SELECT count(*) FROM ag_tumble) AS groups;
+-- update mode writes the groups each batch changed; the state holds them all
+SELECT batch_id, num_input_rows, num_output_rows, num_state_rows FROM streaming.progress
+WHERE stream = 'ag_tumble' ORDER BY batch_id;
+
+--
+-- sliding windows, complete mode: each record counts in every window that
+-- holds it
+--
+SELECT streaming.create_stream('ag_hop',
+    $$SELECT streaming.window_start() AS ws, streaming.window_end() AS we,
+             count(*) AS n, sum(amount) AS total, stddev(amount) AS sd
+      FROM ag_src GROUP BY streaming.hop(ts, '10 minutes', '4 minutes')$$,
+    output_mode => 'complete', start => false);
+SELECT streaming.run_batch('ag_hop');
+CREATE VIEW ag_expected_hop AS
+SELECT w.ws, w.ws + interval '10 minutes' AS we, count(*) AS n, sum(amount) AS total, stddev(amount) AS sd
+FROM ag_orders o,
+     LATERAL (SELECT date_bin('4 minutes', o.ts, 'epoch') - k * interval '4 minutes' AS ws
+              FROM generate_series(0, 2) k) w
+WHERE w.ws + interval '10 minutes' > o.ts
+GROUP BY 1, 2;
+SELECT (SELECT count(*) FROM (TABLE ag_hop EXCEPT TABLE ag_expected_hop) d) AS missing_from_expected,
+       (SELECT count(*) FROM (TABLE ag_expected_hop EXCEPT TABLE ag_hop) d) AS missing_from_sink,
+       (SELECT sum(n) FROM ag_hop) AS memberships;
+
+--
+-- no window (unbounded groups), complete mode, and aggregates whose state
+-- is internal (serialized between batches); a user-defined aggregate with
+-- a combine function
+--
+CREATE AGGREGATE ag_total(numeric) (sfunc = numeric_add, stype = numeric,
+    combinefunc = numeric_add, initcond = '0');
+SELECT streaming.create_stream('ag_global',
+    $$SELECT customer, count(*) AS n, sum(amount) AS total, ag_total(amount) AS total2,
+             variance(amount) AS var, bool_or(amount > 99) AS any_big, bit_or(id) AS bits,
+             round(avg(amount), 3) AS mean_rounded
+      FROM ag_src WHERE status <> 'new' GROUP BY customer$$,
+    output_mode => 'complete', start => false);
+SELECT streaming.run_batch('ag_global');
+SELECT * FROM ag_global ORDER BY customer;
+CREATE VIEW ag_expected_global AS
+SELECT customer, count(*) AS n, sum(amount) AS total, sum(amount) AS total2, variance(amount) AS var,
+       bool_or(amount > 99) AS any_big, bit_or(id) AS bits, round(avg(amount), 3) AS mean_rounded
+FROM ag_orders WHERE status <> 'new' GROUP BY customer;
+SELECT (SELECT count(*) FROM (TABLE ag_global EXCEPT TABLE ag_expected_global) d) AS missing_from_expected,
+       (SELECT count(*) FROM (TABLE ag_expected_global EXCEPT TABLE ag_global) d) AS missing_from_sink;
+-- one group and no key: a single row, rewritten each batch
+SELECT streaming.create_stream('ag_one', 'SELECT count(*) AS n, sum(amount) AS total FROM ag_src',
+    output_mode => 'update', start => false);
+SELECT streaming.run_batch('ag_one');
+SELECT * FROM ag_one;
+
+--
+-- what aggregate streams refuse in this version
+--
+SELECT streaming.create_stream('ag_bad', 'SELECT status, count(*) AS n FROM ag_src GROUP BY status', start => false);
+SELECT streaming.create_stream('ag_bad', 'SELECT status, count(*) AS n FROM ag_src GROUP BY status',
+    output_mode => 'update', watermark => '1 minute', event_time => 'ts', start => false);
+SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.session(ts, '1 minute')$$,
+    output_mode => 'update', start => false);
+SELECT streaming.create_stream('ag_bad', $$SELECT count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
+    output_mode => 'update', start => false);
+SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
+    output_mode => 'update', start => false);
+CREATE AGGREGATE ag_no_combine(numeric) (sfunc = numeric_add, stype = numeric, initcond = '0');
+SELECT streaming.create_stream('ag_bad', 'SELECT status, ag_no_combine(amount) AS n FROM ag_src GROUP BY status',
+    output_mode => 'update', start => false);
+SELECT to_regclass('ag_bad') AS no_sink_left, (SELECT count(*) FROM streaming.streams WHERE name = 'ag_bad') AS no_stream_left;
+
+--
+-- reset forgets the state; drop_stream drops it
+--
+SELECT format('streaming.state_%s', id) AS state FROM streaming.stream_defs WHERE name = 'ag_global' \gset
+SELECT count(*) AS state_rows FROM :state;
+SELECT streaming.reset('ag_global');
+SELECT count(*) AS state_rows FROM :state;
+SELECT streaming.run_batch('ag_global');
+SELECT count(*) AS state_rows FROM :state;
+SELECT streaming.drop_stream(name, drop_sink => true) FROM streaming.streams WHERE name LIKE 'ag\_%' ORDER BY name;
+SELECT count(*) AS state_tables_left FROM pg_tables WHERE schemaname = 'streaming' AND tablename LIKE 'state\_%';
+SELECT streaming.drop_source('ag_src');
+DROP VIEW ag_expected_tumble, ag_expected_hop, ag_expected_global;
+DROP TABLE ag_orders, ag_read;
+DROP FUNCTION ag_produce(int, int);
+DROP AGGREGATE ag_total(numeric);
+DROP AGGREGATE ag_no_combine(numeric);

@@ -1,0 +1,570 @@
+/*
+ * aggstate.c: state of aggregate streams (SPEC 3, 3.2).
+ *
+ * A batch aggregates its rows in memory first: one hash entry per window
+ * and group, holding the aggregates' transition states.  At the end of the
+ * batch each entry is merged, once, into the stream's state table
+ * (streaming.state_<id>) with the aggregates' combine functions, and the
+ * sink is brought up to date: in update mode the changed groups are upserted
+ * into it, in complete mode it is rewritten from the whole state.
+ *
+ * The state table's key is group_key, the window start and the group
+ * values in their binary send format, so that NULL groups are groups like
+ * any other (as in GROUP BY) and lookups use the primary key.
+ */
+#include "postgres.h"
+
+#include "access/tupdesc.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "aggstate.h"
+#include "catalog.h"
+
+struct StmAggBatch
+{
+	StmAggQuery *agg;
+	int32		stream_id;
+	bool		complete;		/* complete mode, else update */
+	Relation	sink;
+	char	   *table;
+	StmAggRuntime *rt;
+	MemoryContext cxt;			/* groups and their states */
+	HTAB	   *groups;
+	ExprState **keys;
+	FmgrInfo   *key_send;
+	ExprState **outputs;
+	TupleTableSlot *group_slot;
+	ExprContext *out_econtext;
+};
+
+typedef struct GroupEntry
+{
+	bytea	   *key;			/* hash key: must be first */
+	bool		has_window;
+	TimestampTz wstart;
+	TimestampTz wend;
+	Datum	   *keyvals;
+	bool	   *keynulls;
+	StmAggValue *vals;
+} GroupEntry;
+
+char *
+stm_aggstate_table(int32 stream_id)
+{
+	return psprintf("streaming.%s", quote_identifier(psprintf("state_%d", stream_id)));
+}
+
+/*
+ * The state table, created in schema streaming as the extension's owner
+ * would (roles cannot create tables there) and then given to the stream's
+ * owner.
+ */
+void
+stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
+{
+	StringInfoData sql;
+	ListCell   *lc;
+	int			n = 0;
+	Oid			save_userid;
+	int			save_sec;
+	int			nest;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE TABLE %s (group_key bytea PRIMARY KEY, "
+					 "window_start timestamptz, window_end timestamptz",
+					 stm_aggstate_table(stream_id));
+	for (int k = 0; k < agg->nkeys; k++)
+		appendStringInfo(&sql, ", key_%d %s", k + 1,
+						 format_type_extended(agg->key_types[k], agg->key_typmods[k],
+											  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
+	foreach(lc, agg->aggrefs)
+		appendStringInfo(&sql, ", state_%d %s", ++n,
+						 format_type_extended(stm_agg_storedtype(lfirst(lc)), -1,
+											  FORMAT_TYPE_FORCE_QUALIFY));
+	appendStringInfoChar(&sql, ')');
+
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	nest = stm_catalog_pin_search_path();
+	SPI_connect();
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY ||
+		SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", stm_aggstate_table(stream_id),
+							 quote_identifier(GetUserNameFromId(owner, false))),
+					false, 0) != SPI_OK_UTILITY ||
+		SPI_execute(psprintf("COMMENT ON TABLE %s IS %s", stm_aggstate_table(stream_id),
+							 quote_literal_cstr("Partial aggregate states of a stream, by window and group.")),
+					false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not create the state table of stream %d", stream_id);
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	SetUserIdAndSecContext(save_userid, save_sec);
+
+	/* schema streaming outlives DROP EXTENSION; ... CASCADE takes state tables along */
+	CommandCounterIncrement();
+	{
+		ObjectAddress table_addr;
+		ObjectAddress ext_addr;
+		Oid			relid = get_relname_relid(psprintf("state_%d", stream_id),
+											  get_namespace_oid("streaming", false));
+
+		ObjectAddressSet(table_addr, RelationRelationId, relid);
+		ObjectAddressSet(ext_addr, ExtensionRelationId, get_extension_oid("streaming", false));
+		recordDependencyOn(&table_addr, &ext_addr, DEPENDENCY_NORMAL);
+	}
+}
+
+static uint32
+group_hash(const void *key, Size keysize)
+{
+	const bytea *k = *(bytea *const *) key;
+
+	return DatumGetUInt32(hash_any((const unsigned char *) VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)));
+}
+
+static int
+group_match(const void *key1, const void *key2, Size keysize)
+{
+	const bytea *a = *(bytea *const *) key1;
+	const bytea *b = *(bytea *const *) key2;
+
+	if (VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b))
+		return 1;
+	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a));
+}
+
+StmAggBatch *
+stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
+				   Relation sink)
+{
+	StmAggBatch *ab = palloc0(sizeof(StmAggBatch));
+	HASHCTL		ctl;
+	ListCell   *lc;
+	int			n = 0;
+
+	ab->agg = agg;
+	ab->stream_id = stream_id;
+	/* one group and no key: the single result row is rewritten, as in complete mode */
+	ab->complete = strcmp(output_mode, "complete") == 0 ||
+		(agg->nkeys == 0 && agg->window.kind == STM_WINDOW_NONE);
+	ab->sink = sink;
+	ab->table = stm_aggstate_table(stream_id);
+	ab->cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming groups",
+									ALLOCSET_DEFAULT_SIZES);
+	ab->rt = stm_agg_init(agg->aggrefs, ab->cxt);
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(bytea *);
+	ctl.entrysize = sizeof(GroupEntry);
+	ctl.hash = group_hash;
+	ctl.match = group_match;
+	ctl.hcxt = ab->cxt;
+	ab->groups = hash_create("streaming groups", 1024, &ctl,
+							 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+
+	ab->keys = palloc(sizeof(ExprState *) * Max(agg->nkeys, 1));
+	ab->key_send = palloc(sizeof(FmgrInfo) * Max(agg->nkeys, 1));
+	foreach(lc, agg->key_exprs)
+	{
+		Oid			sendfn;
+		bool		varlena;
+
+		ab->keys[n] = ExecInitExpr(lfirst(lc), NULL);
+		getTypeBinaryOutputInfo(agg->key_types[n], &sendfn, &varlena);
+		fmgr_info(sendfn, &ab->key_send[n]);
+		n++;
+	}
+	ab->outputs = palloc(sizeof(ExprState *) * list_length(agg->outputs));
+	n = 0;
+	foreach(lc, agg->outputs)
+		ab->outputs[n++] = ExecInitExpr(lfirst(lc), NULL);
+	ab->group_slot = MakeSingleTupleTableSlot(agg->group_desc, &TTSOpsVirtual);
+	ab->out_econtext = CreateStandaloneExprContext();
+	return ab;
+}
+
+/* group_key: window start, then each key as length + send format (-1: NULL) */
+static bytea *
+group_key(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, bool *nulls)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoSpaces(&buf, VARHDRSZ);
+	if (has_window)
+		appendBinaryStringInfo(&buf, (char *) &wstart, sizeof(wstart));
+	for (int k = 0; k < ab->agg->nkeys; k++)
+	{
+		int32		len = -1;
+
+		if (nulls[k])
+			appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+		else
+		{
+			bytea	   *b = SendFunctionCall(&ab->key_send[k], vals[k]);
+
+			len = VARSIZE(b) - VARHDRSZ;
+			appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+			appendBinaryStringInfo(&buf, VARDATA(b), len);
+		}
+	}
+	SET_VARSIZE(buf.data, buf.len);
+	return (bytea *) buf.data;
+}
+
+static void
+add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
+			 TimestampTz wstart, TimestampTz wend, Datum *vals, bool *nulls)
+{
+	MemoryContext old = MemoryContextSwitchTo(ab->cxt);
+	bytea	   *key = group_key(ab, has_window, wstart, vals, nulls);
+	bool		found;
+	GroupEntry *e = hash_search(ab->groups, &key, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		e->has_window = has_window;
+		e->wstart = wstart;
+		e->wend = wend;
+		e->keyvals = palloc(sizeof(Datum) * Max(ab->agg->nkeys, 1));
+		e->keynulls = palloc(sizeof(bool) * Max(ab->agg->nkeys, 1));
+		for (int k = 0; k < ab->agg->nkeys; k++)
+		{
+			int16		len;
+			bool		byval;
+
+			get_typlenbyval(ab->agg->key_types[k], &len, &byval);
+			e->keynulls[k] = nulls[k];
+			e->keyvals[k] = nulls[k] ? (Datum) 0 : datumCopy(vals[k], byval, len);
+		}
+		e->vals = palloc(sizeof(StmAggValue) * Max(ab->rt->naggs, 1));
+		stm_agg_group_init(ab->rt, e->vals);
+	}
+	else
+		pfree(key);
+	MemoryContextSwitchTo(old);
+	stm_agg_advance(ab->rt, e->vals, econtext);
+}
+
+/* One source row (the econtext's scan tuple, past WHERE) into its groups. */
+void
+stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
+{
+	StmAggQuery *agg = ab->agg;
+	Datum		vals[FUNC_MAX_ARGS];
+	bool		nulls[FUNC_MAX_ARGS];
+	StmWindowSpec *w = &agg->window;
+	TimestampTz ts;
+	int64		offset;
+	TimestampTz start;
+
+	for (int k = 0; k < agg->nkeys; k++)
+		vals[k] = ExecEvalExprSwitchContext(ab->keys[k], econtext, &nulls[k]);
+
+	if (w->kind == STM_WINDOW_NONE)
+	{
+		add_to_group(ab, econtext, false, 0, 0, vals, nulls);
+		return;
+	}
+	/* the event time is a source column, never NULL here (a bad record) */
+	ts = DatumGetTimestampTz(econtext->ecxt_scantuple->tts_values[agg->event_time_att]);
+	if (w->kind == STM_WINDOW_TUMBLE)
+	{
+		offset = (ts - w->origin) % w->size_us;
+		if (offset < 0)
+			offset += w->size_us;
+		start = ts - offset;
+		add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+		return;
+	}
+	/* hop: every window [start, start + size) with start on the slide grid */
+	offset = (ts - w->origin) % w->slide_us;
+	if (offset < 0)
+		offset += w->slide_us;
+	for (start = ts - offset; start + w->size_us > ts; start -= w->slide_us)
+		add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+}
+
+/* The sink row of a group, from its merged states. */
+static void
+output_row(StmAggBatch *ab, bool has_window, TimestampTz wstart, TimestampTz wend,
+		   Datum *keyvals, bool *keynulls, StmAggValue *states,
+		   Datum *out, bool *outnulls)
+{
+	StmAggQuery *agg = ab->agg;
+	TupleTableSlot *slot = ab->group_slot;
+	int			n = 0;
+
+	ExecClearTuple(slot);
+	slot->tts_values[0] = TimestampTzGetDatum(wstart);
+	slot->tts_isnull[0] = !has_window;
+	slot->tts_values[1] = TimestampTzGetDatum(wend);
+	slot->tts_isnull[1] = !has_window;
+	for (int k = 0; k < agg->nkeys; k++)
+	{
+		slot->tts_values[2 + k] = keyvals[k];
+		slot->tts_isnull[2 + k] = keynulls[k];
+	}
+	for (int i = 0; i < ab->rt->naggs; i++)
+		slot->tts_values[2 + agg->nkeys + i] =
+			stm_agg_finalize(ab->rt, i, &states[i], &slot->tts_isnull[2 + agg->nkeys + i]);
+	ExecStoreVirtualTuple(slot);
+	ab->out_econtext->ecxt_scantuple = slot;
+	for (n = 0; n < list_length(agg->outputs); n++)
+		out[n] = ExecEvalExpr(ab->outputs[n], ab->out_econtext, &outnulls[n]);
+}
+
+/* INSERT INTO sink (outputs) VALUES (...) [ON CONFLICT (group columns) DO UPDATE] */
+static SPIPlanPtr
+prepare_sink_write(StmAggBatch *ab, bool upsert)
+{
+	StmAggQuery *agg = ab->agg;
+	int			nout = list_length(agg->outputs);
+	Oid		   *types = palloc(sizeof(Oid) * nout);
+	StringInfoData sql;
+	StringInfoData conflict;
+	StringInfoData set;
+	SPIPlanPtr	plan;
+
+	initStringInfo(&sql);
+	initStringInfo(&conflict);
+	initStringInfo(&set);
+	appendStringInfo(&sql, "INSERT INTO %s.%s AS t (",
+					 quote_identifier(get_namespace_name(RelationGetNamespace(ab->sink))),
+					 quote_identifier(RelationGetRelationName(ab->sink)));
+	/* output columns go to the sink columns of the same names */
+	for (int n = 0; n < nout; n++)
+	{
+		const char *col = agg->out_names[n];
+
+		types[n] = exprType(list_nth(agg->outputs, n));
+		appendStringInfo(&sql, "%s%s", n ? ", " : "", quote_identifier(col));
+		if (agg->out_group_col[n] >= 0)
+			appendStringInfo(&conflict, "%s%s", conflict.len ? ", " : "", quote_identifier(col));
+		else
+			appendStringInfo(&set, "%s%s = EXCLUDED.%s", set.len ? ", " : "",
+							 quote_identifier(col), quote_identifier(col));
+	}
+	appendStringInfoString(&sql, ") VALUES (");
+	for (int n = 0; n < nout; n++)
+		appendStringInfo(&sql, "%s$%d", n ? ", " : "", n + 1);
+	appendStringInfoChar(&sql, ')');
+	if (upsert)
+		appendStringInfo(&sql, " ON CONFLICT (%s) DO %s%s", conflict.data,
+						 set.len ? "UPDATE SET " : "NOTHING", set.data);
+	plan = SPI_prepare(sql.data, nout, types);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare the sink write: %s", SPI_result_code_string(SPI_result));
+	return plan;
+}
+
+static void
+write_sink(SPIPlanPtr plan, int nout, Datum *out, bool *outnulls)
+{
+	char	   *nulls = palloc(nout);
+
+	for (int n = 0; n < nout; n++)
+		nulls[n] = outnulls[n] ? 'n' : ' ';
+	if (SPI_execute_plan(plan, out, nulls, false, 0) < 0)
+		elog(ERROR, "could not write the sink");
+	pfree(nulls);
+}
+
+/*
+ * Merge the batch's groups into the state table and bring the sink up to
+ * date.  Returns the number of sink rows written.
+ */
+int64
+stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows)
+{
+	StmAggQuery *agg = ab->agg;
+	StmAggRuntime *rt = ab->rt;
+	int			nkeys = agg->nkeys;
+	int			nstate = 3 + nkeys + rt->naggs;
+	int			nout = list_length(agg->outputs);
+	Oid		   *types = palloc(sizeof(Oid) * nstate);
+	Datum	   *vals = palloc(sizeof(Datum) * nstate);
+	char	   *nulls = palloc(nstate);
+	Datum	   *out = palloc(sizeof(Datum) * nout);
+	bool	   *outnulls = palloc(sizeof(bool) * nout);
+	StmAggValue *merged = palloc(sizeof(StmAggValue) * Max(rt->naggs, 1));
+	StringInfoData sql;
+	SPIPlanPtr	select_plan;
+	SPIPlanPtr	upsert_plan;
+	SPIPlanPtr	sink_plan = NULL;
+	HASH_SEQ_STATUS seq;
+	GroupEntry *e;
+	int64		written = 0;
+	int			nest = stm_catalog_pin_search_path();
+	Oid			bytea_type = BYTEAOID;
+
+	SPI_connect();
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "SELECT ");
+	for (int i = 0; i < rt->naggs; i++)
+		appendStringInfo(&sql, "%sstate_%d", i ? ", " : "", i + 1);
+	if (rt->naggs == 0)
+		appendStringInfoString(&sql, "1");
+	appendStringInfo(&sql, " FROM %s WHERE group_key = $1 FOR UPDATE", ab->table);
+	select_plan = SPI_prepare(sql.data, 1, &bytea_type);
+
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s VALUES (", ab->table);
+	for (int c = 0; c < nstate; c++)
+		appendStringInfo(&sql, "%s$%d", c ? ", " : "", c + 1);
+	appendStringInfoString(&sql, ") ON CONFLICT (group_key) DO UPDATE SET ");
+	for (int i = 0; i < rt->naggs; i++)
+		appendStringInfo(&sql, "%sstate_%d = EXCLUDED.state_%d", i ? ", " : "", i + 1, i + 1);
+	if (rt->naggs == 0)
+		appendStringInfoString(&sql, "window_end = EXCLUDED.window_end");
+	types[0] = BYTEAOID;
+	types[1] = types[2] = TIMESTAMPTZOID;
+	for (int k = 0; k < nkeys; k++)
+		types[3 + k] = agg->key_types[k];
+	for (int i = 0; i < rt->naggs; i++)
+		types[3 + nkeys + i] = rt->fns[i].storedtype;
+	upsert_plan = SPI_prepare(sql.data, nstate, types);
+	if (select_plan == NULL || upsert_plan == NULL)
+		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
+	if (!ab->complete)
+		sink_plan = prepare_sink_write(ab, true);
+
+	hash_seq_init(&seq, ab->groups);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		Datum		keyarg = PointerGetDatum(e->key);
+
+		/* merged := stored state combined with this batch's */
+		if (SPI_execute_plan(select_plan, &keyarg, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the state table of stream %d", ab->stream_id);
+		if (SPI_processed > 0)
+		{
+			for (int i = 0; i < rt->naggs; i++)
+			{
+				bool		isnull;
+				Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &isnull);
+
+				stm_agg_load(rt, i, d, isnull, &merged[i]);
+				stm_agg_combine(rt, i, &merged[i], &e->vals[i]);
+			}
+		}
+		else
+			memcpy(merged, e->vals, sizeof(StmAggValue) * rt->naggs);
+
+		vals[0] = keyarg;
+		nulls[0] = ' ';
+		vals[1] = TimestampTzGetDatum(e->wstart);
+		vals[2] = TimestampTzGetDatum(e->wend);
+		nulls[1] = nulls[2] = e->has_window ? ' ' : 'n';
+		for (int k = 0; k < nkeys; k++)
+		{
+			vals[3 + k] = e->keyvals[k];
+			nulls[3 + k] = e->keynulls[k] ? 'n' : ' ';
+		}
+		for (int i = 0; i < rt->naggs; i++)
+		{
+			bool		isnull;
+
+			vals[3 + nkeys + i] = stm_agg_store(rt, i, &merged[i], &isnull);
+			nulls[3 + nkeys + i] = isnull ? 'n' : ' ';
+		}
+		if (SPI_execute_plan(upsert_plan, vals, nulls, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
+
+		if (!ab->complete)
+		{
+			output_row(ab, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls,
+					   merged, out, outnulls);
+			write_sink(sink_plan, nout, out, outnulls);
+			written++;
+		}
+		ResetExprContext(ab->out_econtext);
+	}
+
+	/* complete mode: the sink holds the whole result, from the whole state */
+	if (ab->complete && hash_get_num_entries(ab->groups) > 0)
+	{
+		Portal		portal;
+
+		if (SPI_execute(psprintf("DELETE FROM %s.%s",
+								 quote_identifier(get_namespace_name(RelationGetNamespace(ab->sink))),
+								 quote_identifier(RelationGetRelationName(ab->sink))),
+						false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not empty the sink");
+		sink_plan = prepare_sink_write(ab, false);
+		/* not read-only: the cursor's snapshot must see this batch's upserts */
+		portal = SPI_cursor_open_with_args(NULL, psprintf("SELECT * FROM %s", ab->table),
+										   0, NULL, NULL, NULL, false, 0);
+		for (;;)
+		{
+			SPITupleTable *tt;
+			uint64		nrows;
+
+			SPI_cursor_fetch(portal, true, 1000);
+			if (SPI_processed == 0)
+				break;
+			/* the sink writes below replace SPI_tuptable and SPI_processed */
+			tt = SPI_tuptable;
+			nrows = SPI_processed;
+			for (uint64 r = 0; r < nrows; r++)
+			{
+				bool		isnull;
+				bool		has_window;
+				TimestampTz ws;
+				TimestampTz we;
+				Datum		keyvals[FUNC_MAX_ARGS];
+				bool		keynulls[FUNC_MAX_ARGS];
+
+				ws = DatumGetTimestampTz(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
+				has_window = !isnull;
+				we = DatumGetTimestampTz(SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &isnull));
+				for (int k = 0; k < nkeys; k++)
+					keyvals[k] = SPI_getbinval(tt->vals[r], tt->tupdesc, 4 + k, &keynulls[k]);
+				for (int i = 0; i < rt->naggs; i++)
+				{
+					Datum		d = SPI_getbinval(tt->vals[r], tt->tupdesc, 4 + nkeys + i, &isnull);
+
+					stm_agg_load(rt, i, d, isnull, &merged[i]);
+				}
+				output_row(ab, has_window, ws, we, keyvals, keynulls, merged, out, outnulls);
+				write_sink(sink_plan, nout, out, outnulls);
+				written++;
+				ResetExprContext(ab->out_econtext);
+			}
+			SPI_freetuptable(tt);
+		}
+		SPI_cursor_close(portal);
+	}
+
+	if (SPI_execute(psprintf("SELECT count(*) FROM %s", ab->table), false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not count the state of stream %d", ab->stream_id);
+	{
+		bool		isnull;
+
+		*num_state_rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	MemoryContextDelete(ab->cxt);
+	FreeExprContext(ab->out_econtext, true);
+	return written;
+}

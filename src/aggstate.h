@@ -1,0 +1,23 @@
+/*
+ * aggstate.h: the state of aggregate streams: an in-memory hash table of
+ * the batch's groups, merged into the stream's state table, and the sink
+ * rows it produces (SPEC 3, 3.2).
+ */
+#ifndef STM_AGGSTATE_H
+#define STM_AGGSTATE_H
+
+#include "nodes/execnodes.h"
+
+#include "aggregate.h"
+#include "query.h"
+
+typedef struct StmAggBatch StmAggBatch;
+
+extern char *stm_aggstate_table(int32 stream_id);
+extern void stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner);
+extern StmAggBatch *stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id,
+									   const char *output_mode, Relation sink);
+extern void stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext);
+extern int64 stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows);
+
+#endif
