@@ -115,11 +115,64 @@ SELECT streaming.run_batch('ag_one');
 SELECT * FROM ag_one;
 
 --
+-- a watermark (SPEC 3.1): append mode writes a window's row once, when the
+-- watermark (max event time of earlier batches - delay) reaches its end;
+-- a row for a closed window is late; after a batch that moved the
+-- watermark a batch runs without data
+--
+\set t ag_wm:run
+SELECT streaming.create_kafka_source('ag_wm_src', :'bs', topics => ARRAY[:'t'],
+    starting_offsets => 'earliest', columns => 'k text, ts timestamptz');
+SELECT streaming.create_stream('ag_wm',
+    $$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, count(*) AS n, min(ts) AS first_ts
+      FROM ag_wm_src GROUP BY streaming.tumble(ts, '10 minutes')$$,
+    output_mode => 'append', watermark => '5 minutes', start => false);
+CREATE VIEW ag_wm_progress AS
+SELECT batch_id, num_input_rows, num_output_rows, num_late_rows, num_state_rows,
+       to_char(watermark AT TIME ZONE 'UTC', 'HH24:MI') AS watermark
+FROM streaming.progress WHERE stream = 'ag_wm';
+\! printf '%s\n' '{"k": "a", "ts": "2024-01-01 10:01:00+00"}' '{"k": "b", "ts": "2024-01-01 10:05:00+00"}' '{"k": "c", "ts": "2024-01-01 10:12:00+00"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_wm$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ag_wm');   -- watermark becomes 10:07; nothing closes
+SELECT streaming.run_batch('ag_wm');   -- the no-data batch: nothing closes at 10:07
+SELECT streaming.run_batch('ag_wm');   -- nothing due
+\! printf '%s\n' '{"k": "d", "ts": "2024-01-01 10:03:00+00"}' '{"k": "e", "ts": "2024-01-01 10:25:00+00"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_wm$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ag_wm');   -- 10:03 still counts: its window is open at 10:07
+SELECT count(*) AS rows_before_no_data_batch FROM ag_wm;
+SELECT streaming.run_batch('ag_wm');   -- watermark 10:20 closes [10:00, 10:10) and [10:10, 10:20)
+SELECT to_char(ws AT TIME ZONE 'UTC', 'HH24:MI') AS ws, to_char(we AT TIME ZONE 'UTC', 'HH24:MI') AS we, n,
+       to_char(first_ts AT TIME ZONE 'UTC', 'HH24:MI') AS first_ts FROM ag_wm ORDER BY ws;
+\! printf '%s\n' '{"k": "f", "ts": "2024-01-01 10:09:00+00"}' '{"k": "g", "ts": "2024-01-01 10:31:00+00"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_wm$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ag_wm');   -- 10:09 is late (its window closed), 10:31 opens a window
+SELECT streaming.run_batch('ag_wm');   -- watermark 10:26: [10:20, 10:30) stays open
+SELECT count(*) AS rows FROM ag_wm;
+SELECT * FROM ag_wm_progress ORDER BY batch_id;
+SELECT to_char(watermark AT TIME ZONE 'UTC', 'HH24:MI') AS watermark FROM streaming.streams WHERE name = 'ag_wm';
+-- update mode with a watermark: late rows are dropped, closed windows leave the state
+SELECT streaming.create_stream('ag_wm_upd',
+    $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_wm_src GROUP BY streaming.tumble(ts, '10 minutes')$$,
+    output_mode => 'update', watermark => '5 minutes', start => false);
+SELECT streaming.run_batch('ag_wm_upd');   -- every record so far: watermark 10:26
+SELECT streaming.run_batch('ag_wm_upd');   -- no-data batch: [10:00, 10:10) and [10:10, 10:20) evicted
+SELECT to_char(ws AT TIME ZONE 'UTC', 'HH24:MI') AS ws, n FROM ag_wm_upd ORDER BY ws;
+SELECT batch_id, num_input_rows, num_output_rows, num_late_rows, num_state_rows FROM streaming.progress
+WHERE stream = 'ag_wm_upd' ORDER BY batch_id;
+-- complete mode drops nothing, even with a watermark
+SELECT streaming.create_stream('ag_wm_all',
+    $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_wm_src GROUP BY streaming.tumble(ts, '10 minutes')$$,
+    output_mode => 'complete', watermark => '5 minutes', start => false);
+SELECT streaming.run_batch('ag_wm_all');
+SELECT to_char(ws AT TIME ZONE 'UTC', 'HH24:MI') AS ws, n FROM ag_wm_all ORDER BY ws;
+SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_wm_src GROUP BY streaming.tumble(ts, '10 minutes')$$,
+    output_mode => 'append', watermark => '5 minutes', event_time => 'k', start => false);
+
+--
 -- what aggregate streams refuse in this version
 --
 SELECT streaming.create_stream('ag_bad', 'SELECT status, count(*) AS n FROM ag_src GROUP BY status', start => false);
 SELECT streaming.create_stream('ag_bad', 'SELECT status, count(*) AS n FROM ag_src GROUP BY status',
     output_mode => 'update', watermark => '1 minute', event_time => 'ts', start => false);
+SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute')$$,
+    output_mode => 'update', watermark => '1 minute', late_rows => 'keep', start => false);
 SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.session(ts, '1 minute')$$,
     output_mode => 'update', start => false);
 SELECT streaming.create_stream('ag_bad', $$SELECT count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
@@ -143,7 +196,8 @@ SELECT count(*) AS state_rows FROM :state;
 SELECT streaming.drop_stream(name, drop_sink => true) FROM streaming.streams WHERE name LIKE 'ag\_%' ORDER BY name;
 SELECT count(*) AS state_tables_left FROM pg_tables WHERE schemaname = 'streaming' AND tablename LIKE 'state\_%';
 SELECT streaming.drop_source('ag_src');
-DROP VIEW ag_expected_tumble, ag_expected_hop, ag_expected_global;
+SELECT streaming.drop_source('ag_wm_src');
+DROP VIEW ag_expected_tumble, ag_expected_hop, ag_expected_global, ag_wm_progress;
 DROP TABLE ag_orders, ag_read;
 DROP FUNCTION ag_produce(int, int);
 DROP AGGREGATE ag_total(numeric);

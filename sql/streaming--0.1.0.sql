@@ -42,6 +42,7 @@ CREATE TABLE streaming.stream_defs (
     last_batch_id   bigint,
     positions_initialized boolean NOT NULL DEFAULT false, -- starting_offsets applied
     watermark       timestamptz,
+    no_data_batch_due boolean NOT NULL DEFAULT false, -- the last batch moved the watermark
     last_error      text,
     source_error    text,
     failures        integer NOT NULL DEFAULT 0

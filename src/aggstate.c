@@ -45,6 +45,10 @@ struct StmAggBatch
 	StmAggQuery *agg;
 	int32		stream_id;
 	bool		complete;		/* complete mode, else update */
+	bool		append;			/* append mode */
+	bool		has_watermark;	/* windows close: late rows, eviction */
+	TimestampTz watermark;		/* the one this batch filters and evicts with */
+	HTAB	   *late;			/* groups of closed windows that rows came for */
 	Relation	sink;
 	char	   *table;
 	StmAggRuntime *rt;
@@ -111,6 +115,8 @@ stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
 		SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", stm_aggstate_table(stream_id),
 							 quote_identifier(GetUserNameFromId(owner, false))),
 					false, 0) != SPI_OK_UTILITY ||
+		SPI_execute(psprintf("CREATE INDEX ON %s (window_end)", stm_aggstate_table(stream_id)),
+					false, 0) != SPI_OK_UTILITY ||
 		SPI_execute(psprintf("COMMENT ON TABLE %s IS %s", stm_aggstate_table(stream_id),
 							 quote_literal_cstr("Partial aggregate states of a stream, by window and group.")),
 					false, 0) != SPI_OK_UTILITY)
@@ -154,7 +160,7 @@ group_match(const void *key1, const void *key2, Size keysize)
 
 StmAggBatch *
 stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
-				   Relation sink)
+				   Relation sink, bool has_watermark, TimestampTz watermark)
 {
 	StmAggBatch *ab = palloc0(sizeof(StmAggBatch));
 	HASHCTL		ctl;
@@ -166,6 +172,11 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	/* one group and no key: the single result row is rewritten, as in complete mode */
 	ab->complete = strcmp(output_mode, "complete") == 0 ||
 		(agg->nkeys == 0 && agg->window.kind == STM_WINDOW_NONE);
+	ab->append = strcmp(output_mode, "append") == 0;
+	/* complete mode drops and evicts nothing (SPEC 3.1) */
+	ab->has_watermark = has_watermark && !ab->complete &&
+		agg->window.kind != STM_WINDOW_NONE;
+	ab->watermark = watermark;
 	ab->sink = sink;
 	ab->table = stm_aggstate_table(stream_id);
 	ab->cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming groups",
@@ -180,6 +191,9 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	ctl.hcxt = ab->cxt;
 	ab->groups = hash_create("streaming groups", 1024, &ctl,
 							 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	ctl.entrysize = sizeof(bytea *);
+	ab->late = hash_create("streaming late groups", 64, &ctl,
+						   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 
 	ab->keys = palloc(sizeof(ExprState *) * Max(agg->nkeys, 1));
 	ab->key_send = palloc(sizeof(FmgrInfo) * Max(agg->nkeys, 1));
@@ -238,7 +252,18 @@ add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
 	MemoryContext old = MemoryContextSwitchTo(ab->cxt);
 	bytea	   *key = group_key(ab, has_window, wstart, vals, nulls);
 	bool		found;
-	GroupEntry *e = hash_search(ab->groups, &key, HASH_ENTER, &found);
+	GroupEntry *e;
+
+	/* a row counts in a window only while the window is open (SPEC 3.1) */
+	if (ab->has_watermark && wend <= ab->watermark)
+	{
+		(void) hash_search(ab->late, &key, HASH_ENTER, &found);
+		if (found)
+			pfree(key);
+		MemoryContextSwitchTo(old);
+		return;
+	}
+	e = hash_search(ab->groups, &key, HASH_ENTER, &found);
 
 	if (!found)
 	{
@@ -394,7 +419,7 @@ write_sink(SPIPlanPtr plan, int nout, Datum *out, bool *outnulls)
  * date.  Returns the number of sink rows written.
  */
 int64
-stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows)
+stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows)
 {
 	StmAggQuery *agg = ab->agg;
 	StmAggRuntime *rt = ab->rt;
@@ -445,7 +470,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows)
 	upsert_plan = SPI_prepare(sql.data, nstate, types);
 	if (select_plan == NULL || upsert_plan == NULL)
 		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
-	if (!ab->complete)
+	if (!ab->complete && !ab->append)
 		sink_plan = prepare_sink_write(ab, true);
 
 	hash_seq_init(&seq, ab->groups);
@@ -490,7 +515,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows)
 		if (SPI_execute_plan(upsert_plan, vals, nulls, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
 
-		if (!ab->complete)
+		if (sink_plan)
 		{
 			output_row(ab, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls,
 					   merged, out, outnulls);
@@ -500,20 +525,32 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows)
 		ResetExprContext(ab->out_econtext);
 	}
 
-	/* complete mode: the sink holds the whole result, from the whole state */
-	if (ab->complete && hash_get_num_entries(ab->groups) > 0)
+	/*
+	 * complete mode: the sink holds the whole result, from the whole state;
+	 * append mode: the groups of windows closed by the watermark are written
+	 * once, and forgotten below.  (The cursor is not read-only: its snapshot
+	 * must see this batch's upserts.)
+	 */
+	if ((ab->complete && hash_get_num_entries(ab->groups) > 0) || (ab->append && ab->has_watermark))
 	{
 		Portal		portal;
+		Oid			wmtype = TIMESTAMPTZOID;
+		Datum		wm = TimestampTzGetDatum(ab->watermark);
+		char	   *scan;
 
-		if (SPI_execute(psprintf("DELETE FROM %s.%s",
-								 quote_identifier(get_namespace_name(RelationGetNamespace(ab->sink))),
-								 quote_identifier(RelationGetRelationName(ab->sink))),
-						false, 0) != SPI_OK_DELETE)
-			elog(ERROR, "could not empty the sink");
+		if (ab->complete)
+		{
+			if (SPI_execute(psprintf("DELETE FROM %s.%s",
+									 quote_identifier(get_namespace_name(RelationGetNamespace(ab->sink))),
+									 quote_identifier(RelationGetRelationName(ab->sink))),
+							false, 0) != SPI_OK_DELETE)
+				elog(ERROR, "could not empty the sink");
+			scan = psprintf("SELECT * FROM %s WHERE $1 IS NOT NULL", ab->table);
+		}
+		else
+			scan = psprintf("SELECT * FROM %s WHERE window_end <= $1", ab->table);
 		sink_plan = prepare_sink_write(ab, false);
-		/* not read-only: the cursor's snapshot must see this batch's upserts */
-		portal = SPI_cursor_open_with_args(NULL, psprintf("SELECT * FROM %s", ab->table),
-										   0, NULL, NULL, NULL, false, 0);
+		portal = SPI_cursor_open_with_args(NULL, scan, 1, &wmtype, &wm, NULL, false, 0);
 		for (;;)
 		{
 			SPITupleTable *tt;
@@ -554,6 +591,18 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows)
 		}
 		SPI_cursor_close(portal);
 	}
+
+	/* closed windows leave the state after their last output */
+	if (ab->has_watermark)
+	{
+		Oid			wmtype = TIMESTAMPTZOID;
+		Datum		wm = TimestampTzGetDatum(ab->watermark);
+
+		if (SPI_execute_with_args(psprintf("DELETE FROM %s WHERE window_end <= $1", ab->table),
+								  1, &wmtype, &wm, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not evict closed windows of stream %d", ab->stream_id);
+	}
+	*num_late_rows = hash_get_num_entries(ab->late);
 
 	if (SPI_execute(psprintf("SELECT count(*) FROM %s", ab->table), false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not count the state of stream %d", ab->stream_id);

@@ -6,6 +6,7 @@
 #ifndef STM_AGGSTATE_H
 #define STM_AGGSTATE_H
 
+#include "datatype/timestamp.h"
 #include "nodes/execnodes.h"
 
 #include "aggregate.h"
@@ -16,8 +17,10 @@ typedef struct StmAggBatch StmAggBatch;
 extern char *stm_aggstate_table(int32 stream_id);
 extern void stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner);
 extern StmAggBatch *stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id,
-									   const char *output_mode, Relation sink);
+									   const char *output_mode, Relation sink,
+									   bool has_watermark, TimestampTz watermark);
 extern void stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext);
-extern int64 stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows);
+extern int64 stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows,
+								 int64 *num_late_rows);
 
 #endif

@@ -782,28 +782,40 @@ require_workers(const char *stream)
 }
 
 /*
- * What aggregate streams support in this version: update and complete mode,
- * tumbling and hopping windows or none, no watermark; every window and
- * group column in the select list (they key the sink).
+ * What aggregate streams support in this version: tumbling and hopping
+ * windows or none; a watermark on the window's event time; every window
+ * and group column in the select list (they key the sink).  Returns the
+ * event-time column (the window's) when there is a watermark.
  */
-static void
+static char *
 check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_watermark,
-					   const char *event_time)
+					   const char *event_time, const char *late_rows)
 {
 	StmAggQuery *agg = qi->agg;
 	bool		in_output[FUNC_MAX_ARGS + 1] = {false};
+	char	   *window_column = NULL;
 
-	if (strcmp(output_mode, "append") == 0)
+	if (agg->window.kind != STM_WINDOW_NONE)
+		window_column = get_attname(qi->source_view, ((Var *) agg->window.ts)->varattno, false);
+	if (strcmp(output_mode, "append") == 0 && !has_watermark)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("output_mode \"append\" needs a watermark on an aggregate query"),
-				 errdetail("In append mode a group's row is written once, when its window closes; "
-						   "watermarks on aggregate streams are not supported yet."),
-				 errhint("Use output_mode 'update' or 'complete'.")));
-	if (has_watermark || event_time)
+				 errdetail("In append mode a group's row is written once, when the watermark closes its window."),
+				 errhint("Give watermark => '10 minutes', or use output_mode 'update' or 'complete'.")));
+	if ((has_watermark || event_time) && window_column == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("watermarks on aggregate streams are not supported yet")));
+				 errmsg("watermarks on aggregates without a window are not supported yet")));
+	if (event_time && strcmp(event_time, window_column) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event_time of a windowed query must name the window's column \"%s\"", window_column),
+				 errdetail("The event_time given was \"%s\".", event_time)));
+	if (strcmp(late_rows, "keep") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("late_rows => 'keep' is not supported yet")));
 	if (agg->window.kind == STM_WINDOW_SESSION)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -827,6 +839,7 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 					 errmsg("the select list of an aggregate stream must include every GROUP BY expression"),
 					 errdetail("GROUP BY expression %d is not in the select list.", k),
 					 errhint("The sink's key is the window and the groups.")));
+	return has_watermark ? window_column : NULL;
 }
 
 Datum
@@ -933,7 +946,8 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 				 errmsg("output_mode \"complete\" needs an aggregate query"),
 				 errdetail("A query without aggregates writes each input row once; use \"append\".")));
 	if (qi->agg)
-		check_aggregate_stream(qi, output_mode, !PG_ARGISNULL(4), event_time);
+		event_time = check_aggregate_stream(qi, output_mode, !PG_ARGISNULL(4), event_time,
+											late_rows);
 	if (!PG_ARGISNULL(4) && event_time == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -1247,7 +1261,8 @@ streaming_process_available(PG_FUNCTION_ARGS)
 		if (SPI_execute_with_args("SELECT NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($2::jsonb) "
 								  "AS t(topic text, partition int, \"offset\" bigint) "
 								  "LEFT JOIN streaming.offsets o ON o.stream_id = $1 AND o.topic = t.topic "
-								  "AND o.partition = t.partition WHERE coalesce(o.next_offset, -1) < t.\"offset\"), "
+								  "AND o.partition = t.partition WHERE coalesce(o.next_offset, -1) < t.\"offset\") "
+								  "AND NOT d.no_data_batch_due, "
 								  "d.status, d.last_error FROM streaming.stream_defs d WHERE d.id = $1",
 								  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read streaming.offsets");

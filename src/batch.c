@@ -300,12 +300,13 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 static void
 record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 			 char *start_json, char *end_json, int64 num_output, int64 num_state_rows,
+			 int64 num_late_rows, bool no_data_batch_due,
 			 bool has_watermark, TimestampTz watermark)
 {
-	Oid			types[13] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID};
-	Datum		values[13];
-	char		nulls[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[15] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID};
+	Datum		values[15];
+	char		nulls[15] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			nest;
 
 	values[0] = Int32GetDatum(bc->def->id);
@@ -326,24 +327,36 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 		nulls[10] = 'n';
 	values[11] = Int32GetDatum(stm_guc_progress_history);
 	values[12] = Int64GetDatum(num_state_rows);
+	values[13] = Int64GetDatum(num_late_rows);
+	values[14] = BoolGetDatum(no_data_batch_due);
 
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
 							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
-							  "start_positions, end_positions, data_loss, num_state_rows) "
-							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13)",
-							  13, types, values, nulls, false, 0) != SPI_OK_INSERT)
+							  "start_positions, end_positions, data_loss, num_state_rows, num_late_rows) "
+							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13, $14)",
+							  15, types, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write streaming.batches");
 	if (SPI_execute_with_args("DELETE FROM streaming.batches WHERE stream_id = $1 AND batch_id <= $2 - $12",
-							  13, types, values, nulls, false, 0) != SPI_OK_DELETE)
+							  15, types, values, nulls, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not trim streaming.batches");
 	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET last_batch_id = $2, watermark = $8, "
+							  "no_data_batch_due = $15, "
 							  "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
-							  13, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+							  15, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
+}
+
+/* The watermark committed by the last batch: what this batch filters with. */
+static TimestampTz
+previous_watermark(StmStreamDef *def)
+{
+	/* before any event, the watermark is 1970-01-01 00:00 UTC */
+	return def->has_watermark_value ? def->watermark_value :
+		-((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
 }
 
 static int
@@ -378,6 +391,7 @@ stm_batch_run(StmRuntime *rt)
 	TimestampTz watermark = 0;
 	int64		num_output;
 	int64		num_state_rows = 0;
+	int64		num_late_rows = 0;
 	MemoryContext oldcxt;
 	ListCell   *lc;
 
@@ -403,7 +417,8 @@ stm_batch_run(StmRuntime *rt)
 						   last_trigger_time(rt, def));
 	if (!def->positions_initialized)
 		stm_catalog_mark_positions_initialized(def->id);
-	if (total == 0)
+	/* nothing new: still a batch when the last one moved the watermark (SPEC 3.1) */
+	if (total == 0 && !(def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE))
 	{
 		bool		unsaved = bc.kc->data_loss.len > 0;
 
@@ -451,7 +466,8 @@ stm_batch_run(StmRuntime *rt)
 	if (qi->agg)
 	{
 		bc.qual = stm_query_compile_qual(qi);
-		bc.aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, sink_rel);
+		bc.aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, sink_rel,
+										 def->has_watermark, previous_watermark(def));
 		bc.event_time_att = qi->agg->event_time_att;
 	}
 	else
@@ -468,7 +484,7 @@ stm_batch_run(StmRuntime *rt)
 	stm_kafka_fetch(bc.kc, process_chunk, &bc);
 
 	if (bc.aggbatch)
-		num_output = stm_aggbatch_finish(bc.aggbatch, &num_state_rows);
+		num_output = stm_aggbatch_finish(bc.aggbatch, &num_state_rows, &num_late_rows);
 	else
 	{
 		stm_sink_close(bc.sink);
@@ -485,9 +501,7 @@ stm_batch_run(StmRuntime *rt)
 	if (def->has_watermark)
 	{
 		has_watermark = true;
-		/* before any event, the watermark is 1970-01-01 00:00 UTC */
-		watermark = def->has_watermark_value ? def->watermark_value :
-			-((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+		watermark = previous_watermark(def);
 		if (bc.has_max_event_time)
 		{
 			TimestampTz candidate = DatumGetTimestampTz(
@@ -500,7 +514,11 @@ stm_batch_run(StmRuntime *rt)
 	}
 
 	stm_kafka_save_positions(bc.kc, def->id);
+	/* a data batch that moved the watermark makes a no-data batch due (not for 'once') */
 	record_batch(&bc, batch_id, started, start_json, end_json, num_output, num_state_rows,
+				 num_late_rows,
+				 bc.aggbatch != NULL && bc.num_input > 0 && has_watermark &&
+				 watermark > previous_watermark(def) && def->trigger_kind != STM_TRIGGER_ONCE,
 				 has_watermark, watermark);
 
 	if (stm_guc_log_batches)

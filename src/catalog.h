@@ -38,6 +38,7 @@ typedef struct StmStreamDef
 	char	   *status;
 	int64		last_batch_id;	/* -1 before the first batch */
 	bool		positions_initialized;	/* starting_offsets were applied */
+	bool		no_data_batch_due;	/* the last batch moved the watermark */
 	bool		has_watermark_value;
 	TimestampTz watermark_value;
 	int			failures;
