@@ -35,7 +35,8 @@ CREATE TABLE ag_read (last_id int);
 INSERT INTO ag_read VALUES (1000);
 CREATE VIEW ag_expected_tumble AS
 SELECT date_bin('5 minutes', ts, 'epoch') AS ws, date_bin('5 minutes', ts, 'epoch') + interval '5 minutes' AS we,
-       status, count(*) AS n, sum(amount) AS total, avg(amount) AS mean, min(id) AS first_id, max(id) AS last_id
+       status, count(*) AS n, sum(amount) AS total, avg(amount) AS mean, min(id) AS first_id, max(id) AS last_id,
+       sum(customer) AS customers
 FROM ag_orders WHERE id <= (SELECT last_id FROM ag_read) GROUP BY 1, 2, 3;
 
 --
@@ -43,7 +44,8 @@ FROM ag_orders WHERE id <= (SELECT last_id FROM ag_read) GROUP BY 1, 2, 3;
 --
 SELECT streaming.create_stream('ag_tumble',
     $$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, status,
-             count(*) AS n, sum(amount) AS total, avg(amount) AS mean, min(id) AS first_id, max(id) AS last_id
+             count(*) AS n, sum(amount) AS total, avg(amount) AS mean, min(id) AS first_id, max(id) AS last_id,
+             sum(customer) AS customers
       FROM ag_src GROUP BY streaming.tumble(ts, '5 minutes'), status$$,
     output_mode => 'update', start => false);
 \d ag_tumble
@@ -202,3 +204,49 @@ DROP TABLE ag_orders, ag_read;
 DROP FUNCTION ag_produce(int, int);
 DROP AGGREGATE ag_total(numeric);
 DROP AGGREGATE ag_no_combine(numeric);
+
+--
+-- sink_function (foreachBatch, SPEC 3.2): called in the batch's transaction
+-- with a temporary table of the batch's output rows; here, the MERGE upsert
+-- into a silver table that Spark users write in foreachBatch
+--
+\set t ag_fb:run
+SELECT streaming.create_kafka_source('ag_fb_src', :'bs', topics => ARRAY[:'t'],
+    starting_offsets => 'earliest', columns => 'k text, v int');
+CREATE TABLE ag_silver (k text PRIMARY KEY, n bigint, total bigint, last_batch bigint);
+CREATE FUNCTION ag_merge(batch_id bigint, batch regclass) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format($m$
+        MERGE INTO ag_silver s USING %s b ON s.k = b.k
+        WHEN MATCHED THEN UPDATE SET n = b.n, total = b.total, last_batch = %s
+        WHEN NOT MATCHED THEN INSERT VALUES (b.k, b.n, b.total, %s)$m$, batch, batch_id, batch_id);
+END
+$$;
+SELECT streaming.create_stream('ag_fb', 'SELECT k, count(*) AS n, sum(v) AS total FROM ag_fb_src GROUP BY k',
+    output_mode => 'update', sink_function => 'ag_merge(bigint, regclass)', start => false);
+SELECT sink FROM streaming.streams WHERE name = 'ag_fb';
+\! printf '%s\n' '{"k": "x", "v": 1}' '{"k": "y", "v": 2}' '{"k": "x", "v": 3}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_fb$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ag_fb');
+\! printf '%s\n' '{"k": "x", "v": 10}' '{"k": "z", "v": 5}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_fb$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ag_fb');
+SELECT * FROM ag_silver ORDER BY k;
+-- a stateless stream's batch table holds its new rows
+CREATE TABLE ag_seen (batch_id bigint, rows bigint);
+CREATE FUNCTION ag_count(batch_id bigint, batch regclass) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('INSERT INTO ag_seen SELECT %s, count(*) FROM %s', batch_id, batch);
+END
+$$;
+SELECT streaming.create_stream('ag_fb2', 'SELECT k, v FROM ag_fb_src WHERE v > 1',
+    sink_function => 'ag_count(bigint, regclass)', start => false);
+SELECT streaming.run_batch('ag_fb2');
+SELECT * FROM ag_seen;
+-- the function must take (bigint, regclass); sink and sink_function exclude each other
+SELECT streaming.create_stream('ag_bad', 'SELECT k, v FROM ag_fb_src', sink_function => 'ag_produce(int, int)', start => false);
+SELECT streaming.create_stream('ag_bad', 'SELECT k, v FROM ag_fb_src', sink => 'ag_seen',
+    sink_function => 'ag_count(bigint, regclass)', start => false);
+SELECT streaming.drop_stream('ag_fb');
+SELECT streaming.drop_stream('ag_fb2');
+SELECT streaming.drop_source('ag_fb_src');
+DROP TABLE ag_silver, ag_seen;
+DROP FUNCTION ag_merge(bigint, regclass), ag_count(bigint, regclass);

@@ -144,7 +144,7 @@ SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', trigger => '-5 se
 -- not supported yet
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', dedup_keys => ARRAY['id'], start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', dedup_within_watermark => true, start => false);
-SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', sink_function => 'pg_sleep(float8)', start => false);
+SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', sink_function => 'abs(integer)', start => false);
 -- watermark, idle_timeout, event_time
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', watermark => '-1 minute', event_time => 'ts', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', idle_timeout => '0', start => false);

@@ -219,6 +219,7 @@ stm_agg_advance(StmAggRuntime *rt, StmAggValue *vals, ExprContext *econtext)
 		newval = FunctionCallInvoke(fcinfo);
 		MemoryContextSwitchTo(old);
 		keep_state(rt, fn, v, newval, fcinfo->isnull);
+		v->notrans = false;
 	}
 }
 

@@ -17,6 +17,7 @@
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
 #include "commands/extension.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
@@ -41,6 +42,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "aggstate.h"
@@ -860,10 +862,10 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	StmSourceDef *src;
 	RangeVar   *sink_rv;
 	Oid			sink_oid;
-	Datum		values[12];
-	char		nulls[12];
-	Oid			types[12] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
-		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID};
+	Datum		values[13];
+	char		nulls[13];
+	Oid			types[13] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
+		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID};
 	int32		stream_id;
 	int			nest;
 
@@ -915,9 +917,31 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("dedup_within_watermark is not supported yet")));
 	if (!PG_ARGISNULL(9))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("sink_function is not supported yet")));
+	{
+		Oid			fn = PG_GETARG_OID(9);
+		HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+		Form_pg_proc proc;
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for function %u", fn);
+		proc = (Form_pg_proc) GETSTRUCT(tup);
+		if (proc->pronargs != 2 || proc->proargtypes.values[0] != INT8OID ||
+			proc->proargtypes.values[1] != REGCLASSOID || proc->prokind != PROKIND_FUNCTION)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("sink_function %s must be a function of (batch_id bigint, batch regclass)",
+							format_procedure(fn))));
+		ReleaseSysCache(tup);
+		if (!PG_ARGISNULL(2))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a stream with a sink_function has no sink table"),
+					 errhint("Give either sink or sink_function.")));
+		if (pg_proc_aclcheck(fn, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied for function %s", format_procedure(fn))));
+	}
 	if (!PG_ARGISNULL(4) && !spi_check("SELECT $1 >= interval '0'", INTERVALOID, PG_GETARG_DATUM(4)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -984,8 +1008,10 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		sink_rv = makeRangeVarFromNameList(stringToQualifiedNameList(sink_name));
 		ARG_ERRCONTEXT_END();
 	}
-	sink_oid = RangeVarGetRelid(sink_rv, RowExclusiveLock, true);
-	if (OidIsValid(sink_oid))
+	sink_oid = PG_ARGISNULL(9) ? RangeVarGetRelid(sink_rv, RowExclusiveLock, true) : InvalidOid;
+	if (!PG_ARGISNULL(9))
+		;						/* foreachBatch: no sink table */
+	else if (OidIsValid(sink_oid))
 	{
 		Relation	rel = table_open(sink_oid, NoLock);
 
@@ -1007,12 +1033,16 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		sink_oid = get_relname_relid(sink_rv->relname, nspid);
 	}
 
-	for (int i = 0; i < 12; i++)
+	for (int i = 0; i < 13; i++)
 		nulls[i] = ' ';
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(src->name);
 	values[2] = CStringGetTextDatum(query);
 	values[3] = ObjectIdGetDatum(sink_oid);
+	if (!OidIsValid(sink_oid))
+		nulls[3] = 'n';
+	values[12] = PG_ARGISNULL(9) ? (Datum) 0 : PG_GETARG_DATUM(9);
+	nulls[12] = PG_ARGISNULL(9) ? 'n' : ' ';
 	values[4] = CStringGetTextDatum(output_mode);
 	if (PG_ARGISNULL(4))
 		nulls[5] = 'n';
@@ -1034,10 +1064,11 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
-							  "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, search_path) "
+							  "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, search_path, "
+							  "sink_function) "
 							  "VALUES ($1, $2, $3, $4::oid::regclass, $5, $6, $7, $8, $9, $10, $11, "
-							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12) RETURNING id",
-							  12, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12, $13::oid::regprocedure) RETURNING id",
+							  13, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into streaming.stream_defs");
 	{
 		bool		isnull;

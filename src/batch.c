@@ -23,6 +23,8 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/regproc.h"
+#include "catalog/namespace.h"
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
@@ -350,6 +352,45 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 	stm_catalog_unpin_search_path(nest);
 }
 
+/*
+ * foreachBatch (SPEC 3.2): the batch's output rows go to a temporary table,
+ * which the stream's sink_function gets with the batch id, in the batch's
+ * transaction; the table is dropped after the call.
+ */
+static Oid
+batch_table(StmQueryInfo *qi, int64 batch_id)
+{
+	char	   *name = psprintf("streaming_batch_" INT64_FORMAT, batch_id);
+	Oid			relid;
+
+	SPI_connect();
+	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name))),
+					false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not create the batch table");
+	SPI_finish();
+	CommandCounterIncrement();
+	relid = get_relname_relid(name, LookupExplicitNamespace("pg_temp", false));
+	return relid;
+}
+
+static void
+call_sink_function(StmStreamDef *def, int64 batch_id)
+{
+	Oid			types[2] = {INT8OID, REGCLASSOID};
+	Datum		values[2] = {Int64GetDatum(batch_id), ObjectIdGetDatum(def->sink)};
+
+	SPI_connect();
+	if (SPI_execute_with_args(psprintf("SELECT %s($1, $2)",
+									   quote_qualified_identifier(get_namespace_name(get_func_namespace(def->sink_function)),
+																  get_func_name(def->sink_function))),
+							  2, types, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not call the sink function of stream \"%s\"", def->name);
+	if (SPI_execute(psprintf("DROP TABLE pg_temp.%s",
+							 quote_identifier(get_rel_name(def->sink))), false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not drop the batch table");
+	SPI_finish();
+}
+
 /* The watermark committed by the last batch: what this batch filters with. */
 static TimestampTz
 previous_watermark(StmStreamDef *def)
@@ -447,6 +488,8 @@ stm_batch_run(StmRuntime *rt)
 	ExecCheckRTPerms(qi->query->rtable, true);
 
 	view = relation_open(src->view, AccessShareLock);
+	if (OidIsValid(def->sink_function))
+		def->sink = batch_table(qi, batch_id);
 	sink_rel = OidIsValid(def->sink) ? try_relation_open(def->sink, RowExclusiveLock) : NULL;
 	if (sink_rel == NULL)
 		ereport(ERROR,
@@ -495,6 +538,8 @@ stm_batch_run(StmRuntime *rt)
 	MemoryContextDelete(bc.chunk_cxt);
 	table_close(sink_rel, NoLock);
 	relation_close(view, NoLock);
+	if (OidIsValid(def->sink_function))
+		call_sink_function(def, batch_id);
 	AtEOXact_GUC(true, nest);
 
 	/* watermark = max event time seen - delay; it never moves back */

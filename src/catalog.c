@@ -55,7 +55,7 @@ get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 #define STREAM_COLUMNS \
 	"id, name, source, query, sink::oid, output_mode, watermark_delay, " \
 	"event_time, trigger, search_path, owner::oid, enabled, status, " \
-	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due"
+	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, sink_function::oid"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -90,6 +90,8 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->failures = DatumGetInt32(get_bin(tup, desc, 16, &isnull));
 	s->positions_initialized = DatumGetBool(get_bin(tup, desc, 17, &isnull));
 	s->no_data_batch_due = DatumGetBool(get_bin(tup, desc, 18, &isnull));
+	d = get_bin(tup, desc, 19, &isnull);
+	s->sink_function = isnull ? InvalidOid : DatumGetObjectId(d);
 	return s;
 }
 

@@ -25,6 +25,7 @@ typedef struct StmStreamDef
 	char	   *source;
 	char	   *query;
 	Oid			sink;
+	Oid			sink_function;	/* foreachBatch, else InvalidOid */
 	char	   *output_mode;
 	bool		has_watermark;
 	Interval	watermark_delay;
