@@ -250,3 +250,44 @@ SELECT streaming.drop_stream('ag_fb2');
 SELECT streaming.drop_source('ag_fb_src');
 DROP TABLE ag_silver, ag_seen;
 DROP FUNCTION ag_merge(bigint, regclass), ag_count(bigint, regclass);
+
+--
+-- dedup_keys (SPEC 3.3): the first row of each key, before the query
+--
+\set t ag_dd:run
+SELECT streaming.create_kafka_source('ag_dd_src', :'bs', topics => ARRAY[:'t'],
+    starting_offsets => 'earliest', columns => 'k text, ts timestamptz');
+-- without a watermark: keys are kept for ever
+SELECT streaming.create_stream('ag_dd', 'SELECT k, ts FROM ag_dd_src', dedup_keys => ARRAY['k'], start => false);
+-- with a watermark and the event time among the keys: late rows dropped, keys expire
+SELECT streaming.create_stream('ag_dd_ts', 'SELECT k, ts FROM ag_dd_src', dedup_keys => ARRAY['k', 'ts'],
+    watermark => '5 minutes', event_time => 'ts', start => false);
+-- within the watermark: a key is remembered until its first event time + delay
+SELECT streaming.create_stream('ag_dd_within', 'SELECT k, ts FROM ag_dd_src', dedup_keys => ARRAY['k'],
+    watermark => '5 minutes', event_time => 'ts', dedup_within_watermark => true, start => false);
+-- dedup, then aggregate
+SELECT streaming.create_stream('ag_dd_count', 'SELECT k, count(*) AS n FROM ag_dd_src GROUP BY k',
+    output_mode => 'complete', dedup_keys => ARRAY['k', 'ts'], start => false);
+CREATE FUNCTION ag_dd_batch() RETURNS TABLE (stream text, batch bigint) LANGUAGE sql AS $$
+    SELECT s, streaming.run_batch(s) FROM unnest(ARRAY['ag_dd', 'ag_dd_ts', 'ag_dd_within', 'ag_dd_count']) s
+$$;
+\! printf '%s\n' '{"k": "a", "ts": "2024-01-01 10:00:00+00"}' '{"k": "b", "ts": "2024-01-01 10:01:00+00"}' '{"k": "a", "ts": "2024-01-01 10:00:00+00"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_dd$KAFKA_RUN_ID" -p 0
+SELECT * FROM ag_dd_batch();
+\! printf '%s\n' '{"k": "a", "ts": "2024-01-01 10:10:00+00"}' '{"k": "c", "ts": "2024-01-01 10:11:00+00"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_dd$KAFKA_RUN_ID" -p 0
+SELECT * FROM ag_dd_batch();
+SELECT * FROM ag_dd_batch();   -- the no-data batches: keys the watermark (10:06) passed are forgotten
+\! printf '%s\n' '{"k": "a", "ts": "2024-01-01 10:00:00+00"}' '{"k": "a", "ts": "2024-01-01 10:20:00+00"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_dd$KAFKA_RUN_ID" -p 0
+SELECT * FROM ag_dd_batch();
+SELECT 'ag_dd' AS stream, k, to_char(ts AT TIME ZONE 'UTC', 'HH24:MI') AS ts FROM ag_dd
+UNION ALL SELECT 'ag_dd_ts', k, to_char(ts AT TIME ZONE 'UTC', 'HH24:MI') FROM ag_dd_ts
+UNION ALL SELECT 'ag_dd_within', k, to_char(ts AT TIME ZONE 'UTC', 'HH24:MI') FROM ag_dd_within
+ORDER BY 1, 2, 3;
+SELECT * FROM ag_dd_count ORDER BY k;
+SELECT stream, batch_id, num_input_rows, num_output_rows, num_dedup_rows, num_late_rows
+FROM streaming.progress WHERE stream LIKE 'ag\_dd%' ORDER BY stream, batch_id;
+SELECT streaming.create_stream('ag_bad', 'SELECT k FROM ag_dd_src', dedup_keys => ARRAY['nope'], start => false);
+SELECT streaming.create_stream('ag_bad', 'SELECT k FROM ag_dd_src', dedup_keys => ARRAY['k'], dedup_within_watermark => true, start => false);
+SELECT streaming.drop_stream(s, drop_sink => true) FROM unnest(ARRAY['ag_dd', 'ag_dd_ts', 'ag_dd_within', 'ag_dd_count']) s;
+SELECT count(*) AS dedup_tables_left FROM pg_tables WHERE schemaname = 'streaming' AND tablename LIKE 'dedup\_%';
+SELECT streaming.drop_source('ag_dd_src');
+DROP FUNCTION ag_dd_batch();

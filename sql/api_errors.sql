@@ -141,8 +141,9 @@ SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', output_mode => 'u
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', late_rows => 'ignore', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', trigger => 'soon', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', trigger => '-5 seconds', start => false);
--- not supported yet
-SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', dedup_keys => ARRAY['id'], start => false);
+-- dedup_keys: source columns; dedup_within_watermark needs a watermark
+SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', dedup_keys => ARRAY['no_such'], start => false);
+SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', dedup_keys => ARRAY[]::text[], start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', dedup_within_watermark => true, start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', sink_function => 'abs(integer)', start => false);
 -- watermark, idle_timeout, event_time

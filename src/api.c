@@ -34,6 +34,7 @@
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
 #include "utils/guc.h"
@@ -47,6 +48,7 @@
 
 #include "aggstate.h"
 #include "api.h"
+#include "dedup.h"
 #include "batch.h"
 #include "catalog.h"
 #include "guc.h"
@@ -217,6 +219,26 @@ stm_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
 								queryEnv, dest, qc);
+}
+
+/* Every dedup key must be a column of the source. */
+static void
+check_dedup_keys(Oid view, ArrayType *keys)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *key = TextDatumGetCString(elems[i]);
+
+		if (get_attnum(view, key) == InvalidAttrNumber)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("dedup key \"%s\" is not a column of source \"%s\"", key, get_rel_name(view))));
+	}
 }
 
 /* True when the (qualified) relation exists. */
@@ -862,10 +884,10 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	StmSourceDef *src;
 	RangeVar   *sink_rv;
 	Oid			sink_oid;
-	Datum		values[13];
-	char		nulls[13];
-	Oid			types[13] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
-		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID};
+	Datum		values[15];
+	char		nulls[15];
+	Oid			types[15] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
+		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID, TEXTARRAYOID, BOOLOID};
 	int32		stream_id;
 	int			nest;
 
@@ -908,14 +930,16 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 				 errmsg("invalid trigger \"%s\"", trigger),
 				 errhint("Use a processing-time interval such as '30 seconds' (or '0'), 'available_now' or 'once'.")));
 	(void) stm_catalog_parse_trigger(trigger, &interval_ms);
-	if (!PG_ARGISNULL(6))
+	if (!PG_ARGISNULL(6) &&
+		!spi_check("SELECT cardinality($1) > 0 AND NOT EXISTS (SELECT 1 FROM unnest($1) k WHERE k IS NULL OR k = '')",
+				   TEXTARRAYOID, PG_GETARG_DATUM(6)))
 		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("dedup_keys is not supported yet")));
-	if (PG_GETARG_BOOL(7))
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("dedup_keys must be a non-empty array of source column names")));
+	if (PG_GETARG_BOOL(7) && (PG_ARGISNULL(6) || PG_ARGISNULL(4)))
 		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("dedup_within_watermark is not supported yet")));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("dedup_within_watermark needs dedup_keys and a watermark")));
 	if (!PG_ARGISNULL(9))
 	{
 		Oid			fn = PG_GETARG_OID(9);
@@ -1033,7 +1057,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		sink_oid = get_relname_relid(sink_rv->relname, nspid);
 	}
 
-	for (int i = 0; i < 13; i++)
+	for (int i = 0; i < 15; i++)
 		nulls[i] = ' ';
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(src->name);
@@ -1043,6 +1067,9 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		nulls[3] = 'n';
 	values[12] = PG_ARGISNULL(9) ? (Datum) 0 : PG_GETARG_DATUM(9);
 	nulls[12] = PG_ARGISNULL(9) ? 'n' : ' ';
+	values[13] = PG_ARGISNULL(6) ? (Datum) 0 : PG_GETARG_DATUM(6);
+	nulls[13] = PG_ARGISNULL(6) ? 'n' : ' ';
+	values[14] = BoolGetDatum(PG_GETARG_BOOL(7));
 	values[4] = CStringGetTextDatum(output_mode);
 	if (PG_ARGISNULL(4))
 		nulls[5] = 'n';
@@ -1065,10 +1092,10 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
 							  "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, search_path, "
-							  "sink_function) "
+							  "sink_function, dedup_keys, dedup_within_watermark) "
 							  "VALUES ($1, $2, $3, $4::oid::regclass, $5, $6, $7, $8, $9, $10, $11, "
-							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12, $13::oid::regprocedure) RETURNING id",
-							  13, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12, $13::oid::regprocedure, $14, $15) RETURNING id",
+							  15, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into streaming.stream_defs");
 	{
 		bool		isnull;
@@ -1080,6 +1107,11 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 
 	if (qi->agg)
 		stm_aggstate_create(stream_id, qi->agg, GetUserId());
+	if (!PG_ARGISNULL(6))
+	{
+		check_dedup_keys(src->view, PG_GETARG_ARRAYTYPE_P(6));
+		stm_dedup_create(stream_id, GetUserId());
+	}
 	if (start)
 		queue_want(&want_on_commit, stream_id, GetUserId());
 	PG_RETURN_VOID();
@@ -1130,6 +1162,9 @@ streaming_drop_stream(PG_FUNCTION_ARGS)
 	spi_exec("DELETE FROM streaming.stream_defs WHERE id = $1", 1, types, values, NULL, SPI_OK_DELETE);
 	if (to_regclass_name(stm_aggstate_table(def->id)))
 		spi_exec(psprintf("DROP TABLE %s", stm_aggstate_table(def->id)),
+				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+	if (to_regclass_name(stm_dedup_table(def->id)))
+		spi_exec(psprintf("DROP TABLE %s", stm_dedup_table(def->id)),
 				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 	spi_exec("DELETE FROM streaming.dead_letters WHERE stream = $2", 2, types, values, NULL, SPI_OK_DELETE);
 	if (drop_sink && OidIsValid(def->sink) && get_rel_name(def->sink) != NULL)
@@ -1191,6 +1226,9 @@ streaming_reset(PG_FUNCTION_ARGS)
 	spi_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	if (to_regclass_name(stm_aggstate_table(def->id)))
 		spi_exec(psprintf("DELETE FROM %s", stm_aggstate_table(def->id)),
+				 0, NULL, NULL, NULL, SPI_OK_DELETE);
+	if (to_regclass_name(stm_dedup_table(def->id)))
+		spi_exec(psprintf("DELETE FROM %s", stm_dedup_table(def->id)),
 				 0, NULL, NULL, NULL, SPI_OK_DELETE);
 	spi_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
 			 "positions_initialized = false, "

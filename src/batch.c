@@ -35,6 +35,7 @@
 
 #include "aggstate.h"
 #include "batch.h"
+#include "dedup.h"
 #include "guc.h"
 #include "parse.h"
 #include "query.h"
@@ -56,12 +57,14 @@ typedef struct BatchContext
 	StmSink    *sink;
 	ExprState  *qual;			/* aggregate streams: WHERE */
 	StmAggBatch *aggbatch;		/* aggregate streams: the batch's groups */
+	StmDedup   *dedup;			/* dedup_keys */
 	Datum	   *out_values;
 	bool	   *out_nulls;
 	MemoryContext chunk_cxt;
 	/* counters */
 	int64		num_input;
 	int64		num_bad;
+	int64		num_dedup;
 	bool		has_max_event_time;
 	TimestampTz max_event_time;
 } BatchContext;
@@ -72,6 +75,7 @@ typedef struct ParsedRecord
 	Datum	   *values;
 	bool	   *nulls;
 	ErrorData  *error;
+	bool		drop;			/* bad, late or a duplicate */
 } ParsedRecord;
 
 StmRuntime *
@@ -235,15 +239,36 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 	}
 
 	for (int i = 0; i < n; i++)
+		if (recs[i].error)
+		{
+			handle_bad_record(bc, msgs[i], recs[i].error);
+			recs[i].drop = true;
+		}
+	/* dedup_keys: before the query */
+	if (bc->dedup)
+	{
+		Datum	  **values = palloc(sizeof(Datum *) * n);
+		bool	  **nulls = palloc(sizeof(bool *) * n);
+		bool	   *drop = palloc(sizeof(bool) * n);
+
+		for (int i = 0; i < n; i++)
+		{
+			values[i] = recs[i].values;
+			nulls[i] = recs[i].nulls;
+			drop[i] = recs[i].drop;
+		}
+		stm_dedup_chunk(bc->dedup, n, values, nulls, drop);
+		for (int i = 0; i < n; i++)
+			recs[i].drop = drop[i];
+	}
+
+	for (int i = 0; i < n; i++)
 	{
 		ParsedRecord *rec = &recs[i];
 		TupleTableSlot *slot = bc->source_slot;
 
-		if (rec->error)
-		{
-			handle_bad_record(bc, msgs[i], rec->error);
+		if (rec->drop)
 			continue;
-		}
 		if (bc->event_time_att >= 0)
 		{
 			TimestampTz ts = DatumGetTimestampTz(rec->values[bc->event_time_att]);
@@ -305,10 +330,10 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 			 int64 num_late_rows, bool no_data_batch_due,
 			 bool has_watermark, TimestampTz watermark)
 {
-	Oid			types[15] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID};
-	Datum		values[15];
-	char		nulls[15] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[16] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID, INT8OID};
+	Datum		values[16];
+	char		nulls[16] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			nest;
 
 	values[0] = Int32GetDatum(bc->def->id);
@@ -331,22 +356,23 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 	values[12] = Int64GetDatum(num_state_rows);
 	values[13] = Int64GetDatum(num_late_rows);
 	values[14] = BoolGetDatum(no_data_batch_due);
+	values[15] = Int64GetDatum(bc->num_dedup);
 
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
 							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
-							  "start_positions, end_positions, data_loss, num_state_rows, num_late_rows) "
-							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13, $14)",
-							  15, types, values, nulls, false, 0) != SPI_OK_INSERT)
+							  "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, num_dedup_rows) "
+							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13, $14, $16)",
+							  16, types, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write streaming.batches");
 	if (SPI_execute_with_args("DELETE FROM streaming.batches WHERE stream_id = $1 AND batch_id <= $2 - $12",
-							  15, types, values, nulls, false, 0) != SPI_OK_DELETE)
+							  16, types, values, nulls, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not trim streaming.batches");
 	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET last_batch_id = $2, watermark = $8, "
 							  "no_data_batch_due = $15, "
 							  "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
-							  15, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+							  16, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
@@ -524,7 +550,20 @@ stm_batch_run(StmRuntime *rt)
 	bc.chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
 										 0, 4 * 1024 * 1024, 8 * 1024 * 1024);
 
+	if (def->has_dedup)
+		bc.dedup = stm_dedup_begin(def->id, bc.source_desc, stm_catalog_dedup_keys(def->id),
+								   def->has_watermark ? bc.event_time_att : -1,
+								   previous_watermark(def), def->dedup_within_watermark,
+								   def->watermark_delay.time +
+								   (int64) def->watermark_delay.day * USECS_PER_DAY);
 	stm_kafka_fetch(bc.kc, process_chunk, &bc);
+	if (bc.dedup)
+	{
+		int64		dedup_late;
+
+		stm_dedup_finish(bc.dedup, &bc.num_dedup, &dedup_late);
+		num_late_rows += dedup_late;
+	}
 
 	if (bc.aggbatch)
 		num_output = stm_aggbatch_finish(bc.aggbatch, &num_state_rows, &num_late_rows);
@@ -559,10 +598,13 @@ stm_batch_run(StmRuntime *rt)
 	}
 
 	stm_kafka_save_positions(bc.kc, def->id);
-	/* a data batch that moved the watermark makes a no-data batch due (not for 'once') */
+	/*
+	 * a data batch of a stateful stream that moved the watermark makes a
+	 * no-data batch due (not for 'once')
+	 */
 	record_batch(&bc, batch_id, started, start_json, end_json, num_output, num_state_rows,
 				 num_late_rows,
-				 bc.aggbatch != NULL && bc.num_input > 0 && has_watermark &&
+				 (bc.aggbatch != NULL || bc.dedup != NULL) && bc.num_input > 0 && has_watermark &&
 				 watermark > previous_watermark(def) && def->trigger_kind != STM_TRIGGER_ONCE,
 				 has_watermark, watermark);
 

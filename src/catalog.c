@@ -55,7 +55,8 @@ get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 #define STREAM_COLUMNS \
 	"id, name, source, query, sink::oid, output_mode, watermark_delay, " \
 	"event_time, trigger, search_path, owner::oid, enabled, status, " \
-	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, sink_function::oid"
+	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, sink_function::oid, " \
+	"dedup_keys IS NOT NULL, dedup_within_watermark"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -92,6 +93,8 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->no_data_batch_due = DatumGetBool(get_bin(tup, desc, 18, &isnull));
 	d = get_bin(tup, desc, 19, &isnull);
 	s->sink_function = isnull ? InvalidOid : DatumGetObjectId(d);
+	s->has_dedup = DatumGetBool(get_bin(tup, desc, 20, &isnull));
+	s->dedup_within_watermark = DatumGetBool(get_bin(tup, desc, 21, &isnull));
 	return s;
 }
 
@@ -355,4 +358,30 @@ void
 stm_catalog_mark_positions_initialized(int32 stream_id)
 {
 	update_stream(stream_id, "positions_initialized = true");
+}
+
+/* The dedup_keys of a stream, as a list of column names. */
+List *
+stm_catalog_dedup_keys(int32 stream_id)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *result = NIL;
+	Oid			type = INT4OID;
+	Datum		value = Int32GetDatum(stream_id);
+	int			nest = stm_catalog_pin_search_path();
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT unnest(dedup_keys) FROM streaming.stream_defs WHERE id = $1",
+							  1, &type, &value, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.stream_defs");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		result = lappend(result, pstrdup(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1)));
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	return result;
 }

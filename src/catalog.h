@@ -26,6 +26,8 @@ typedef struct StmStreamDef
 	char	   *query;
 	Oid			sink;
 	Oid			sink_function;	/* foreachBatch, else InvalidOid */
+	bool		has_dedup;		/* dedup_keys given */
+	bool		dedup_within_watermark;
 	char	   *output_mode;
 	bool		has_watermark;
 	Interval	watermark_delay;
@@ -67,6 +69,7 @@ extern void stm_catalog_set_status(int32 stream_id, const char *status,
 								   const char *last_error, bool clear_error,
 								   int failures);
 extern void stm_catalog_disable(int32 stream_id);
+extern List *stm_catalog_dedup_keys(int32 stream_id);
 extern void stm_catalog_mark_positions_initialized(int32 stream_id);
 extern void stm_catalog_set_source_error(int32 stream_id, const char *error);
 extern void stm_catalog_check_owner(const char *what, const char *name, Oid owner);

@@ -32,13 +32,13 @@ my @kinds = shuffle(('kill_worker') x ($rounds / 2), ('immediate') x ($rounds / 
 note "crash plan: @kinds";
 
 my $kafka = StreamingTest::Kafka->start;
-my ($topic, $nparts) = $kafka->create_topic('orders_002', 8);
+my ($topic, $nparts) = $kafka->create_topic('orders_002', 16);
 my $orders = StreamingTest::Orders->new;
 $kafka->produce_orders($topic, $orders, 150_000);
 
 my $node = streaming_node('main');
 create_orders_source($node, 'orders_src', $kafka, $topic,
-	max_offsets_per_trigger => 5_000);
+	max_offsets_per_trigger => 2_000);
 create_orders_stream($node, 'orders_eo', 'orders_src', start => 'true');
 
 sub sink_rows
@@ -51,16 +51,19 @@ for my $round (1 .. $rounds)
 {
 	my $kind = $kinds[ $round - 1 ];
 
-	# keep a backlog of several batches
-	my $backlog = $orders->count - sink_rows();
-	if ($backlog < 25_000)
-	{
-		note "round $round: producing 25,000 more orders (backlog $backlog)";
-		$kafka->produce_orders($topic, $orders, 25_000);
-	}
+	# a backlog of several batches, all there before the worker plans its
+	# next batch: hold the stream's catalog row, as a batch does first thing
+	my $hold = $node->background_psql('postgres');
+	$hold->query_safe('BEGIN');
+	$hold->query_safe(
+		"SELECT count(*) FROM (SELECT FROM streaming.stream_defs WHERE name = 'orders_eo' FOR UPDATE) s");
+	note "round $round: producing 25,000 more orders";
+	$kafka->produce_orders($topic, $orders, 25_000);
+	$hold->query_safe('COMMIT');
+	$hold->quit;
 
-	# strike at a random moment
-	usleep(int(rand(1_500_000)));
+	# strike at a random moment while the stream works through it
+	usleep(int(rand(40_000)));
 	my $before = sink_rows();
 	my $pid = '';
 	$with_backlog++ if $before < $orders->count;
