@@ -5,7 +5,8 @@
 # installation, see test/pg_env.sh; as user postgres when run as root) and
 # the embedded mock Kafka broker (or the broker named by
 # KAFKA_BOOTSTRAP_SERVERS), produces sample orders to topic "orders", runs a
-# stream that keeps the paid ones, prints what it did, and stops everything
+# stream that keeps the paid ones and a windowed count per 5 minutes, prints
+# what they did, and stops everything
 # it started, whatever happens.
 
 set -u
@@ -83,12 +84,21 @@ SELECT streaming.create_stream('paid_orders',
     $$SELECT order_id, user_id, amount, event_time FROM orders WHERE status = 'paid'$$)
 \g /dev/null
 
+SELECT streaming.create_stream('orders_per_5min',
+    $$SELECT streaming.window_start() AS window_start, streaming.window_end() AS window_end,
+             status, count(*) AS orders, sum(amount) AS total_amount
+      FROM orders GROUP BY streaming.tumble(event_time, '5 minutes'), status$$,
+    output_mode => 'update')
+\g /dev/null
+
 \set ECHO none
 \echo
 \echo '== Waiting until the stream has processed everything in the topic =='
 \set ECHO queries
 \timing on
 SELECT streaming.process_available('paid_orders')
+\g /dev/null
+SELECT streaming.process_available('orders_per_5min')
 \g /dev/null
 \timing off
 
@@ -103,7 +113,13 @@ FROM paid_orders;
 SELECT * FROM paid_orders ORDER BY order_id LIMIT 5;
 
 \set ECHO none
-\echo '== The stream =='
+\echo '== The windowed stream orders_per_5min: orders per 5 minutes and status =='
+\set ECHO queries
+SELECT * FROM orders_per_5min ORDER BY window_start, status LIMIT 8;
+SELECT sum(orders) AS orders_counted FROM orders_per_5min;
+
+\set ECHO none
+\echo '== The streams =='
 \set ECHO queries
 \x on
 SELECT * FROM streaming.streams;
@@ -112,19 +128,19 @@ SELECT * FROM streaming.streams;
 \set ECHO none
 \echo '== Its micro-batches =='
 \set ECHO queries
-SELECT stream, batch_id, num_input_rows, num_bad_rows, duration
-FROM streaming.progress ORDER BY batch_id;
+SELECT stream, batch_id, num_input_rows, num_output_rows, num_bad_rows, num_state_rows, duration
+FROM streaming.progress ORDER BY stream, batch_id;
 
 \set ECHO none
 \echo '== Kafka offsets and lag per partition =='
 \set ECHO queries
 SELECT stream, topic, partition, committed_offset, high_watermark, lag
-FROM streaming.source_lag ORDER BY partition;
+FROM streaming.source_lag ORDER BY stream, partition;
 
 \set ECHO none
 \echo '== Malformed records, kept in the dead-letter table =='
 \set ECHO queries
-SELECT position, error FROM streaming.dead_letters ORDER BY id;
+SELECT stream, position, error FROM streaming.dead_letters ORDER BY stream, id;
 EOF
 
 heading "Stopping PostgreSQL and Kafka"
