@@ -6,8 +6,7 @@
 # the embedded mock Kafka broker (or the broker named by
 # KAFKA_BOOTSTRAP_SERVERS), produces sample orders to topic "orders", runs a
 # stream that keeps the paid ones and a windowed count per 5 minutes, prints
-# what they did, and stops everything
-# it started, whatever happens.
+# what they did, and stops everything it started, whatever happens.
 
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/pg_env.sh"
