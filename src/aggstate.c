@@ -38,6 +38,7 @@
 #include "utils/timestamp.h"
 
 #include "aggstate.h"
+#include "statetable.h"
 #include "catalog.h"
 
 struct StmAggBatch
@@ -78,84 +79,25 @@ stm_aggstate_table(int32 stream_id)
 	return psprintf("streaming.%s", quote_identifier(psprintf("state_%d", stream_id)));
 }
 
-/*
- * The state table, created in schema streaming as the extension's owner
- * would (roles cannot create tables there) and then given to the stream's
- * owner.
- */
+/* The state table: a row per window and group, a column per aggregate state. */
 void
 stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
 {
-	StringInfoData sql;
+	StringInfoData cols;
 	ListCell   *lc;
 	int			n = 0;
-	Oid			save_userid;
-	int			save_sec;
-	int			nest;
 
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "CREATE TABLE %s (group_key bytea PRIMARY KEY, "
-					 "window_start timestamptz, window_end timestamptz",
-					 stm_aggstate_table(stream_id));
+	initStringInfo(&cols);
+	appendStringInfoString(&cols, "group_key bytea PRIMARY KEY, window_start timestamptz, window_end timestamptz");
 	for (int k = 0; k < agg->nkeys; k++)
-		appendStringInfo(&sql, ", key_%d %s", k + 1,
+		appendStringInfo(&cols, ", key_%d %s", k + 1,
 						 format_type_extended(agg->key_types[k], agg->key_typmods[k],
 											  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
 	foreach(lc, agg->aggrefs)
-		appendStringInfo(&sql, ", state_%d %s", ++n,
+		appendStringInfo(&cols, ", state_%d %s", ++n,
 						 format_type_extended(stm_agg_storedtype(lfirst(lc)), -1,
 											  FORMAT_TYPE_FORCE_QUALIFY));
-	appendStringInfoChar(&sql, ')');
-
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	nest = stm_catalog_pin_search_path();
-	SPI_connect();
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", stm_aggstate_table(stream_id),
-							 quote_identifier(GetUserNameFromId(owner, false))),
-					false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("CREATE INDEX ON %s (window_end)", stm_aggstate_table(stream_id)),
-					false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("COMMENT ON TABLE %s IS %s", stm_aggstate_table(stream_id),
-							 quote_literal_cstr("Partial aggregate states of a stream, by window and group.")),
-					false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not create the state table of stream %d", stream_id);
-	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
-	SetUserIdAndSecContext(save_userid, save_sec);
-
-	/* schema streaming outlives DROP EXTENSION; ... CASCADE takes state tables along */
-	CommandCounterIncrement();
-	{
-		ObjectAddress table_addr;
-		ObjectAddress ext_addr;
-		Oid			relid = get_relname_relid(psprintf("state_%d", stream_id),
-											  get_namespace_oid("streaming", false));
-
-		ObjectAddressSet(table_addr, RelationRelationId, relid);
-		ObjectAddressSet(ext_addr, ExtensionRelationId, get_extension_oid("streaming", false));
-		recordDependencyOn(&table_addr, &ext_addr, DEPENDENCY_NORMAL);
-	}
-}
-
-static uint32
-group_hash(const void *key, Size keysize)
-{
-	const bytea *k = *(bytea *const *) key;
-
-	return DatumGetUInt32(hash_any((const unsigned char *) VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)));
-}
-
-static int
-group_match(const void *key1, const void *key2, Size keysize)
-{
-	const bytea *a = *(bytea *const *) key1;
-	const bytea *b = *(bytea *const *) key2;
-
-	if (VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b))
-		return 1;
-	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a));
+	stm_statetable_create(psprintf("state_%d", stream_id), cols.data, "window_end", owner);
 }
 
 StmAggBatch *
@@ -163,7 +105,6 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 				   Relation sink, bool has_watermark, TimestampTz watermark)
 {
 	StmAggBatch *ab = palloc0(sizeof(StmAggBatch));
-	HASHCTL		ctl;
 	ListCell   *lc;
 	int			n = 0;
 
@@ -183,17 +124,8 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 									ALLOCSET_DEFAULT_SIZES);
 	ab->rt = stm_agg_init(agg->aggrefs, ab->cxt);
 
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(bytea *);
-	ctl.entrysize = sizeof(GroupEntry);
-	ctl.hash = group_hash;
-	ctl.match = group_match;
-	ctl.hcxt = ab->cxt;
-	ab->groups = hash_create("streaming groups", 1024, &ctl,
-							 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
-	ctl.entrysize = sizeof(bytea *);
-	ab->late = hash_create("streaming late groups", 64, &ctl,
-						   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	ab->groups = stm_keyhash_create("streaming groups", sizeof(GroupEntry), ab->cxt);
+	ab->late = stm_keyhash_create("streaming late groups", sizeof(bytea *), ab->cxt);
 
 	ab->keys = palloc(sizeof(ExprState *) * Max(agg->nkeys, 1));
 	ab->key_send = palloc(sizeof(FmgrInfo) * Max(agg->nkeys, 1));
@@ -216,33 +148,18 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	return ab;
 }
 
-/* group_key: window start, then each key as length + send format (-1: NULL) */
+/* group_key: the window start, then the group values (statetable.c) */
 static bytea *
 group_key(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, bool *nulls)
 {
 	StringInfoData buf;
 
-	initStringInfo(&buf);
-	appendStringInfoSpaces(&buf, VARHDRSZ);
+	stm_key_init(&buf);
 	if (has_window)
 		appendBinaryStringInfo(&buf, (char *) &wstart, sizeof(wstart));
 	for (int k = 0; k < ab->agg->nkeys; k++)
-	{
-		int32		len = -1;
-
-		if (nulls[k])
-			appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
-		else
-		{
-			bytea	   *b = SendFunctionCall(&ab->key_send[k], vals[k]);
-
-			len = VARSIZE(b) - VARHDRSZ;
-			appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
-			appendBinaryStringInfo(&buf, VARDATA(b), len);
-		}
-	}
-	SET_VARSIZE(buf.data, buf.len);
-	return (bytea *) buf.data;
+		stm_key_append(&buf, &ab->key_send[k], vals[k], nulls[k]);
+	return stm_key_finish(&buf);
 }
 
 static void

@@ -35,6 +35,7 @@
 
 #include "catalog.h"
 #include "dedup.h"
+#include "statetable.h"
 
 struct StmDedup
 {
@@ -60,56 +61,12 @@ stm_dedup_table(int32 stream_id)
 	return psprintf("streaming.%s", quote_identifier(psprintf("dedup_%d", stream_id)));
 }
 
-/* The table of seen keys, made as the state tables are (see aggstate.c). */
+/* The table of seen keys and when they may be forgotten. */
 void
 stm_dedup_create(int32 stream_id, Oid owner)
 {
-	Oid			save_userid;
-	int			save_sec;
-	int			nest;
-	char	   *table = stm_dedup_table(stream_id);
-	ObjectAddress table_addr;
-	ObjectAddress ext_addr;
-
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	nest = stm_catalog_pin_search_path();
-	SPI_connect();
-	if (SPI_execute(psprintf("CREATE TABLE %s (key bytea PRIMARY KEY, expires_at timestamptz)", table),
-					false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("CREATE INDEX ON %s (expires_at)", table), false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", table,
-							 quote_identifier(GetUserNameFromId(owner, false))),
-					false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not create the dedup table of stream %d", stream_id);
-	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
-	SetUserIdAndSecContext(save_userid, save_sec);
-	CommandCounterIncrement();
-	ObjectAddressSet(table_addr, RelationRelationId,
-					 get_relname_relid(psprintf("dedup_%d", stream_id),
-									   get_namespace_oid("streaming", false)));
-	ObjectAddressSet(ext_addr, ExtensionRelationId, get_extension_oid("streaming", false));
-	recordDependencyOn(&table_addr, &ext_addr, DEPENDENCY_NORMAL);
-}
-
-static uint32
-key_hash(const void *key, Size keysize)
-{
-	const bytea *k = *(bytea *const *) key;
-
-	return DatumGetUInt32(hash_any((const unsigned char *) VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)));
-}
-
-static int
-key_match(const void *key1, const void *key2, Size keysize)
-{
-	const bytea *a = *(bytea *const *) key1;
-	const bytea *b = *(bytea *const *) key2;
-
-	if (VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b))
-		return 1;
-	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a));
+	stm_statetable_create(psprintf("dedup_%d", stream_id),
+						  "key bytea PRIMARY KEY, expires_at timestamptz", "expires_at", owner);
 }
 
 /*
@@ -121,7 +78,6 @@ stm_dedup_begin(int32 stream_id, TupleDesc source, List *key_names,
 				int event_time_att, TimestampTz watermark, bool within, int64 delay_us)
 {
 	StmDedup   *d = palloc0(sizeof(StmDedup));
-	HASHCTL		ctl;
 	ListCell   *lc;
 	int			n = 0;
 
@@ -156,14 +112,7 @@ stm_dedup_begin(int32 stream_id, TupleDesc source, List *key_names,
 	}
 	d->cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming dedup",
 								   ALLOCSET_DEFAULT_SIZES);
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(bytea *);
-	ctl.entrysize = sizeof(bytea *);
-	ctl.hash = key_hash;
-	ctl.match = key_match;
-	ctl.hcxt = d->cxt;
-	d->seen = hash_create("streaming dedup keys", 1024, &ctl,
-						  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	d->seen = stm_keyhash_create("streaming dedup keys", sizeof(bytea *), d->cxt);
 	return d;
 }
 
@@ -172,26 +121,10 @@ row_key(StmDedup *d, Datum *values, bool *nulls)
 {
 	StringInfoData buf;
 
-	initStringInfo(&buf);
-	appendStringInfoSpaces(&buf, VARHDRSZ);
+	stm_key_init(&buf);
 	for (int k = 0; k < d->nkeys; k++)
-	{
-		int			att = d->key_atts[k];
-		int32		len = -1;
-
-		if (nulls[att])
-			appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
-		else
-		{
-			bytea	   *b = SendFunctionCall(&d->send[k], values[att]);
-
-			len = VARSIZE(b) - VARHDRSZ;
-			appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
-			appendBinaryStringInfo(&buf, VARDATA(b), len);
-		}
-	}
-	SET_VARSIZE(buf.data, buf.len);
-	return (bytea *) buf.data;
+		stm_key_append(&buf, &d->send[k], values[d->key_atts[k]], nulls[d->key_atts[k]]);
+	return stm_key_finish(&buf);
 }
 
 /*
@@ -207,21 +140,13 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 	int			nkeys = 0;
 	ArrayType  *arr;
 	HTAB	   *known;
-	HASHCTL		ctl;
 	Oid			argtype = BYTEAARRAYOID;
 	Oid			types[2] = {BYTEAOID, TIMESTAMPTZOID};
 	Datum		arg;
 	SPIPlanPtr	insert;
 	int			nest;
 
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(bytea *);
-	ctl.entrysize = sizeof(bytea *);
-	ctl.hash = key_hash;
-	ctl.match = key_match;
-	ctl.hcxt = CurrentMemoryContext;
-	known = hash_create("streaming dedup known", 256, &ctl,
-						HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	known = stm_keyhash_create("streaming dedup known", sizeof(bytea *), CurrentMemoryContext);
 
 	for (int i = 0; i < n; i++)
 	{
