@@ -86,7 +86,7 @@ kafka_start()
 			return 0
 		fi
 		_kafka_running "$MOCK_BROKER_PID" || break
-		sleep 0.05
+		sleep 0.05	# poll interval
 	done
 
 	echo "kafka_start: mock broker did not start:" >&2
@@ -103,7 +103,7 @@ kafka_stop()
 		kill -TERM "$pid" 2>/dev/null || true
 		for ((i = 0; i < 100; i++)); do		# at most 5 s
 			_kafka_running "$pid" || break
-			sleep 0.05
+			sleep 0.05	# poll interval
 		done
 		if _kafka_running "$pid"; then
 			echo "kafka_stop: mock broker $pid ignored SIGTERM; killing it" >&2
@@ -145,7 +145,7 @@ kafka_create_topic()
 	for ((i = 0; i < 100; i++)); do		# at most 5 s
 		resp=$(sed -n "$((n + 1))p" "$dir/out")
 		[ -n "$resp" ] && break
-		sleep 0.02
+		sleep 0.02	# poll interval
 	done
 	case $resp in
 		ok)

@@ -253,7 +253,7 @@ stm_kill_ours()
 			grep -qs '^State:[[:space:]]*[^Z[:space:]]' "/proc/$p/status" && alive=1
 		done
 		[ -z "$alive" ] && return 0
-		sleep 0.1
+		sleep 0.1	# poll interval
 	done
 	kill -KILL "${pids[@]}" 2>/dev/null
 	return 0
