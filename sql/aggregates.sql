@@ -128,7 +128,7 @@ SELECT streaming.create_kafka_source('ag_wm_src', :'bs', topics => ARRAY[:'t'],
 SELECT streaming.create_stream('ag_wm',
     $$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, count(*) AS n, min(ts) AS first_ts
       FROM ag_wm_src GROUP BY streaming.tumble(ts, '10 minutes')$$,
-    output_mode => 'append', watermark => '5 minutes', start => false);
+    output_mode => 'append', watermark => '5 minutes', late_rows => 'keep', start => false);
 CREATE VIEW ag_wm_progress AS
 SELECT batch_id, num_input_rows, num_output_rows, num_late_rows, num_state_rows,
        to_char(watermark AT TIME ZONE 'UTC', 'HH24:MI') AS watermark
@@ -149,6 +149,10 @@ SELECT streaming.run_batch('ag_wm');   -- watermark 10:26: [10:20, 10:30) stays 
 SELECT count(*) AS rows FROM ag_wm;
 SELECT * FROM ag_wm_progress ORDER BY batch_id;
 SELECT to_char(watermark AT TIME ZONE 'UTC', 'HH24:MI') AS watermark FROM streaming.streams WHERE name = 'ag_wm';
+-- late_rows => 'keep': the late row, with its position
+SELECT stream, position->'offset' AS "offset", position->'partition' AS partition,
+       to_char(event_time AT TIME ZONE 'UTC', 'HH24:MI') AS event_time
+FROM streaming.late_rows ORDER BY id;
 -- update mode with a watermark: late rows are dropped, closed windows leave the state
 SELECT streaming.create_stream('ag_wm_upd',
     $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_wm_src GROUP BY streaming.tumble(ts, '10 minutes')$$,
@@ -173,8 +177,6 @@ SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws
 SELECT streaming.create_stream('ag_bad', 'SELECT status, count(*) AS n FROM ag_src GROUP BY status', start => false);
 SELECT streaming.create_stream('ag_bad', 'SELECT status, count(*) AS n FROM ag_src GROUP BY status',
     output_mode => 'update', watermark => '1 minute', event_time => 'ts', start => false);
-SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute')$$,
-    output_mode => 'update', watermark => '1 minute', late_rows => 'keep', start => false);
 SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.session(ts, '1 minute')$$,
     output_mode => 'update', start => false);
 SELECT streaming.create_stream('ag_bad', $$SELECT count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
@@ -261,7 +263,7 @@ SELECT streaming.create_kafka_source('ag_dd_src', :'bs', topics => ARRAY[:'t'],
 SELECT streaming.create_stream('ag_dd', 'SELECT k, ts FROM ag_dd_src', dedup_keys => ARRAY['k'], start => false);
 -- with a watermark and the event time among the keys: late rows dropped, keys expire
 SELECT streaming.create_stream('ag_dd_ts', 'SELECT k, ts FROM ag_dd_src', dedup_keys => ARRAY['k', 'ts'],
-    watermark => '5 minutes', event_time => 'ts', start => false);
+    watermark => '5 minutes', event_time => 'ts', late_rows => 'keep', start => false);
 -- within the watermark: a key is remembered until its first event time + delay
 SELECT streaming.create_stream('ag_dd_within', 'SELECT k, ts FROM ag_dd_src', dedup_keys => ARRAY['k'],
     watermark => '5 minutes', event_time => 'ts', dedup_within_watermark => true, start => false);
@@ -283,6 +285,8 @@ UNION ALL SELECT 'ag_dd_ts', k, to_char(ts AT TIME ZONE 'UTC', 'HH24:MI') FROM a
 UNION ALL SELECT 'ag_dd_within', k, to_char(ts AT TIME ZONE 'UTC', 'HH24:MI') FROM ag_dd_within
 ORDER BY 1, 2, 3;
 SELECT * FROM ag_dd_count ORDER BY k;
+SELECT stream, position->'offset' AS "offset", to_char(event_time AT TIME ZONE 'UTC', 'HH24:MI') AS event_time
+FROM streaming.late_rows WHERE stream LIKE 'ag\_dd%' ORDER BY id;
 SELECT stream, batch_id, num_input_rows, num_output_rows, num_dedup_rows, num_late_rows
 FROM streaming.progress WHERE stream LIKE 'ag\_dd%' ORDER BY stream, batch_id;
 SELECT streaming.create_stream('ag_bad', 'SELECT k FROM ag_dd_src', dedup_keys => ARRAY['nope'], start => false);

@@ -91,6 +91,17 @@ CREATE TABLE streaming.dead_letters (
 );
 COMMENT ON TABLE streaming.dead_letters IS 'Records that could not be parsed or converted, written in the batch''s transaction.';
 
+CREATE TABLE streaming.late_rows (
+    id          bigserial PRIMARY KEY,
+    stream      text NOT NULL,
+    position    jsonb NOT NULL,
+    event_time  timestamptz,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE streaming.late_rows IS 'Rows a stateful stream dropped as late (late_rows => ''keep''), written in the batch''s transaction.';
+
+SELECT pg_catalog.pg_extension_config_dump('streaming.late_rows', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.late_rows_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.sources', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.stream_defs', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.stream_defs_id_seq', '');
@@ -114,6 +125,9 @@ CREATE POLICY owner_only ON streaming.stream_defs
 ALTER TABLE streaming.offsets ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.batches ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.dead_letters ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.late_rows ENABLE ROW LEVEL SECURITY;
+CREATE POLICY stream_owner_only ON streaming.late_rows
+    USING (stream IN (SELECT name FROM streaming.stream_defs));
 CREATE POLICY stream_owner_only ON streaming.offsets
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
 CREATE POLICY stream_owner_only ON streaming.batches
@@ -122,8 +136,9 @@ CREATE POLICY stream_owner_only ON streaming.dead_letters
     USING (stream IN (SELECT name FROM streaming.stream_defs));
 GRANT USAGE ON SCHEMA streaming TO PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON streaming.sources, streaming.stream_defs,
-    streaming.offsets, streaming.batches, streaming.dead_letters TO PUBLIC;
-GRANT USAGE ON SEQUENCE streaming.stream_defs_id_seq, streaming.dead_letters_id_seq TO PUBLIC;
+    streaming.offsets, streaming.batches, streaming.dead_letters, streaming.late_rows TO PUBLIC;
+GRANT USAGE ON SEQUENCE streaming.stream_defs_id_seq, streaming.dead_letters_id_seq,
+    streaming.late_rows_id_seq TO PUBLIC;
 
 /* Sources ------------------------------------------------------------------ */
 

@@ -50,6 +50,8 @@ struct StmAggBatch
 	bool		has_watermark;	/* windows close: late rows, eviction */
 	TimestampTz watermark;		/* the one this batch filters and evicts with */
 	HTAB	   *late;			/* groups of closed windows that rows came for */
+	const char *keep_late_as;	/* late_rows => 'keep': the stream's name, else NULL */
+	int			meta_att;		/* the source row's kafka_topic column */
 	Relation	sink;
 	char	   *table;
 	StmAggRuntime *rt;
@@ -102,13 +104,16 @@ stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
 
 StmAggBatch *
 stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
-				   Relation sink, bool has_watermark, TimestampTz watermark)
+				   Relation sink, bool has_watermark, TimestampTz watermark,
+				   const char *keep_late_as, int meta_att)
 {
 	StmAggBatch *ab = palloc0(sizeof(StmAggBatch));
 	ListCell   *lc;
 	int			n = 0;
 
 	ab->agg = agg;
+	ab->keep_late_as = keep_late_as;
+	ab->meta_att = meta_att;
 	ab->stream_id = stream_id;
 	/* one group and no key: the single result row is rewritten, as in complete mode */
 	ab->complete = strcmp(output_mode, "complete") == 0 ||
@@ -162,7 +167,7 @@ group_key(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, boo
 	return stm_key_finish(&buf);
 }
 
-static void
+static bool
 add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
 			 TimestampTz wstart, TimestampTz wend, Datum *vals, bool *nulls)
 {
@@ -178,7 +183,7 @@ add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
 		if (found)
 			pfree(key);
 		MemoryContextSwitchTo(old);
-		return;
+		return false;
 	}
 	e = hash_search(ab->groups, &key, HASH_ENTER, &found);
 
@@ -205,6 +210,7 @@ add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
 		pfree(key);
 	MemoryContextSwitchTo(old);
 	stm_agg_advance(ab->rt, e->vals, econtext);
+	return true;
 }
 
 /* One source row (the econtext's scan tuple, past WHERE) into its groups. */
@@ -218,13 +224,14 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 	TimestampTz ts;
 	int64		offset;
 	TimestampTz start;
+	bool		counted;
 
 	for (int k = 0; k < agg->nkeys; k++)
 		vals[k] = ExecEvalExprSwitchContext(ab->keys[k], econtext, &nulls[k]);
 
 	if (w->kind == STM_WINDOW_NONE)
 	{
-		add_to_group(ab, econtext, false, 0, 0, vals, nulls);
+		(void) add_to_group(ab, econtext, false, 0, 0, vals, nulls);
 		return;
 	}
 	/* the event time is a source column, never NULL here (a bad record) */
@@ -235,15 +242,23 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 		if (offset < 0)
 			offset += w->size_us;
 		start = ts - offset;
-		add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
-		return;
+		counted = add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
 	}
-	/* hop: every window [start, start + size) with start on the slide grid */
-	offset = (ts - w->origin) % w->slide_us;
-	if (offset < 0)
-		offset += w->slide_us;
-	for (start = ts - offset; start + w->size_us > ts; start -= w->slide_us)
-		add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+	else
+	{
+		/* hop: every window [start, start + size) with start on the slide grid */
+		offset = (ts - w->origin) % w->slide_us;
+		if (offset < 0)
+			offset += w->slide_us;
+		counted = true;
+		for (start = ts - offset; start + w->size_us > ts; start -= w->slide_us)
+			counted &= add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+	}
+	/* a row dropped from one of its windows at least is kept once */
+	if (!counted && ab->keep_late_as)
+		stm_late_row_keep(ab->keep_late_as, econtext->ecxt_scantuple->tts_values,
+						  econtext->ecxt_scantuple->tts_isnull, ab->meta_att,
+						  agg->event_time_att);
 }
 
 /* The sink row of a group, from its merged states. */

@@ -836,10 +836,6 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("event_time of a windowed query must name the window's column \"%s\"", window_column),
 				 errdetail("The event_time given was \"%s\".", event_time)));
-	if (strcmp(late_rows, "keep") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("late_rows => 'keep' is not supported yet")));
 	if (agg->window.kind == STM_WINDOW_SESSION)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -1167,6 +1163,7 @@ streaming_drop_stream(PG_FUNCTION_ARGS)
 		spi_exec(psprintf("DROP TABLE %s", stm_dedup_table(def->id)),
 				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 	spi_exec("DELETE FROM streaming.dead_letters WHERE stream = $2", 2, types, values, NULL, SPI_OK_DELETE);
+	spi_exec("DELETE FROM streaming.late_rows WHERE stream = $2", 2, types, values, NULL, SPI_OK_DELETE);
 	if (drop_sink && OidIsValid(def->sink) && get_rel_name(def->sink) != NULL)
 		spi_exec(psprintf("DROP TABLE %s",
 						  quote_qualified_identifier(get_namespace_name(get_rel_namespace(def->sink)),

@@ -459,6 +459,7 @@ stm_batch_run(StmRuntime *rt)
 	int64		num_output;
 	int64		num_state_rows = 0;
 	int64		num_late_rows = 0;
+	bool		keep_late;
 	MemoryContext oldcxt;
 	ListCell   *lc;
 
@@ -523,6 +524,7 @@ stm_batch_run(StmRuntime *rt)
 				 errmsg("the sink table of stream \"%s\" was dropped", def->name),
 				 errhint("Drop the stream, or create the table again.")));
 
+	keep_late = strcmp(def->late_rows, "keep") == 0;
 	bc.source_desc = CreateTupleDescCopy(RelationGetDescr(view));
 	bc.ndeclared = bc.source_desc->natts - STM_KAFKA_META_COLUMNS -
 		(bc.kc->include_headers ? 1 : 0);
@@ -536,7 +538,8 @@ stm_batch_run(StmRuntime *rt)
 	{
 		bc.qual = stm_query_compile_qual(qi);
 		bc.aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, sink_rel,
-										 def->has_watermark, previous_watermark(def));
+										 def->has_watermark, previous_watermark(def),
+										 keep_late ? def->name : NULL, bc.ndeclared);
 		bc.event_time_att = qi->agg->event_time_att;
 	}
 	else
@@ -555,7 +558,8 @@ stm_batch_run(StmRuntime *rt)
 								   def->has_watermark ? bc.event_time_att : -1,
 								   previous_watermark(def), def->dedup_within_watermark,
 								   def->watermark_delay.time +
-								   (int64) def->watermark_delay.day * USECS_PER_DAY);
+								   (int64) def->watermark_delay.day * USECS_PER_DAY,
+								   keep_late ? def->name : NULL, bc.ndeclared);
 	stm_kafka_fetch(bc.kc, process_chunk, &bc);
 	if (bc.dedup)
 	{

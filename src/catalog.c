@@ -56,7 +56,7 @@ get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 	"id, name, source, query, sink::oid, output_mode, watermark_delay, " \
 	"event_time, trigger, search_path, owner::oid, enabled, status, " \
 	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, sink_function::oid, " \
-	"dedup_keys IS NOT NULL, dedup_within_watermark"
+	"dedup_keys IS NOT NULL, dedup_within_watermark, late_rows"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -95,6 +95,7 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->sink_function = isnull ? InvalidOid : DatumGetObjectId(d);
 	s->has_dedup = DatumGetBool(get_bin(tup, desc, 20, &isnull));
 	s->dedup_within_watermark = DatumGetBool(get_bin(tup, desc, 21, &isnull));
+	s->late_rows = copy_text(cxt, tup, desc, 22);
 	return s;
 }
 

@@ -29,6 +29,7 @@ typedef struct StmStreamDef
 	bool		has_dedup;		/* dedup_keys given */
 	bool		dedup_within_watermark;
 	char	   *output_mode;
+	char	   *late_rows;		/* drop | keep */
 	bool		has_watermark;
 	Interval	watermark_delay;
 	char	   *event_time;		/* NULL when none */

@@ -53,6 +53,8 @@ struct StmDedup
 	MemoryContext cxt;
 	int64		num_dup;
 	int64		num_late;
+	const char *keep_late_as;	/* late_rows => 'keep': the stream's name */
+	int			meta_att;
 };
 
 char *
@@ -75,13 +77,16 @@ stm_dedup_create(int32 stream_id, Oid owner)
  */
 StmDedup *
 stm_dedup_begin(int32 stream_id, TupleDesc source, List *key_names,
-				int event_time_att, TimestampTz watermark, bool within, int64 delay_us)
+				int event_time_att, TimestampTz watermark, bool within, int64 delay_us,
+				const char *keep_late_as, int meta_att)
 {
 	StmDedup   *d = palloc0(sizeof(StmDedup));
 	ListCell   *lc;
 	int			n = 0;
 
 	d->stream_id = stream_id;
+	d->keep_late_as = keep_late_as;
+	d->meta_att = meta_att;
 	d->table = stm_dedup_table(stream_id);
 	d->nkeys = list_length(key_names);
 	d->key_atts = palloc(sizeof(int) * d->nkeys);
@@ -158,6 +163,9 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 		{
 			drop[i] = true;
 			d->num_late++;
+			if (d->keep_late_as)
+				stm_late_row_keep(d->keep_late_as, values[i], nulls[i], d->meta_att,
+								  d->event_time_att);
 			continue;
 		}
 		keys[i] = row_key(d, values[i], nulls[i]);

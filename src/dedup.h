@@ -14,7 +14,8 @@ extern char *stm_dedup_table(int32 stream_id);
 extern void stm_dedup_create(int32 stream_id, Oid owner);
 extern StmDedup *stm_dedup_begin(int32 stream_id, TupleDesc source, List *key_names,
 								 int event_time_att, TimestampTz watermark,
-								 bool within, int64 delay_us);
+								 bool within, int64 delay_us,
+								 const char *keep_late_as, int meta_att);
 extern void stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop);
 extern void stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late);
 

@@ -19,6 +19,7 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
@@ -124,4 +125,34 @@ stm_key_finish(StringInfo buf)
 {
 	SET_VARSIZE(buf->data, buf->len);
 	return (bytea *) buf->data;
+}
+
+/*
+ * late_rows => 'keep' (SPEC 3.1): a row a stateful operator dropped as late
+ * goes to streaming.late_rows with its position (the source row's metadata
+ * columns kafka_topic, kafka_partition, kafka_offset start at meta_att).
+ */
+void
+stm_late_row_keep(const char *stream, Datum *values, bool *nulls, int meta_att,
+				  int event_time_att)
+{
+	Oid			types[5] = {TEXTOID, TEXTOID, INT4OID, INT8OID, TIMESTAMPTZOID};
+	Datum		args[5];
+	char		argnulls[5] = {' ', ' ', ' ', ' ', ' '};
+	int			nest = stm_catalog_pin_search_path();
+
+	args[0] = CStringGetTextDatum(stream);
+	args[1] = values[meta_att];
+	args[2] = values[meta_att + 1];
+	args[3] = values[meta_att + 2];
+	args[4] = values[event_time_att];
+	if (nulls[event_time_att])
+		argnulls[4] = 'n';
+	SPI_connect();
+	if (SPI_execute_with_args("INSERT INTO streaming.late_rows (stream, position, event_time) "
+							  "VALUES ($1, jsonb_build_object('topic', $2, 'partition', $3, 'offset', $4), $5)",
+							  5, types, args, argnulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not write streaming.late_rows");
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
 }

@@ -15,5 +15,7 @@ extern HTAB *stm_keyhash_create(const char *name, Size entrysize, MemoryContext 
 extern void stm_key_init(StringInfo buf);
 extern void stm_key_append(StringInfo buf, FmgrInfo *send, Datum value, bool isnull);
 extern bytea *stm_key_finish(StringInfo buf);
+extern void stm_late_row_keep(const char *stream, Datum *values, bool *nulls,
+							  int meta_att, int event_time_att);
 
 #endif
