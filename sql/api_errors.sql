@@ -149,6 +149,7 @@ SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', sink_function => 
 -- watermark, idle_timeout, event_time
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', watermark => '-1 minute', event_time => 'ts', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', idle_timeout => '0', start => false);
+SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', idle_timeout => '1 minute', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', watermark => '1 minute', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', event_time => 'no_such', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', event_time => 'name', start => false);

@@ -970,6 +970,10 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle_timeout must be greater than zero")));
+	if (!PG_ARGISNULL(11))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idle_timeout is not supported yet")));
 	if (start)
 		require_workers(name);
 
