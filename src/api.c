@@ -1145,6 +1145,18 @@ stop_worker(StmStreamDef *def)
 	}
 }
 
+/* The stream's state and dedup tables: dropped, or emptied (reset). */
+static void
+clear_state_tables(int32 stream_id, bool drop)
+{
+	char	   *tables[2] = {stm_aggstate_table(stream_id), stm_dedup_table(stream_id)};
+
+	for (int i = 0; i < 2; i++)
+		if (to_regclass_name(tables[i]))
+			spi_exec(psprintf(drop ? "DROP TABLE %s" : "DELETE FROM %s", tables[i]),
+					 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
+}
+
 Datum
 streaming_drop_stream(PG_FUNCTION_ARGS)
 {
@@ -1160,12 +1172,7 @@ streaming_drop_stream(PG_FUNCTION_ARGS)
 	values[0] = Int32GetDatum(def->id);
 	values[1] = CStringGetTextDatum(def->name);
 	spi_exec("DELETE FROM streaming.stream_defs WHERE id = $1", 1, types, values, NULL, SPI_OK_DELETE);
-	if (to_regclass_name(stm_aggstate_table(def->id)))
-		spi_exec(psprintf("DROP TABLE %s", stm_aggstate_table(def->id)),
-				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
-	if (to_regclass_name(stm_dedup_table(def->id)))
-		spi_exec(psprintf("DROP TABLE %s", stm_dedup_table(def->id)),
-				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+	clear_state_tables(def->id, true);
 	spi_exec("DELETE FROM streaming.dead_letters WHERE stream = $2", 2, types, values, NULL, SPI_OK_DELETE);
 	spi_exec("DELETE FROM streaming.late_rows WHERE stream = $2", 2, types, values, NULL, SPI_OK_DELETE);
 	if (drop_sink && OidIsValid(def->sink) && get_rel_name(def->sink) != NULL)
@@ -1225,12 +1232,7 @@ streaming_reset(PG_FUNCTION_ARGS)
 	(void) stm_catalog_get_stream_by_id(def->id, true);
 	spi_exec("DELETE FROM streaming.offsets WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	spi_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
-	if (to_regclass_name(stm_aggstate_table(def->id)))
-		spi_exec(psprintf("DELETE FROM %s", stm_aggstate_table(def->id)),
-				 0, NULL, NULL, NULL, SPI_OK_DELETE);
-	if (to_regclass_name(stm_dedup_table(def->id)))
-		spi_exec(psprintf("DELETE FROM %s", stm_dedup_table(def->id)),
-				 0, NULL, NULL, NULL, SPI_OK_DELETE);
+	clear_state_tables(def->id, false);
 	spi_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
 			 "positions_initialized = false, "
 			 "last_error = NULL, source_error = NULL, "

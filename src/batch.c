@@ -422,8 +422,7 @@ static TimestampTz
 previous_watermark(StmStreamDef *def)
 {
 	/* before any event, the watermark is 1970-01-01 00:00 UTC */
-	return def->has_watermark_value ? def->watermark_value :
-		-((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	return def->has_watermark_value ? def->watermark_value : STM_UNIX_EPOCH;
 }
 
 static int

@@ -11,6 +11,10 @@
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
+/* 1970-01-01 00:00 UTC: the first watermark, the default window origin */
+#define STM_UNIX_EPOCH \
+	((TimestampTz) -((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY))
+
 typedef enum StmTriggerKind
 {
 	STM_TRIGGER_INTERVAL,

@@ -1017,8 +1017,7 @@ stm_kafka_fill_metadata(StmKafka *kc, StmKafkaPartition *part,
 	nulls[2] = false;
 	nulls[3] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
 	values[3] = nulls[3] ? (Datum) 0 :
-		TimestampTzGetDatum(ts * 1000 -
-							(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+		TimestampTzGetDatum(ts * 1000 + STM_UNIX_EPOCH);
 	nulls[4] = (msg->key == NULL);
 	values[4] = nulls[4] ? (Datum) 0 : bytes_datum(msg->key, msg->key_len);
 	if (kc->include_headers)

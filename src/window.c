@@ -20,6 +20,7 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "window.h"
 
 PG_FUNCTION_INFO_V1(streaming_tumble);
@@ -146,7 +147,7 @@ stm_window_spec(FuncExpr *call, StmWindowSpec *spec)
 	spec->kind = stm_window_kind(call->funcid);
 	spec->ts = linitial(call->args);
 	/* the default origin is the Unix epoch */
-	spec->origin = -((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	spec->origin = STM_UNIX_EPOCH;
 	switch (spec->kind)
 	{
 		case STM_WINDOW_TUMBLE:
