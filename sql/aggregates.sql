@@ -176,8 +176,8 @@ SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws
 --
 SELECT streaming.create_stream('ag_bad', 'SELECT status, count(*) AS n FROM ag_src GROUP BY status', start => false);
 SELECT streaming.create_stream('ag_bad', 'SELECT status, count(*) AS n FROM ag_src GROUP BY status',
-    output_mode => 'update', watermark => '1 minute', event_time => 'ts', start => false);
-SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.session(ts, '1 minute')$$,
+    output_mode => 'append', watermark => '1 minute', event_time => 'ts', start => false);
+SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.session(ts, '0 minutes')$$,
     output_mode => 'update', start => false);
 SELECT streaming.create_stream('ag_bad', $$SELECT count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
     output_mode => 'update', start => false);

@@ -38,8 +38,9 @@
 #include "utils/timestamp.h"
 
 #include "aggstate.h"
-#include "statetable.h"
 #include "catalog.h"
+#include "session.h"
+#include "statetable.h"
 
 struct StmAggBatch
 {
@@ -48,6 +49,9 @@ struct StmAggBatch
 	bool		complete;		/* complete mode, else update */
 	bool		append;			/* append mode */
 	bool		has_watermark;	/* windows close: late rows, eviction */
+	int			event_time_att; /* the source row's event-time column, or -1 */
+	int			time_key;		/* no window: the group column that is the event time, or -1 */
+	bool		closes;			/* groups have a closing time (window end, or time_key) */
 	TimestampTz watermark;		/* the one this batch filters and evicts with */
 	HTAB	   *late;			/* groups of closed windows that rows came for */
 	const char *keep_late_as;	/* late_rows => 'keep': the stream's name, else NULL */
@@ -64,15 +68,21 @@ struct StmAggBatch
 	ExprContext *out_econtext;
 };
 
+/*
+ * A window and group of the batch; for session windows a group, with its
+ * sessions (the key then leaves the window out).
+ */
 typedef struct GroupEntry
 {
 	bytea	   *key;			/* hash key: must be first */
 	bool		has_window;
 	TimestampTz wstart;
-	TimestampTz wend;
+	TimestampTz wend;			/* the window's end, or the time_key's value */
 	Datum	   *keyvals;
 	bool	   *keynulls;
 	StmAggValue *vals;
+	StmSessionList sessions;	/* session windows: the batch's sessions */
+	StmSessionList late;		/* session windows: the closed sessions rows came for */
 } GroupEntry;
 
 char *
@@ -99,13 +109,18 @@ stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
 		appendStringInfo(&cols, ", state_%d %s", ++n,
 						 format_type_extended(stm_agg_storedtype(lfirst(lc)), -1,
 											  FORMAT_TYPE_FORCE_QUALIFY));
-	stm_statetable_create(psprintf("state_%d", stream_id), cols.data, "window_end", owner);
+	/* session windows: the group without its window, to find a group's sessions */
+	if (agg->window.kind == STM_WINDOW_SESSION)
+		appendStringInfoString(&cols, ", session_group bytea");
+	stm_statetable_create(psprintf("state_%d", stream_id), cols.data, "window_end",
+						  agg->window.kind == STM_WINDOW_SESSION ? "session_group, window_end" : NULL,
+						  owner);
 }
 
 StmAggBatch *
 stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 				   Relation sink, bool has_watermark, TimestampTz watermark,
-				   const char *keep_late_as, int meta_att)
+				   int event_time_att, const char *keep_late_as, int meta_att)
 {
 	StmAggBatch *ab = palloc0(sizeof(StmAggBatch));
 	ListCell   *lc;
@@ -119,9 +134,26 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	ab->complete = strcmp(output_mode, "complete") == 0 ||
 		(agg->nkeys == 0 && agg->window.kind == STM_WINDOW_NONE);
 	ab->append = strcmp(output_mode, "append") == 0;
+	/*
+	 * Without a window, groups close when the watermark passes their event
+	 * time, if the event-time column is one of them (as in Spark).
+	 */
+	ab->event_time_att = agg->event_time_att >= 0 ? agg->event_time_att : event_time_att;
+	ab->time_key = -1;
+	n = 0;
+	foreach(lc, agg->key_exprs)
+	{
+		Node	   *key = lfirst(lc);
+
+		if (agg->window.kind == STM_WINDOW_NONE && event_time_att >= 0 && IsA(key, Var) &&
+			((Var *) key)->varattno == event_time_att + 1)
+			ab->time_key = n;
+		n++;
+	}
+	n = 0;
+	ab->closes = agg->window.kind != STM_WINDOW_NONE || ab->time_key >= 0;
 	/* complete mode drops and evicts nothing (SPEC 3.1) */
-	ab->has_watermark = has_watermark && !ab->complete &&
-		agg->window.kind != STM_WINDOW_NONE;
+	ab->has_watermark = has_watermark && !ab->complete && ab->closes;
 	ab->watermark = watermark;
 	ab->sink = sink;
 	ab->table = stm_aggstate_table(stream_id);
@@ -167,6 +199,38 @@ group_key(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, boo
 	return stm_key_finish(&buf);
 }
 
+/* The batch's entry for a key; a new one holds copies of the group values. */
+static GroupEntry *
+find_group(StmAggBatch *ab, bytea *key, Datum *vals, bool *nulls)
+{
+	bool		found;
+	GroupEntry *e = hash_search(ab->groups, &key, HASH_ENTER, &found);
+
+	if (found)
+	{
+		pfree(key);
+		return e;
+	}
+	e->has_window = false;
+	e->wstart = e->wend = 0;
+	e->keyvals = palloc(sizeof(Datum) * Max(ab->agg->nkeys, 1));
+	e->keynulls = palloc(sizeof(bool) * Max(ab->agg->nkeys, 1));
+	for (int k = 0; k < ab->agg->nkeys; k++)
+	{
+		int16		len;
+		bool		byval;
+
+		get_typlenbyval(ab->agg->key_types[k], &len, &byval);
+		e->keynulls[k] = nulls[k];
+		e->keyvals[k] = nulls[k] ? (Datum) 0 : datumCopy(vals[k], byval, len);
+	}
+	e->vals = NULL;
+	memset(&e->sessions, 0, sizeof(StmSessionList));
+	memset(&e->late, 0, sizeof(StmSessionList));
+	return e;
+}
+
+/* A row into the window [wstart, wend) of its group; false when the window is closed. */
 static bool
 add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
 			 TimestampTz wstart, TimestampTz wend, Datum *vals, bool *nulls)
@@ -185,31 +249,43 @@ add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
 		MemoryContextSwitchTo(old);
 		return false;
 	}
-	e = hash_search(ab->groups, &key, HASH_ENTER, &found);
-
-	if (!found)
+	e = find_group(ab, key, vals, nulls);
+	if (e->vals == NULL)
 	{
 		e->has_window = has_window;
 		e->wstart = wstart;
 		e->wend = wend;
-		e->keyvals = palloc(sizeof(Datum) * Max(ab->agg->nkeys, 1));
-		e->keynulls = palloc(sizeof(bool) * Max(ab->agg->nkeys, 1));
-		for (int k = 0; k < ab->agg->nkeys; k++)
-		{
-			int16		len;
-			bool		byval;
-
-			get_typlenbyval(ab->agg->key_types[k], &len, &byval);
-			e->keynulls[k] = nulls[k];
-			e->keyvals[k] = nulls[k] ? (Datum) 0 : datumCopy(vals[k], byval, len);
-		}
 		e->vals = palloc(sizeof(StmAggValue) * Max(ab->rt->naggs, 1));
 		stm_agg_group_init(ab->rt, e->vals);
 	}
-	else
-		pfree(key);
 	MemoryContextSwitchTo(old);
 	stm_agg_advance(ab->rt, e->vals, econtext);
+	return true;
+}
+
+/*
+ * A row into the sessions of its group: [ts, ts + gap) joins the sessions
+ * it overlaps or touches.  A row is late when ts + gap <= watermark (SPEC
+ * 3.1); late rows form sessions too, only to be counted.
+ */
+static bool
+add_to_session(StmAggBatch *ab, ExprContext *econtext, TimestampTz ts,
+			   Datum *vals, bool *nulls)
+{
+	MemoryContext old = MemoryContextSwitchTo(ab->cxt);
+	GroupEntry *e = find_group(ab, group_key(ab, false, 0, vals, nulls), vals, nulls);
+	TimestampTz end = ts + ab->agg->window.size_us;
+	StmSession *s;
+
+	if (ab->has_watermark && end <= ab->watermark)
+	{
+		(void) stm_session_add_row(&e->late, ts, end, NULL);
+		MemoryContextSwitchTo(old);
+		return false;
+	}
+	s = stm_session_add_row(&e->sessions, ts, end, ab->rt);
+	MemoryContextSwitchTo(old);
+	stm_agg_advance(ab->rt, s->vals, econtext);
 	return true;
 }
 
@@ -231,34 +307,42 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 
 	if (w->kind == STM_WINDOW_NONE)
 	{
-		(void) add_to_group(ab, econtext, false, 0, 0, vals, nulls);
-		return;
-	}
-	/* the event time is a source column, never NULL here (a bad record) */
-	ts = DatumGetTimestampTz(econtext->ecxt_scantuple->tts_values[agg->event_time_att]);
-	if (w->kind == STM_WINDOW_TUMBLE)
-	{
-		offset = (ts - w->origin) % w->size_us;
-		if (offset < 0)
-			offset += w->size_us;
-		start = ts - offset;
-		counted = add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+		/* the group closes at its event time, when that is a group column */
+		TimestampTz closes = ab->time_key >= 0 && !nulls[ab->time_key] ?
+			DatumGetTimestampTz(vals[ab->time_key]) : DT_NOEND;
+
+		counted = add_to_group(ab, econtext, false, 0, closes, vals, nulls);
 	}
 	else
 	{
-		/* hop: every window [start, start + size) with start on the slide grid */
-		offset = (ts - w->origin) % w->slide_us;
-		if (offset < 0)
-			offset += w->slide_us;
-		counted = true;
-		for (start = ts - offset; start + w->size_us > ts; start -= w->slide_us)
-			counted &= add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+		/* the event time is a source column, never NULL here (a bad record) */
+		ts = DatumGetTimestampTz(econtext->ecxt_scantuple->tts_values[agg->event_time_att]);
+		if (w->kind == STM_WINDOW_TUMBLE)
+		{
+			offset = (ts - w->origin) % w->size_us;
+			if (offset < 0)
+				offset += w->size_us;
+			start = ts - offset;
+			counted = add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+		}
+		else if (w->kind == STM_WINDOW_HOP)
+		{
+			/* every window [start, start + size) with start on the slide grid */
+			offset = (ts - w->origin) % w->slide_us;
+			if (offset < 0)
+				offset += w->slide_us;
+			counted = true;
+			for (start = ts - offset; start + w->size_us > ts; start -= w->slide_us)
+				counted &= add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+		}
+		else
+			counted = add_to_session(ab, econtext, ts, vals, nulls);
 	}
 	/* a row dropped from one of its windows at least is kept once */
 	if (!counted && ab->keep_late_as)
 		stm_late_row_keep(ab->keep_late_as, econtext->ecxt_scantuple->tts_values,
 						  econtext->ecxt_scantuple->tts_isnull, ab->meta_att,
-						  agg->event_time_att);
+						  ab->event_time_att);
 }
 
 /* The sink row of a group, from its merged states. */
@@ -290,6 +374,14 @@ output_row(StmAggBatch *ab, bool has_window, TimestampTz wstart, TimestampTz wen
 		out[n] = ExecEvalExpr(ab->outputs[n], ab->out_econtext, &outnulls[n]);
 }
 
+static char *
+sink_name(StmAggBatch *ab)
+{
+	return psprintf("%s.%s",
+					quote_identifier(get_namespace_name(RelationGetNamespace(ab->sink))),
+					quote_identifier(RelationGetRelationName(ab->sink)));
+}
+
 /* INSERT INTO sink (outputs) VALUES (...) [ON CONFLICT (group columns) DO UPDATE] */
 static SPIPlanPtr
 prepare_sink_write(StmAggBatch *ab, bool upsert)
@@ -305,9 +397,7 @@ prepare_sink_write(StmAggBatch *ab, bool upsert)
 	initStringInfo(&sql);
 	initStringInfo(&conflict);
 	initStringInfo(&set);
-	appendStringInfo(&sql, "INSERT INTO %s.%s AS t (",
-					 quote_identifier(get_namespace_name(RelationGetNamespace(ab->sink))),
-					 quote_identifier(RelationGetRelationName(ab->sink)));
+	appendStringInfo(&sql, "INSERT INTO %s AS t (", sink_name(ab));
 	/* output columns go to the sink columns of the same names */
 	for (int n = 0; n < nout; n++)
 	{
@@ -346,6 +436,279 @@ write_sink(SPIPlanPtr plan, int nout, Datum *out, bool *outnulls)
 	pfree(nulls);
 }
 
+/* The SPI plans of the end of a batch. */
+typedef struct StatePlans
+{
+	SPIPlanPtr	select;			/* a group's stored states, by group_key */
+	SPIPlanPtr	upsert;			/* a group's new state row */
+	SPIPlanPtr	sessions;		/* session windows: a group's stored sessions in a range */
+	SPIPlanPtr	delete;			/* session windows: a merged-away session's state row */
+	SPIPlanPtr	sink_upsert;	/* update mode: a changed group's sink row */
+	SPIPlanPtr	sink_delete;	/* update mode, session windows: a merged-away session's sink row */
+	int			nstate;			/* columns of the state table */
+	Datum	   *vals;			/* room for a state row */
+	char	   *nulls;
+	Datum	   *out;			/* room for a sink row */
+	bool	   *outnulls;
+} StatePlans;
+
+static void
+prepare_state_plans(StmAggBatch *ab, StatePlans *p)
+{
+	StmAggQuery *agg = ab->agg;
+	StmAggRuntime *rt = ab->rt;
+	int			nkeys = agg->nkeys;
+	bool		session = agg->window.kind == STM_WINDOW_SESSION;
+	int			nout = list_length(agg->outputs);
+	Oid		   *types;
+	Oid			argtypes[FUNC_MAX_ARGS + 1];
+	StringInfoData states;
+	StringInfoData sql;
+
+	p->nstate = 3 + nkeys + rt->naggs + (session ? 1 : 0);
+	types = palloc(sizeof(Oid) * p->nstate);
+	p->vals = palloc(sizeof(Datum) * p->nstate);
+	p->nulls = palloc(p->nstate);
+	p->out = palloc(sizeof(Datum) * nout);
+	p->outnulls = palloc(sizeof(bool) * nout);
+
+	initStringInfo(&states);
+	for (int i = 0; i < rt->naggs; i++)
+		appendStringInfo(&states, ", state_%d", i + 1);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT 1%s FROM %s WHERE group_key = $1 FOR UPDATE",
+					 states.data, ab->table);
+	argtypes[0] = BYTEAOID;
+	p->select = SPI_prepare(sql.data, 1, argtypes);
+
+	/* window_end moves when a session grows */
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s VALUES (", ab->table);
+	for (int c = 0; c < p->nstate; c++)
+		appendStringInfo(&sql, "%s$%d", c ? ", " : "", c + 1);
+	appendStringInfoString(&sql, ") ON CONFLICT (group_key) DO UPDATE SET window_end = EXCLUDED.window_end");
+	for (int i = 0; i < rt->naggs; i++)
+		appendStringInfo(&sql, ", state_%d = EXCLUDED.state_%d", i + 1, i + 1);
+	types[0] = BYTEAOID;
+	types[1] = types[2] = TIMESTAMPTZOID;
+	for (int k = 0; k < nkeys; k++)
+		types[3 + k] = agg->key_types[k];
+	for (int i = 0; i < rt->naggs; i++)
+		types[3 + nkeys + i] = rt->fns[i].storedtype;
+	if (session)
+		types[p->nstate - 1] = BYTEAOID;
+	p->upsert = SPI_prepare(sql.data, p->nstate, types);
+	if (p->select == NULL || p->upsert == NULL)
+		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
+
+	if (!ab->complete && !ab->append)
+		p->sink_upsert = prepare_sink_write(ab, true);
+	if (!session)
+		return;
+
+	/* stored sessions that reach [$2, $3]: they end at or after $2 and start at or before $3 */
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT group_key, window_start, window_end%s FROM %s "
+					 "WHERE session_group = $1 AND window_end >= $2 AND window_start <= $3 FOR UPDATE",
+					 states.data, ab->table);
+	argtypes[1] = argtypes[2] = TIMESTAMPTZOID;
+	p->sessions = SPI_prepare(sql.data, 3, argtypes);
+	p->delete = SPI_prepare(psprintf("DELETE FROM %s WHERE group_key = $1", ab->table),
+							1, argtypes);
+	if (p->sessions == NULL || p->delete == NULL)
+		elog(ERROR, "could not prepare the session queries of stream %d", ab->stream_id);
+
+	/* update mode: a session's sink row is found by the window and group columns */
+	if (p->sink_upsert)
+	{
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "DELETE FROM %s WHERE true", sink_name(ab));
+		for (int n = 0; n < nout; n++)
+		{
+			int			k = agg->out_group_col[n];
+
+			if (k < 0)
+				continue;
+			argtypes[k] = k == 0 ? TIMESTAMPTZOID : agg->key_types[k - 1];
+			appendStringInfo(&sql, " AND %s = $%d", quote_identifier(agg->out_names[n]), k + 1);
+		}
+		p->sink_delete = SPI_prepare(sql.data, nkeys + 1, argtypes);
+		if (p->sink_delete == NULL)
+			elog(ERROR, "could not prepare the sink delete of stream %d", ab->stream_id);
+	}
+}
+
+/* One state row: the group's key, window, group values and states. */
+static void
+write_state(StmAggBatch *ab, StatePlans *p, bytea *key, bool has_window,
+			TimestampTz wstart, TimestampTz wend, Datum *keyvals, bool *keynulls,
+			StmAggValue *states, bytea *session_group)
+{
+	int			nkeys = ab->agg->nkeys;
+
+	p->vals[0] = PointerGetDatum(key);
+	p->nulls[0] = ' ';
+	p->vals[1] = TimestampTzGetDatum(wstart);
+	p->nulls[1] = has_window ? ' ' : 'n';
+	p->vals[2] = TimestampTzGetDatum(wend);
+	p->nulls[2] = ab->closes ? ' ' : 'n';
+	for (int k = 0; k < nkeys; k++)
+	{
+		p->vals[3 + k] = keyvals[k];
+		p->nulls[3 + k] = keynulls[k] ? 'n' : ' ';
+	}
+	for (int i = 0; i < ab->rt->naggs; i++)
+	{
+		bool		isnull;
+
+		p->vals[3 + nkeys + i] = stm_agg_store(ab->rt, i, &states[i], &isnull);
+		p->nulls[3 + nkeys + i] = isnull ? 'n' : ' ';
+	}
+	if (session_group)
+	{
+		p->vals[p->nstate - 1] = PointerGetDatum(session_group);
+		p->nulls[p->nstate - 1] = ' ';
+	}
+	if (SPI_execute_plan(p->upsert, p->vals, p->nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
+}
+
+/* Update mode: the group's row in the sink. */
+static void
+upsert_sink(StmAggBatch *ab, StatePlans *p, bool has_window, TimestampTz wstart,
+			TimestampTz wend, Datum *keyvals, bool *keynulls, StmAggValue *states)
+{
+	output_row(ab, has_window, wstart, wend, keyvals, keynulls, states, p->out, p->outnulls);
+	write_sink(p->sink_upsert, list_length(ab->agg->outputs), p->out, p->outnulls);
+	ResetExprContext(ab->out_econtext);
+}
+
+/* A window and group of the batch: its states combined with the stored ones. */
+static int64
+merge_group(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
+{
+	StmAggRuntime *rt = ab->rt;
+	StmAggValue merged[FUNC_MAX_ARGS];
+	Datum		keyarg = PointerGetDatum(e->key);
+
+	if (SPI_execute_plan(p->select, &keyarg, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the state table of stream %d", ab->stream_id);
+	memcpy(merged, e->vals, sizeof(StmAggValue) * rt->naggs);
+	if (SPI_processed > 0)
+	{
+		for (int i = 0; i < rt->naggs; i++)
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 2, &isnull);
+
+			stm_agg_load(rt, i, d, isnull, &merged[i]);
+			stm_agg_combine(rt, i, &merged[i], &e->vals[i]);
+		}
+	}
+	write_state(ab, p, e->key, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls,
+				merged, NULL);
+	if (p->sink_upsert == NULL)
+		return 0;
+	upsert_sink(ab, p, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls, merged);
+	return 1;
+}
+
+static bool
+same_key(bytea *a, bytea *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * A group's sessions of the batch, merged with the stored sessions they
+ * reach.  A stored session absorbed by a session that starts elsewhere
+ * leaves the state, and in update mode the sink (SPEC 3: its row is
+ * replaced by the merged session's).
+ */
+static int64
+merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
+{
+	StmAggRuntime *rt = ab->rt;
+	StmSessionList *list = &e->sessions;
+	Datum		args[FUNC_MAX_ARGS + 1];
+	SPITupleTable *tt;
+	uint64		nrows;
+	int64		written = 0;
+	MemoryContext old;
+
+	if (list->n == 0)
+		return 0;				/* only late rows */
+	args[0] = PointerGetDatum(e->key);
+	args[1] = TimestampTzGetDatum(list->items[0].start);
+	args[2] = TimestampTzGetDatum(list->items[list->n - 1].end);
+	if (SPI_execute_plan(p->sessions, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the sessions of stream %d", ab->stream_id);
+	tt = SPI_tuptable;
+	nrows = SPI_processed;
+	old = MemoryContextSwitchTo(ab->cxt);
+	for (uint64 r = 0; r < nrows; r++)
+	{
+		HeapTuple	tup = tt->vals[r];
+		bool		isnull;
+		bytea	   *key = DatumGetByteaPCopy(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
+		TimestampTz ws = DatumGetTimestampTz(SPI_getbinval(tup, tt->tupdesc, 2, &isnull));
+		TimestampTz we = DatumGetTimestampTz(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
+		StmAggValue *vals = palloc(sizeof(StmAggValue) * Max(rt->naggs, 1));
+
+		for (int i = 0; i < rt->naggs; i++)
+		{
+			Datum		d = SPI_getbinval(tup, tt->tupdesc, 4 + i, &isnull);
+
+			stm_agg_load(rt, i, d, isnull, &vals[i]);
+		}
+		stm_session_add_stored(list, ws, we, vals, key, rt);
+	}
+	MemoryContextSwitchTo(old);
+	SPI_freetuptable(tt);
+
+	for (int s = 0; s < list->n; s++)
+	{
+		StmSession *session = &list->items[s];
+		bytea	   *key;
+		ListCell   *lc;
+
+		if (!session->from_batch)
+			continue;			/* a stored session the batch did not reach */
+		old = MemoryContextSwitchTo(ab->cxt);
+		key = group_key(ab, true, session->start, e->keyvals, e->keynulls);
+		MemoryContextSwitchTo(old);
+		foreach(lc, session->stored)
+		{
+			StmStoredSession *ref = lfirst(lc);
+
+			if (same_key(ref->key, key))
+				continue;		/* the same row, rewritten below */
+			args[0] = PointerGetDatum(ref->key);
+			if (SPI_execute_plan(p->delete, args, NULL, false, 0) != SPI_OK_DELETE)
+				elog(ERROR, "could not delete a merged session of stream %d", ab->stream_id);
+			if (p->sink_delete)
+			{
+				args[0] = TimestampTzGetDatum(ref->start);
+				for (int k = 0; k < ab->agg->nkeys; k++)
+					args[1 + k] = e->keyvals[k];
+				if (SPI_execute_plan(p->sink_delete, args, NULL, false, 0) != SPI_OK_DELETE)
+					elog(ERROR, "could not delete a merged session's sink row of stream %d",
+						 ab->stream_id);
+			}
+		}
+		write_state(ab, p, key, true, session->start, session->end, e->keyvals, e->keynulls,
+					session->vals, e->key);
+		if (p->sink_upsert)
+		{
+			upsert_sink(ab, p, true, session->start, session->end, e->keyvals, e->keynulls,
+						session->vals);
+			written++;
+		}
+	}
+	return written;
+}
+
 /*
  * Merge the batch's groups into the state table and bring the sink up to
  * date.  Returns the number of sink rows written.
@@ -356,106 +719,32 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 	StmAggQuery *agg = ab->agg;
 	StmAggRuntime *rt = ab->rt;
 	int			nkeys = agg->nkeys;
-	int			nstate = 3 + nkeys + rt->naggs;
 	int			nout = list_length(agg->outputs);
-	Oid		   *types = palloc(sizeof(Oid) * nstate);
-	Datum	   *vals = palloc(sizeof(Datum) * nstate);
-	char	   *nulls = palloc(nstate);
-	Datum	   *out = palloc(sizeof(Datum) * nout);
-	bool	   *outnulls = palloc(sizeof(bool) * nout);
+	bool		session = agg->window.kind == STM_WINDOW_SESSION;
 	StmAggValue *merged = palloc(sizeof(StmAggValue) * Max(rt->naggs, 1));
-	StringInfoData sql;
-	SPIPlanPtr	select_plan;
-	SPIPlanPtr	upsert_plan;
-	SPIPlanPtr	sink_plan = NULL;
+	StatePlans	plans = {0};
+	SPIPlanPtr	sink_plan;
 	HASH_SEQ_STATUS seq;
 	GroupEntry *e;
 	int64		written = 0;
+	int64		late = 0;
 	int			nest = stm_catalog_pin_search_path();
-	Oid			bytea_type = BYTEAOID;
 
 	SPI_connect();
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT ");
-	for (int i = 0; i < rt->naggs; i++)
-		appendStringInfo(&sql, "%sstate_%d", i ? ", " : "", i + 1);
-	if (rt->naggs == 0)
-		appendStringInfoString(&sql, "1");
-	appendStringInfo(&sql, " FROM %s WHERE group_key = $1 FOR UPDATE", ab->table);
-	select_plan = SPI_prepare(sql.data, 1, &bytea_type);
-
-	resetStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s VALUES (", ab->table);
-	for (int c = 0; c < nstate; c++)
-		appendStringInfo(&sql, "%s$%d", c ? ", " : "", c + 1);
-	appendStringInfoString(&sql, ") ON CONFLICT (group_key) DO UPDATE SET ");
-	for (int i = 0; i < rt->naggs; i++)
-		appendStringInfo(&sql, "%sstate_%d = EXCLUDED.state_%d", i ? ", " : "", i + 1, i + 1);
-	if (rt->naggs == 0)
-		appendStringInfoString(&sql, "window_end = EXCLUDED.window_end");
-	types[0] = BYTEAOID;
-	types[1] = types[2] = TIMESTAMPTZOID;
-	for (int k = 0; k < nkeys; k++)
-		types[3 + k] = agg->key_types[k];
-	for (int i = 0; i < rt->naggs; i++)
-		types[3 + nkeys + i] = rt->fns[i].storedtype;
-	upsert_plan = SPI_prepare(sql.data, nstate, types);
-	if (select_plan == NULL || upsert_plan == NULL)
-		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
-	if (!ab->complete && !ab->append)
-		sink_plan = prepare_sink_write(ab, true);
-
+	prepare_state_plans(ab, &plans);
 	hash_seq_init(&seq, ab->groups);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
-		Datum		keyarg = PointerGetDatum(e->key);
-
-		/* merged := stored state combined with this batch's */
-		if (SPI_execute_plan(select_plan, &keyarg, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read the state table of stream %d", ab->stream_id);
-		if (SPI_processed > 0)
+		if (session)
 		{
-			for (int i = 0; i < rt->naggs; i++)
-			{
-				bool		isnull;
-				Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &isnull);
-
-				stm_agg_load(rt, i, d, isnull, &merged[i]);
-				stm_agg_combine(rt, i, &merged[i], &e->vals[i]);
-			}
+			written += merge_sessions(ab, &plans, e);
+			late += e->late.n;
 		}
 		else
-			memcpy(merged, e->vals, sizeof(StmAggValue) * rt->naggs);
-
-		vals[0] = keyarg;
-		nulls[0] = ' ';
-		vals[1] = TimestampTzGetDatum(e->wstart);
-		vals[2] = TimestampTzGetDatum(e->wend);
-		nulls[1] = nulls[2] = e->has_window ? ' ' : 'n';
-		for (int k = 0; k < nkeys; k++)
-		{
-			vals[3 + k] = e->keyvals[k];
-			nulls[3 + k] = e->keynulls[k] ? 'n' : ' ';
-		}
-		for (int i = 0; i < rt->naggs; i++)
-		{
-			bool		isnull;
-
-			vals[3 + nkeys + i] = stm_agg_store(rt, i, &merged[i], &isnull);
-			nulls[3 + nkeys + i] = isnull ? 'n' : ' ';
-		}
-		if (SPI_execute_plan(upsert_plan, vals, nulls, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
-
-		if (sink_plan)
-		{
-			output_row(ab, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls,
-					   merged, out, outnulls);
-			write_sink(sink_plan, nout, out, outnulls);
-			written++;
-		}
-		ResetExprContext(ab->out_econtext);
+			written += merge_group(ab, &plans, e);
 	}
+	if (!session)
+		late = hash_get_num_entries(ab->late);
 
 	/*
 	 * complete mode: the sink holds the whole result, from the whole state;
@@ -472,10 +761,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 
 		if (ab->complete)
 		{
-			if (SPI_execute(psprintf("DELETE FROM %s.%s",
-									 quote_identifier(get_namespace_name(RelationGetNamespace(ab->sink))),
-									 quote_identifier(RelationGetRelationName(ab->sink))),
-							false, 0) != SPI_OK_DELETE)
+			if (SPI_execute(psprintf("DELETE FROM %s", sink_name(ab)), false, 0) != SPI_OK_DELETE)
 				elog(ERROR, "could not empty the sink");
 			scan = psprintf("SELECT * FROM %s WHERE $1 IS NOT NULL", ab->table);
 		}
@@ -514,8 +800,8 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 
 					stm_agg_load(rt, i, d, isnull, &merged[i]);
 				}
-				output_row(ab, has_window, ws, we, keyvals, keynulls, merged, out, outnulls);
-				write_sink(sink_plan, nout, out, outnulls);
+				output_row(ab, has_window, ws, we, keyvals, keynulls, merged, plans.out, plans.outnulls);
+				write_sink(sink_plan, nout, plans.out, plans.outnulls);
 				written++;
 				ResetExprContext(ab->out_econtext);
 			}
@@ -534,7 +820,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 								  1, &wmtype, &wm, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not evict closed windows of stream %d", ab->stream_id);
 	}
-	*num_late_rows = hash_get_num_entries(ab->late);
+	*num_late_rows = late;
 
 	if (SPI_execute(psprintf("SELECT count(*) FROM %s", ab->table), false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not count the state of stream %d", ab->stream_id);

@@ -806,10 +806,11 @@ require_workers(const char *stream)
 }
 
 /*
- * What aggregate streams support in this version: tumbling and hopping
- * windows or none; a watermark on the window's event time; every window
- * and group column in the select list (they key the sink).  Returns the
- * event-time column (the window's) when there is a watermark.
+ * What aggregate streams need: a watermark on the window's event time (or,
+ * without a window, on event_time, which closes groups only when it is a
+ * GROUP BY column); every window and group column in the select list (they
+ * key the sink).  Returns the event-time column to store: the window's
+ * when there is a watermark, or event_time.
  */
 static char *
 check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_watermark,
@@ -827,19 +828,33 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 				 errmsg("output_mode \"append\" needs a watermark on an aggregate query"),
 				 errdetail("In append mode a group's row is written once, when the watermark closes its window."),
 				 errhint("Give watermark => '10 minutes', or use output_mode 'update' or 'complete'.")));
-	if ((has_watermark || event_time) && window_column == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("watermarks on aggregates without a window are not supported yet")));
-	if (event_time && strcmp(event_time, window_column) != 0)
+	if (window_column == NULL)
+	{
+		ListCell   *lc;
+		bool		grouped_by_time = false;
+
+		/* without a window, groups close only when the event time is one of them (as Spark) */
+		foreach(lc, agg->key_exprs)
+		{
+			Var		   *key = lfirst(lc);
+
+			if (event_time && IsA(key, Var) &&
+				strcmp(get_attname(qi->source_view, key->varattno, false), event_time) == 0)
+				grouped_by_time = true;
+		}
+		if (strcmp(output_mode, "append") == 0 && !grouped_by_time)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("output_mode \"append\" needs the event-time column among the GROUP BY columns of a query without a window"),
+					 errdetail("In append mode a group's row is written once, when the watermark passes its event time."),
+					 errhint("Group by a window call such as streaming.tumble(event_time, '5 minutes'), "
+							 "or by the event_time column itself, or use output_mode 'update' or 'complete'.")));
+	}
+	else if (event_time && strcmp(event_time, window_column) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("event_time of a windowed query must name the window's column \"%s\"", window_column),
 				 errdetail("The event_time given was \"%s\".", event_time)));
-	if (agg->window.kind == STM_WINDOW_SESSION)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("session windows are not supported yet")));
 	if (agg->nkeys > FUNC_MAX_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -859,6 +874,8 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 					 errmsg("the select list of an aggregate stream must include every GROUP BY expression"),
 					 errdetail("GROUP BY expression %d is not in the select list.", k),
 					 errhint("The sink's key is the window and the groups.")));
+	if (window_column == NULL)
+		return event_time;
 	return has_watermark ? window_column : NULL;
 }
 

@@ -538,8 +538,11 @@ stm_batch_run(StmRuntime *rt)
 		bc.qual = stm_query_compile_qual(qi);
 		bc.aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, sink_rel,
 										 def->has_watermark, previous_watermark(def),
+										 bc.event_time_att,
 										 keep_late ? def->name : NULL, bc.ndeclared);
-		bc.event_time_att = qi->agg->event_time_att;
+		/* a window's column is the event time; without a window, event_time's */
+		if (qi->agg->event_time_att >= 0)
+			bc.event_time_att = qi->agg->event_time_att;
 	}
 	else
 	{

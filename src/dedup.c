@@ -68,7 +68,7 @@ void
 stm_dedup_create(int32 stream_id, Oid owner)
 {
 	stm_statetable_create(psprintf("dedup_%d", stream_id),
-						  "key bytea PRIMARY KEY, expires_at timestamptz", "expires_at", owner);
+						  "key bytea PRIMARY KEY, expires_at timestamptz", "expires_at", NULL, owner);
 }
 
 /*

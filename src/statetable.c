@@ -32,7 +32,7 @@
 
 void
 stm_statetable_create(const char *relname, const char *columns,
-					  const char *index_column, Oid owner)
+					  const char *index_column, const char *index2_columns, Oid owner)
 {
 	char	   *table = psprintf("streaming.%s", quote_identifier(relname));
 	Oid			save_userid;
@@ -47,6 +47,8 @@ stm_statetable_create(const char *relname, const char *columns,
 	SPI_connect();
 	if (SPI_execute(psprintf("CREATE TABLE %s (%s)", table, columns), false, 0) != SPI_OK_UTILITY ||
 		SPI_execute(psprintf("CREATE INDEX ON %s (%s)", table, index_column), false, 0) != SPI_OK_UTILITY ||
+		(index2_columns &&
+		 SPI_execute(psprintf("CREATE INDEX ON %s (%s)", table, index2_columns), false, 0) != SPI_OK_UTILITY) ||
 		SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", table,
 							 quote_identifier(GetUserNameFromId(owner, false))),
 					false, 0) != SPI_OK_UTILITY)

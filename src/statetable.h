@@ -10,7 +10,8 @@
 #include "utils/hsearch.h"
 
 extern void stm_statetable_create(const char *relname, const char *columns,
-								  const char *index_column, Oid owner);
+								  const char *index_column, const char *index2_columns,
+								  Oid owner);
 extern HTAB *stm_keyhash_create(const char *name, Size entrysize, MemoryContext cxt);
 extern void stm_key_init(StringInfo buf);
 extern void stm_key_append(StringInfo buf, FmgrInfo *send, Datum value, bool isnull);
