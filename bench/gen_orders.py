@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gen_orders.py N JSONL CSV: N order records, the same ones twice.
+"""bench/gen_orders.py [options] N JSONL CSV: N order records, the same ones twice.
 
 JSONL gets one JSON object per line (what is produced to Kafka), CSV the
 same records as order_id,user_id,amount,status,event_time (what the COPY
@@ -9,22 +9,55 @@ baseline loads).  Records look like
 
 (about 110 bytes).  Values are pseudo-random with a fixed seed, so every run
 loads the same data.  Prints "records json_bytes avg_record_len sum_amount"
-on stdout so the caller can check what each method loaded.
+on stdout so the caller can check what each method loaded (records counts
+every line written, the sentinel too; sum_amount is that of the N orders).
+
+By default record i's event time is 2026-11-29 plus i * 37 ms, wrapping at
+midnight (in order up to ~2.3M records; what the stateless benchmark uses).
+
+Options (for the aggregate benchmark):
+  --in-order      event time = 2026-11-29T00:00:00Z + i * --step-ms + a
+                  pseudo-random jitter in [0, --jitter-ms), never wrapping:
+                  in order except for the jitter, so a watermark delay larger
+                  than the jitter makes no row late
+  --step-ms MS    (default 37: about 10 hours of event time per 1M records)
+  --jitter-ms MS  (default 120000: 2 minutes)
+  --sentinel      one more record after the N orders, order_id N+1, amount
+                  0.00, status "paid", its event time one day after the last
+                  order's: it moves a stream's watermark past every window of
+                  the orders, so all of them close
 """
+import argparse
 import random
-import sys
+import time
+
+
+def iso_ms(ms):
+    """ISO 8601 UTC text of a Unix time in milliseconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + ".%03dZ" % (ms % 1000)
 
 
 def main():
-    if len(sys.argv) != 4:
-        sys.exit("usage: gen_orders.py N JSONL CSV")
-    n = int(sys.argv[1])
+    ap = argparse.ArgumentParser(usage="gen_orders.py [options] N JSONL CSV")
+    ap.add_argument("n", type=int)
+    ap.add_argument("jsonl")
+    ap.add_argument("csv")
+    ap.add_argument("--in-order", action="store_true")
+    ap.add_argument("--step-ms", type=int, default=37)
+    ap.add_argument("--jitter-ms", type=int, default=120000)
+    ap.add_argument("--sentinel", action="store_true")
+    args = ap.parse_args()
+    n = args.n
     rnd = random.Random(42)
+    jit = random.Random(4242)   # its own sequence: the other values stay as without --in-order
+    start_ms = 1795910400000    # 2026-11-29T00:00:00Z
     statuses = ["created", "paid", "paid", "paid", "shipped", "cancelled"]
     total_cents = 0
     nbytes = 0
+    lines = 0
+    last_ms = start_ms
     chunk = 100000
-    with open(sys.argv[2], "w") as fj, open(sys.argv[3], "w") as fc:
+    with open(args.jsonl, "w") as fj, open(args.csv, "w") as fc:
         for lo in range(1, n + 1, chunk):
             jl = []
             cl = []
@@ -34,17 +67,32 @@ def main():
                 total_cents += cents
                 amount = "%d.%02d" % (cents // 100, cents % 100)
                 status = statuses[rnd.randrange(6)]
-                ms = i * 37  # ~10 hours of event time over 1M records
-                ts = "2026-11-29T%02d:%02d:%02d.%03dZ" % (
-                    ms // 3600000 % 24, ms // 60000 % 60, ms // 1000 % 60, ms % 1000)
+                if args.in_order:
+                    ms = start_ms + i * args.step_ms + (jit.randrange(args.jitter_ms) if args.jitter_ms > 0 else 0)
+                    last_ms = max(last_ms, ms)
+                    ts = iso_ms(ms)
+                else:
+                    ms = i * 37  # ~10 hours of event time over 1M records
+                    ts = "2026-11-29T%02d:%02d:%02d.%03dZ" % (
+                        ms // 3600000 % 24, ms // 60000 % 60, ms // 1000 % 60, ms % 1000)
                 jl.append('{"order_id":%d,"user_id":%d,"amount":%s,"status":"%s","event_time":"%s"}\n'
                           % (i, user, amount, status, ts))
                 cl.append("%d,%d,%s,%s,%s\n" % (i, user, amount, status, ts))
             s = "".join(jl)
             nbytes += len(s)
+            lines += len(jl)
             fj.write(s)
             fc.write("".join(cl))
-    print(n, nbytes, "%.1f" % ((nbytes - n) / n if n else 0),
+        if args.sentinel:
+            if not args.in_order:
+                last_ms = start_ms + 86400000  # the default times stay within 2026-11-29
+            ts = iso_ms(last_ms + 86400000)
+            s = '{"order_id":%d,"user_id":0,"amount":0.00,"status":"paid","event_time":"%s"}\n' % (n + 1, ts)
+            fj.write(s)
+            fc.write("%d,0,0.00,paid,%s\n" % (n + 1, ts))
+            nbytes += len(s)
+            lines += 1
+    print(lines, nbytes, "%.1f" % ((nbytes - lines) / lines if lines else 0),
           "%d.%02d" % (total_cents // 100, total_cents % 100))
 
 

@@ -32,14 +32,56 @@
 # drops older data): if not, they are produced again lz4-compressed to a
 # second topic, which is then used.
 #
+# With --aggregate it measures windowed aggregation instead (issue 3), the
+# same three ways on the same setup:
+#
+#   (1) stream "s" in append mode with a 10-minute watermark,
+#         SELECT streaming.window_start() AS window_start,
+#                streaming.window_end() AS window_end, status, count(*) AS cnt,
+#                sum(amount) AS total_amount, avg(amount) AS avg_amount
+#         FROM orders GROUP BY streaming.tumble(event_time, '5 minutes'), status
+#       timed from create_stream until process_available returns (which
+#       waits for the no-data batch that writes the closed windows); the
+#       worker's peak RSS as above;
+#   (2) COPY of the CSV into orders_copy, then INSERT INTO agg_copy SELECT
+#       date_bin('5 minutes', event_time, 'epoch'), ..., count(*),
+#       sum(amount), avg(amount) ... GROUP BY, both timed together;
+#   (3) python_loop.py --aggregate agg_py: per 50k batch COPY into a
+#       temporary staging table, INSERT INTO agg_py ... GROUP BY ... ON
+#       CONFLICT (window_start, status) DO UPDATE (cnt, total_amount,
+#       avg_amount merged), offsets, commit.
+#
+# The records' event times are in order up to a 2-minute jitter
+# (gen_orders.py --in-order: 37 ms apart, ~10 hours per 1M records), so the
+# watermark makes no row late, and a last sentinel record one day after the
+# data (--sentinel) moves the watermark past every window of the data.
+# Checked: no late rows (sum of progress.num_late_rows is 0), every order
+# counted in a closed window (sum(cnt) and sum(total_amount) of agg_stream
+# are the data's), and agg_stream equals agg_copy and agg_py restricted to the
+# windows the stream's final watermark closed (EXCEPT ALL both ways, on all
+# six columns), which leaves out exactly the sentinel's window.  Rates count
+# every record produced (N + the sentinel).  To see whether the worker's
+# memory grows with the input, compare its peak RSS across --records (with
+# the same --partitions and compression: the Kafka client's prefetch is per
+# partition).
+#
 # Options:
 #   --records N     records to generate (default 1000000)
 #   --partitions P  partitions of the topic (default 32)
+#   --aggregate     the windowed aggregate benchmark described above
+#   --lz4           produce lz4-compressed from the start (default: only when
+#                   the uncompressed topic does not fit in the mock)
+#   --max-offsets-per-trigger M
+#                   the source's max_offsets_per_trigger (default none: the
+#                   first batch takes every record)
 #   --perf          afterwards, run the stream once more (into another sink)
 #                   under `perf record -g` and print the worker's top 25
-#                   symbols (root only; installs linux-perf if missing)
+#                   symbols (root only; installs linux-perf if missing); with
+#                   --aggregate the whole machine is recorded (perf record -a)
+#                   and the report is the worker's, plus CPU time per process
 #   --keep          keep the temp dir (data, server log, perf.data)
-# (under make: make bench BENCH_RECORDS=N BENCH_PARTITIONS=P BENCH_PERF=1)
+# (under make: make bench BENCH_RECORDS=N BENCH_PARTITIONS=P BENCH_AGG=1
+#  BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_PERF=1)
 #
 # As root it installs what is missing (apt-get: kcat python3-confluent-kafka
 # python3-psycopg2, and linux-perf for --perf), runs `make install` in the
@@ -54,11 +96,14 @@ set -uo pipefail
 RECORDS=${BENCH_RECORDS:-1000000}
 PARTITIONS=${BENCH_PARTITIONS:-32}
 DO_PERF=${BENCH_PERF:-}
+AGG=${BENCH_AGG:-}
+FORCE_LZ4=${BENCH_LZ4:-}
+MAX_OFFSETS=${BENCH_MAX_OFFSETS:-}
 KEEP=
 
 usage()
 {
-	sed -n '/^# Options:/,/^# (under make/p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '/^# Options:/,/^#  BENCH_LZ4/p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -68,6 +113,10 @@ while [ $# -gt 0 ]; do
 		--partitions) PARTITIONS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--partitions=*) PARTITIONS=${1#*=}; shift ;;
 		--perf) DO_PERF=1; shift ;;
+		--aggregate) AGG=1; shift ;;
+		--lz4) FORCE_LZ4=1; shift ;;
+		--max-offsets-per-trigger) MAX_OFFSETS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--max-offsets-per-trigger=*) MAX_OFFSETS=${1#*=}; shift ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) usage; exit 0 ;;
 		*) echo "bench/run.sh: unknown argument \"$1\"" >&2; usage >&2; exit 2 ;;
@@ -75,6 +124,8 @@ while [ $# -gt 0 ]; do
 done
 case $RECORDS in ''|*[!0-9]*|0) echo "bench/run.sh: --records wants a positive integer" >&2; exit 2 ;; esac
 case $PARTITIONS in ''|*[!0-9]*|0) echo "bench/run.sh: --partitions wants a positive integer" >&2; exit 2 ;; esac
+case $MAX_OFFSETS in ''|[1-9]|[1-9]*[0-9]) ;; *) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
+case $MAX_OFFSETS in *[!0-9]*) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$BENCH/.." && pwd)
@@ -198,8 +249,10 @@ SOCK=$TMP/sock
 
 # ---- data ------------------------------------------------------------------
 
-say "generating $RECORDS records"
-read -r _ JSON_BYTES AVG_LEN EXPECT_SUM < <("$PY" "$BENCH/gen_orders.py" "$RECORDS" \
+GEN_OPTS=()
+[ -n "$AGG" ] && GEN_OPTS=(--in-order --sentinel)
+say "generating $RECORDS records${AGG:+ (in order, and a sentinel)}"
+read -r TOTAL JSON_BYTES AVG_LEN EXPECT_SUM < <("$PY" "$BENCH/gen_orders.py" "${GEN_OPTS[@]}" "$RECORDS" \
 	"$TMP/data/orders.jsonl" "$TMP/data/orders.csv") || die "gen_orders.py failed"
 [ -n "$EXPECT_SUM" ] || die "gen_orders.py failed"
 
@@ -232,8 +285,8 @@ produce()
 		[ "$lo" = 0 ] || bad=$((bad + 1))
 		sum=$((sum + hi - lo))
 	done <"$TMP/offsets.$topic"
-	if [ "$bad" -gt 0 ] || [ "$sum" != "$RECORDS" ]; then
-		say "topic $topic: $bad partitions with low offset > 0, $sum of $RECORDS records kept (5 MiB per partition limit of the mock)"
+	if [ "$bad" -gt 0 ] || [ "$sum" != "$TOTAL" ]; then
+		say "topic $topic: $bad partitions with low offset > 0, $sum of $TOTAL records kept (5 MiB per partition limit of the mock)"
 		return 1
 	fi
 	return 0
@@ -242,9 +295,13 @@ produce()
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 TOPIC=orders
 COMPRESSION=none
-say "producing to $TOPIC ($PARTITIONS partitions)"
 t0=$(date +%s.%N)
-if ! produce orders; then
+if [ -n "$FORCE_LZ4" ]; then
+	TOPIC=orders_lz4
+	COMPRESSION=lz4
+	say "producing, lz4-compressed, to $TOPIC ($PARTITIONS partitions)"
+	produce orders_lz4 -z lz4 || die "the broker did not keep all records even with lz4; use more --partitions"
+elif say "producing to $TOPIC ($PARTITIONS partitions)"; ! produce orders; then
 	TOPIC=orders_lz4
 	COMPRESSION=lz4
 	say "producing again, lz4-compressed, to $TOPIC"
@@ -282,14 +339,38 @@ psql_q()
 }
 
 COLS='order_id bigint, user_id bigint, amount numeric(10,2), status text, event_time timestamptz'
-psql_q -v cols="$COLS" -v bootstrap="$BOOTSTRAP" -v topic="$TOPIC" <<'EOF' || die "setup failed"
+# the result tables of --aggregate: (2) and (3) hold what the stream's sink
+# holds (create_stream makes agg_stream from the select list), (3) keyed for
+# its upsert
+AGG_COLS='window_start timestamptz, window_end timestamptz, status text, cnt bigint, total_amount numeric, avg_amount numeric'
+psql_q -v cols="$COLS" -v aggcols="$AGG_COLS" -v bootstrap="$BOOTSTRAP" -v topic="$TOPIC" \
+	-v max_offsets="$MAX_OFFSETS" <<'EOF' || die "setup failed"
 CREATE EXTENSION streaming;
 SELECT format('CREATE TABLE %I (%s)', t, :'cols') FROM unnest(ARRAY['orders_stream', 'orders_copy', 'orders_py', 'orders_perf']) t
 \gexec
+SELECT format('CREATE TABLE agg_copy (%s)', :'aggcols'),
+       format('CREATE TABLE agg_py (%s, PRIMARY KEY (window_start, status))', :'aggcols')
+\gexec
 SELECT streaming.create_kafka_source('orders', :'bootstrap', topics => ARRAY[:'topic'],
-    starting_offsets => 'earliest', columns => :'cols')
+    starting_offsets => 'earliest', columns => :'cols',
+    max_offsets_per_trigger => nullif(:'max_offsets', '')::bigint)
 \g /dev/null
 EOF
+
+# the stream's query and options: create_stream(name, $QUERY, sink => ...,
+# output_mode => $OUTPUT_MODE, watermark => $WATERMARK)
+if [ -n "$AGG" ]; then
+	QUERY="SELECT streaming.window_start() AS window_start, streaming.window_end() AS window_end,
+       status, count(*) AS cnt, sum(amount) AS total_amount, avg(amount) AS avg_amount
+  FROM orders
+ GROUP BY streaming.tumble(event_time, '5 minutes'), status"
+	OUTPUT_MODE=append
+	WATERMARK='10 minutes'
+else
+	QUERY='SELECT order_id, user_id, amount, status, event_time FROM orders'
+	OUTPUT_MODE=append
+	WATERMARK=
+fi
 
 vmhwm_kb()
 {
@@ -309,12 +390,12 @@ cpu_secs()
 run_stream()
 {
 	local name=$1 sink=$2 secs pid
-	secs=$(psql_q -v name="$name" -v sink="$sink" <<'EOF'
+	secs=$(psql_q -v name="$name" -v sink="$sink" -v query="$QUERY" -v output_mode="$OUTPUT_MODE" \
+		-v watermark="$WATERMARK" <<'EOF'
 CHECKPOINT;
 SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
-SELECT streaming.create_stream(:'name',
-    $$SELECT order_id, user_id, amount, status, event_time FROM orders$$,
-    sink => :'sink', start => true)
+SELECT streaming.create_stream(:'name', :'query', sink => :'sink',
+    output_mode => :'output_mode', watermark => nullif(:'watermark', '')::interval, start => true)
 \g /dev/null
 SELECT streaming.process_available(:'name', '10 minutes')
 \g /dev/null
@@ -330,18 +411,26 @@ EOF
 	psql_q -c "SELECT streaming.stop('$name')" >/dev/null
 }
 
+# load1: the 1-minute load average now (sampled as each part starts)
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
 # ---- (1) the extension -----------------------------------------------------
 
+STREAM_SINK=orders_stream
+[ -n "$AGG" ] && STREAM_SINK=agg_stream
 say "(1) stream"
+LOAD_1=$(load1)
 B0=$(cpu_secs "$BROKER_PID")
-read -r STREAM_SECS WORKER_PID WORKER_HWM WORKER_CPU < <(run_stream s orders_stream) ||
+read -r STREAM_SECS WORKER_PID WORKER_HWM WORKER_CPU < <(run_stream s "$STREAM_SINK") ||
 	{ tail -n 40 "$PGDATA_DIR/server.log" >&2; die "the stream run failed"; }
 [ -n "${STREAM_SECS:-}" ] || { tail -n 40 "$PGDATA_DIR/server.log" >&2; die "the stream run failed"; }
 
 B1=$(cpu_secs "$BROKER_PID")
 
-# ---- (2) server-side COPY --------------------------------------------------
+# ---- (2) server-side COPY (and, with --aggregate, GROUP BY) ----------------
 
+LOAD_2=$(load1)
+if [ -z "$AGG" ]; then
 say "(2) COPY"
 read -r COPY_SECS COPY_HWM COPY_CPU < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" -v hz="$(getconf CLK_TCK)" <<'EOF'
 CHECKPOINT;
@@ -354,14 +443,42 @@ SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 3),
 EOF
 ) || die "COPY failed"
 [ -n "${COPY_SECS:-}" ] || die "COPY failed"
+else
+say "(2) COPY + GROUP BY"
+# two statements, two transactions, as one would run them by hand
+read -r COPY_SECS COPY_ONLY_SECS GROUP_SECS COPY_HWM COPY_CPU < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" \
+	-v hz="$(getconf CLK_TCK)" <<'EOF'
+CHECKPOINT;
+SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
+COPY orders_copy FROM :'csv' (FORMAT csv);
+SELECT extract(epoch FROM clock_timestamp()) AS t1 \gset
+INSERT INTO agg_copy (window_start, window_end, status, cnt, total_amount, avg_amount)
+SELECT date_bin('5 minutes', event_time, 'epoch'),
+       date_bin('5 minutes', event_time, 'epoch') + interval '5 minutes',
+       status, count(*), sum(amount), avg(amount)
+  FROM orders_copy
+ GROUP BY 1, 2, 3;
+SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 3),
+       round((:t1 - :t0)::numeric, 3),
+       round((extract(epoch FROM clock_timestamp()) - :t1)::numeric, 3),
+       substring(pg_read_file('/proc/self/status') FROM 'VmHWM:\s*(\d+)'),
+       (SELECT round((f[12]::bigint + f[13]::bigint) / :hz::numeric, 2)
+        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f);
+EOF
+) || die "COPY + GROUP BY failed"
+[ -n "${COPY_SECS:-}" ] || die "COPY + GROUP BY failed"
+fi
 
 # ---- (3) the Python loop ---------------------------------------------------
 
-say "(3) python_loop.py"
+say "(3) python_loop.py${AGG:+ --aggregate}"
 psql_q -c CHECKPOINT || die "CHECKPOINT failed"
+LOAD_3=$(load1)
+PY_TARGET=(--table orders_py)
+[ -n "$AGG" ] && PY_TARGET=(--aggregate agg_py)
 B2=$(cpu_secs "$BROKER_PID")
 read -r PY_ROWS PY_SECS _ PY_BATCHES PY_RSS_KB PY_BACKEND_KB PY_CPU PY_BACKEND_CPU < <("$PY" "$BENCH/python_loop.py" \
-	--bootstrap "$BOOTSTRAP" --topic "$TOPIC" --table orders_py \
+	--bootstrap "$BOOTSTRAP" --topic "$TOPIC" "${PY_TARGET[@]}" \
 	--dsn "host=$SOCK port=$PORT user=postgres dbname=postgres") ||
 	die "python_loop.py failed"
 [ -n "${PY_SECS:-}" ] || die "python_loop.py failed"
@@ -369,6 +486,7 @@ B3=$(cpu_secs "$BROKER_PID")
 
 # ---- checks ----------------------------------------------------------------
 
+if [ -z "$AGG" ]; then
 CHECKS=$(psql_q -F ' ' -v n="$RECORDS" -v sum="$EXPECT_SUM" <<'EOF'
 SELECT t, count(*) = :n AND count(DISTINCT order_id) = :n AND sum(amount) = :sum
           AND min(order_id) = 1 AND max(order_id) = :n,
@@ -389,6 +507,59 @@ SELECT batch_id, num_input_rows, num_bad_rows, duration,
 FROM streaming.progress WHERE stream = 's' ORDER BY batch_id;
 EOF
 )
+else
+# The final watermark W of stream s decides which windows are compared: those
+# with window_end <= W, which the stream has closed and written.  Every order
+# must be in one of them (sum(cnt) = N), only the sentinel's window is left
+# out of agg_copy and agg_py, and nothing may have been late.
+FINAL_WM=$(psql_q -c "SELECT watermark FROM streaming.streams WHERE name = 's'")
+CHECKS=$(psql_q -F ' ' -v n="$RECORDS" -v sum="$EXPECT_SUM" -v total="$TOTAL" <<'EOF'
+SELECT watermark AS w FROM streaming.streams WHERE name = 's' \gset
+CREATE TEMP VIEW closed_copy AS SELECT * FROM agg_copy WHERE window_end <= :'w';
+CREATE TEMP VIEW closed_py AS SELECT * FROM agg_py WHERE window_end <= :'w';
+-- one line per table: name, ok, windows x groups (rows), sum(cnt), sum(total_amount)
+SELECT t, sum(cnt) = :n AND sum(total_amount) = :sum, count(*), sum(cnt), sum(total_amount)
+FROM (SELECT 'stream' t, cnt, total_amount FROM agg_stream
+      UNION ALL SELECT 'copy', cnt, total_amount FROM closed_copy
+      UNION ALL SELECT 'python', cnt, total_amount FROM closed_py) x
+GROUP BY t ORDER BY t;
+-- rows of the stream's sink missing from the other table, and the other way
+SELECT 'diff_copy', count(*) = 0, count(*) FILTER (WHERE side = 1), count(*) FILTER (WHERE side = 2) FROM (
+    (SELECT 1 side, * FROM (SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM agg_stream
+                            EXCEPT ALL SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM closed_copy) a)
+    UNION ALL
+    (SELECT 2, * FROM (SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM closed_copy
+                       EXCEPT ALL SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM agg_stream) b)) d;
+SELECT 'diff_python', count(*) = 0, count(*) FILTER (WHERE side = 1), count(*) FILTER (WHERE side = 2) FROM (
+    (SELECT 1 side, * FROM (SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM agg_stream
+                            EXCEPT ALL SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM closed_py) a)
+    UNION ALL
+    (SELECT 2, * FROM (SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM closed_py
+                       EXCEPT ALL SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM agg_stream) b)) d;
+-- what the watermark left open: the sentinel's window only (one row, one record)
+SELECT 'open_copy', count(*) = 1 AND sum(cnt) = 1, count(*), sum(cnt) FROM agg_copy WHERE window_end > :'w';
+SELECT 'open_python', count(*) = 1 AND sum(cnt) = 1, count(*), sum(cnt) FROM agg_py WHERE window_end > :'w';
+-- every record went through the stream, none late, none bad
+SELECT 'progress', sum(num_input_rows) = :total AND sum(num_late_rows) = 0 AND sum(num_bad_rows) = 0,
+       sum(num_input_rows), sum(num_late_rows), sum(num_bad_rows)
+FROM streaming.progress WHERE stream = 's';
+-- each of agg_copy and agg_py (all windows) holds every record
+SELECT 'all_' || t, sum(cnt) = :total, sum(cnt) FROM (SELECT 'copy' t, cnt FROM agg_copy
+    UNION ALL SELECT 'python', cnt FROM agg_py) x GROUP BY t ORDER BY t;
+EOF
+) || die "checking the tables failed"
+CHECK_FAIL=$(awk '$2 != "t" { print }' <<<"$CHECKS")
+DIFF_ROWS=0
+read -r AGG_ROWS AGG_WINDOWS < <(psql_q -F ' ' -c "SELECT count(*), count(DISTINCT window_start) FROM agg_stream")
+LATE_ROWS=$(awk '$1 == "progress" { print $4 }' <<<"$CHECKS")
+
+PROGRESS=$(psql_q -F ' | ' -P footer=off <<'EOF'
+SELECT batch_id, num_input_rows, num_output_rows, num_late_rows, num_state_rows, duration,
+       round(processed_rows_per_second) AS rows_per_s, watermark
+FROM streaming.progress WHERE stream = 's' ORDER BY batch_id;
+EOF
+)
+fi
 STREAM_STATE=$(psql_q -F ' | ' -c "SELECT status, last_batch_id, coalesce(last_error, '-'), coalesce(source_error, '-') FROM streaming.stream_defs WHERE name = 's'")
 DEAD=$(psql_q -c "SELECT count(*) FROM streaming.dead_letters")
 
@@ -398,9 +569,14 @@ DEAD=$(psql_q -c "SELECT count(*) FROM streaming.dead_letters")
 # while another session holds its sink locked: the worker's first batch
 # waits for that lock (before it fetches anything), perf attaches to the
 # worker (perf record -g -p), then the lock is let go.
+#
+# With --aggregate the sink is written only when windows close, so that lock
+# would not stop the worker before it fetches: the whole machine is recorded
+# instead (perf record -a) while the stream s_perf runs as stream s did, and
+# the report is restricted to the worker's pid (all its threads) afterwards.
 PERF_OUT=
 LOCK_PID=
-if [ -n "$DO_PERF" ]; then
+if [ -n "$DO_PERF" ] && [ -z "$AGG" ]; then
 	say "(perf) stream again under perf record -p <worker>"
 	psql_q -c "SELECT streaming.create_stream('s_perf',
 		\$\$SELECT order_id, user_id, amount, status, event_time FROM orders\$\$,
@@ -452,6 +628,44 @@ perf record -g -F 999 -p %s (the worker and its librdkafka threads), %% of its %
 
 by thread:\n%s\n\ntop 25 symbols (self time):\n%s\n' \
 		"$PERF_SECS" "$PERF_WORKER" "$PERF_SAMPLES" "$PERF_THREADS" "$PERF_TOP")
+elif [ -n "$DO_PERF" ]; then
+	say "(perf) aggregate stream again under perf record -a"
+	psql_q -c CHECKPOINT >/dev/null || die "CHECKPOINT failed"
+	# DWARF call graphs: Debian's postgres has no frame pointers
+	perf record -a --call-graph dwarf,16384 -F 499 -o "$TMP/perf.data" >"$TMP/perf-record.log" 2>&1 &
+	PERF_PID=$!
+	sleep 1
+	kill -0 "$PERF_PID" 2>/dev/null || { cat "$TMP/perf-record.log" >&2; die "perf record failed"; }
+	read -r PERF_SECS PERF_WORKER PERF_HWM PERF_CPU < <(run_stream s_perf agg_perf) ||
+		die "the perf stream run failed"
+	kill -INT "$PERF_PID"
+	wait "$PERF_PID"
+	PERF_PID=
+	[ -n "${PERF_WORKER:-}" ] && [ "$PERF_WORKER" != - ] || die "the perf stream run failed"
+	REPORT=(perf report -i "$TMP/perf.data" --stdio --no-children -g none)
+	clean() { grep -v '^#' | grep -v '^$' | sed 's/[[:space:]]*-[[:space:]]*-[[:space:]]*$//'; }
+	# CPU per thread over the whole recording (the other work on the machine included)
+	PERF_PROCS=$("${REPORT[@]}" --sort pid 2>/dev/null | clean | head -8)
+	# the worker's own (pid is a thread here: the worker and its librdkafka threads)
+	PERF_W=(--pid "$PERF_WORKER" --percentage relative)
+	PERF_SAMPLES=$("${REPORT[@]}" "${PERF_W[@]}" --sort pid 2>/dev/null | sed -n 's/^# Samples: \([^ ]*\) .*/\1/p' | head -1)
+	PERF_THREADS=$("${REPORT[@]}" "${PERF_W[@]}" --sort pid 2>/dev/null | clean | head -6)
+	PERF_TOP=$("${REPORT[@]}" "${PERF_W[@]}" --sort dso,symbol 2>/dev/null | clean | head -25)
+	# time including callees of the named functions (hex addresses are
+	# stripped static functions of postgres or librdkafka, and unwinding
+	# noise), as % of the worker's samples: the report gives % of all
+	# samples, scaled here by the worker's share
+	PERF_SHARE=$("${REPORT[@]}" --pid "$PERF_WORKER" --sort pid 2>/dev/null | clean |
+		awk '{ sub("%", "", $1); s += $1 } END { print s + 0 }')
+	PERF_INCL=$(perf report -i "$TMP/perf.data" --stdio --children --no-inline -g none --pid "$PERF_WORKER" \
+		--sort dso,symbol 2>/dev/null | clean | grep -v '\] 0x0' |
+		awk -v w="$PERF_SHARE" 'w > 0 { c = $1; s = $2; sub("%", "", c); sub("%", "", s); $1 = ""; $2 = "";
+			sub(/^ +/, ""); printf "%7.2f%% %7.2f%%  %s\n", c * 100 / w, s * 100 / w, $0 }' | head -40)
+	PERF_OUT=$(printf 'perf: aggregate stream s_perf (sink agg_perf, same records), %s s from create_stream to process_available returning
+(worker CPU %s s, peak RSS %s kB), under perf record -a --call-graph dwarf -F 499
+
+whole machine, by thread (%% of all samples):\n%s\n\nthe worker, pid %s (%s samples of the worker), by thread:\n%s\n\ntop 25 symbols of the worker (self time, %% of the worker'"'"'s samples; postgres is stripped: unnamed static functions show as addresses):\n%s\n\nnamed functions of the worker by time including callees (children, self; %% of the worker'"'"'s samples):\n%s\n' \
+		"$PERF_SECS" "$PERF_CPU" "$PERF_HWM" "$PERF_PROCS" "$PERF_WORKER" "$PERF_SAMPLES" "$PERF_THREADS" "$PERF_TOP" "$PERF_INCL")
 fi
 
 # ---- report ----------------------------------------------------------------
@@ -465,11 +679,16 @@ COMMIT=$(git -c safe.directory="$SRC" -C "$SRC" rev-parse --short HEAD 2>/dev/nu
 rate() { awk -v n="$1" -v s="$2" 'BEGIN { if (s > 0) printf "%d", n / s; else print "-" }'; }
 mb() { awk -v k="$1" 'BEGIN { if (k ~ /^[0-9]+$/) printf "%.0f MB", k / 1024; else print "-" }'; }
 group() { sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/' -e 'ta' <<<"$1"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
-STREAM_RATE=$(rate "$RECORDS" "$STREAM_SECS")
-COPY_RATE=$(rate "$RECORDS" "$COPY_SECS")
-PY_RATE=$(rate "$RECORDS" "$PY_SECS")
+# the aggregate mode counts the sentinel too: every method processes it
+STREAM_RATE=$(rate "$TOTAL" "$STREAM_SECS")
+COPY_RATE=$(rate "$TOTAL" "$COPY_SECS")
+PY_RATE=$(rate "$TOTAL" "$PY_SECS")
+R_COPY=$(ratio "$STREAM_RATE" "$COPY_RATE")
+R_PY=$(ratio "$STREAM_RATE" "$PY_RATE")
 
+if [ -z "$AGG" ]; then
 {
 	echo
 	echo "streaming benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes),"
@@ -487,8 +706,8 @@ PY_RATE=$(rate "$RECORDS" "$PY_SECS")
 	echo "(CPU seconds: user + system time of the process doing the work, with all its threads; python + its backend;"
 	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1) and $(awk -v a="$B2" -v b="$B3" 'BEGIN { printf "%.2f", b - a }') s during (3), on the same $(nproc) cores)"
 	echo
-	printf 'stream / COPY    %s\n' "$(awk -v a="$STREAM_RATE" -v b="$COPY_RATE" 'BEGIN { printf "%.2f", a / b }')"
-	printf 'stream / python  %s\n' "$(awk -v a="$STREAM_RATE" -v b="$PY_RATE" 'BEGIN { printf "%.2f", a / b }')"
+	printf 'stream / COPY    %s\n' "$R_COPY"
+	printf 'stream / python  %s\n' "$R_PY"
 	echo
 	if [ -z "$CHECK_FAIL" ] && [ "$DIFF_ROWS" = 0 ]; then
 		echo "checked: each table holds exactly the $(group "$RECORDS") records (count, distinct order_id, sum(amount) = $EXPECT_SUM); stream rows = COPY rows"
@@ -507,6 +726,56 @@ PY_RATE=$(rate "$RECORDS" "$PY_SECS")
 		echo "$PERF_OUT"
 	fi
 }
+else
+# met TARGET_RATIO RATIO: "met" or "NOT met"
+met() { awk -v t="$1" -v r="$2" 'BEGIN { print (r != "-" && r + 0 >= t) ? "met" : "NOT met" }'; }
+{
+	echo
+	echo "streaming aggregate benchmark: $(group "$RECORDS") JSON order records + 1 sentinel (avg $AVG_LEN bytes, $JSON_BYTES bytes),"
+	echo "  event times in order (37 ms apart, jitter < 2 min), 5-minute tumbling windows by status, watermark 10 minutes;"
+	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
+	echo "  source max_offsets_per_trigger ${MAX_OFFSETS:-none}"
+	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB"
+	echo "load average (1 min) at the start of (1) $LOAD_1, (2) $LOAD_2, (3) $LOAD_3; before $LOAD_BEFORE, after $LOAD_AFTER"
+	echo "  (other work on the machine skews the numbers)"
+	echo
+	printf '%-56s %8s %11s  %-13s %s\n' "method ($(group "$TOTAL") records)" "seconds" "records/s" "CPU seconds" "peak RSS (VmHWM)"
+	printf '%-56s %8s %11s  %-13s %s\n' "(1) streaming: aggregate stream s, append, worker" "$STREAM_SECS" \
+		"$(group "$STREAM_RATE")" "$WORKER_CPU" "$(mb "$WORKER_HWM") worker (pid $WORKER_PID; $WORKER_HWM kB)"
+	printf '%-56s %8s %11s  %-13s %s\n' "(2) COPY ($COPY_ONLY_SECS s) + INSERT .. GROUP BY ($GROUP_SECS s)" "$COPY_SECS" \
+		"$(group "$COPY_RATE")" "$COPY_CPU" "$(mb "$COPY_HWM") backend"
+	printf '%-56s %8s %11s  %-13s %s\n' "(3) python_loop.py --aggregate (COPY + ON CONFLICT)" "$PY_SECS" \
+		"$(group "$PY_RATE")" "$PY_CPU + $PY_BACKEND_CPU" "$(mb "$PY_RSS_KB") python + $(mb "$PY_BACKEND_KB") backend"
+	echo "(CPU seconds: user + system time of the process doing the work, with all its threads; python + its backend;"
+	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1) and $(awk -v a="$B2" -v b="$B3" 'BEGIN { printf "%.2f", b - a }') s during (3), on the same $(nproc) cores)"
+	echo
+	printf 'stream / (COPY + GROUP BY)  %-6s (target >= 1.0: %s)\n' "$R_COPY" "$(met 1.0 "$R_COPY")"
+	printf 'stream / python             %-6s (target >= 5.0: %s)\n' "$R_PY" "$(met 5.0 "$R_PY")"
+	printf 'worker peak RSS             %s kB at %s records (compare across --records)\n' "$WORKER_HWM" "$(group "$RECORDS")"
+	echo
+	if [ -z "$CHECK_FAIL" ]; then
+		echo "checked: $AGG_ROWS result rows ($AGG_WINDOWS windows x status) in agg_stream = agg_copy = agg_py for the windows closed by"
+		echo "  the final watermark $FINAL_WM (EXCEPT ALL both ways, 0 rows); they count all $(group "$RECORDS") orders, sum(amount) = $EXPECT_SUM;"
+		echo "  only the sentinel's window is open; late rows: $LATE_ROWS; every record went through the stream once"
+	else
+		echo "CHECK FAILED (name ok ...):"
+		sed 's/^/  /' <<<"$CHECK_FAIL"
+	fi
+	echo "checks (name ok values...):"
+	sed 's/^/  /' <<<"$CHECKS"
+	echo "python loop: $PY_BATCHES batches; stream s: status | last batch | last_error | source_error = $STREAM_STATE; dead letters: $DEAD"
+	echo
+	echo "stream s batches (batch_id | input rows | output rows | late rows | state rows | duration | rows/s | watermark):"
+	sed 's/^/  /' <<<"$PROGRESS"
+	echo
+	echo "server log (errors, warnings, streaming lines):"
+	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | head -40 | sed 's/^/  /'
+	if [ -n "$PERF_OUT" ]; then
+		echo
+		echo "$PERF_OUT"
+	fi
+}
+fi
 
 if [ -n "$CHECK_FAIL" ] || [ "$DIFF_ROWS" != 0 ]; then
 	exit 1
