@@ -650,7 +650,15 @@ elif [ -n "$DO_PERF" ]; then
 	PERF_W=(--pid "$PERF_WORKER" --percentage relative)
 	PERF_SAMPLES=$("${REPORT[@]}" "${PERF_W[@]}" --sort pid 2>/dev/null | sed -n 's/^# Samples: \([^ ]*\) .*/\1/p' | head -1)
 	PERF_THREADS=$("${REPORT[@]}" "${PERF_W[@]}" --sort pid 2>/dev/null | clean | head -6)
-	PERF_TOP=$("${REPORT[@]}" "${PERF_W[@]}" --sort dso,symbol 2>/dev/null | clean | head -25)
+	# (perf 6.1's --sort dso alone mis-reports here: the shares per object
+	# are summed from the symbols)
+	for _ in 1 2 3; do
+		"${REPORT[@]}" "${PERF_W[@]}" --sort dso,symbol 2>>"$TMP/perf-report.log" | clean >"$TMP/perf-self.txt"
+		[ -s "$TMP/perf-self.txt" ] && break
+	done
+	PERF_DSOS=$(awk '{ sub("%", "", $1); s[$2] += $1 } END { for (d in s) printf "%7.2f%%  %s\n", s[d], d }' \
+		"$TMP/perf-self.txt" | sort -rn | head -8)
+	PERF_TOP=$(head -25 "$TMP/perf-self.txt")
 	# time including callees of the named functions (hex addresses are
 	# stripped static functions of postgres or librdkafka, and unwinding
 	# noise), as % of the worker's samples: the report gives % of all
@@ -658,14 +666,14 @@ elif [ -n "$DO_PERF" ]; then
 	PERF_SHARE=$("${REPORT[@]}" --pid "$PERF_WORKER" --sort pid 2>/dev/null | clean |
 		awk '{ sub("%", "", $1); s += $1 } END { print s + 0 }')
 	PERF_INCL=$(perf report -i "$TMP/perf.data" --stdio --children --no-inline -g none --pid "$PERF_WORKER" \
-		--sort dso,symbol 2>/dev/null | clean | grep -v '\] 0x0' |
+		--sort dso,symbol 2>>"$TMP/perf-report.log" | clean | grep -v '\] 0x0' |
 		awk -v w="$PERF_SHARE" 'w > 0 { c = $1; s = $2; sub("%", "", c); sub("%", "", s); $1 = ""; $2 = "";
 			sub(/^ +/, ""); printf "%7.2f%% %7.2f%%  %s\n", c * 100 / w, s * 100 / w, $0 }' | head -40)
 	PERF_OUT=$(printf 'perf: aggregate stream s_perf (sink agg_perf, same records), %s s from create_stream to process_available returning
 (worker CPU %s s, peak RSS %s kB), under perf record -a --call-graph dwarf -F 499
 
-whole machine, by thread (%% of all samples):\n%s\n\nthe worker, pid %s (%s samples of the worker), by thread:\n%s\n\ntop 25 symbols of the worker (self time, %% of the worker'"'"'s samples; postgres is stripped: unnamed static functions show as addresses):\n%s\n\nnamed functions of the worker by time including callees (children, self; %% of the worker'"'"'s samples):\n%s\n' \
-		"$PERF_SECS" "$PERF_CPU" "$PERF_HWM" "$PERF_PROCS" "$PERF_WORKER" "$PERF_SAMPLES" "$PERF_THREADS" "$PERF_TOP" "$PERF_INCL")
+whole machine, by thread (%% of all samples):\n%s\n\nthe worker, pid %s (%s samples of the worker), by thread:\n%s\n\nby shared object (self time):\n%s\n\ntop 25 symbols of the worker (self time, %% of the worker'"'"'s samples; postgres is stripped: unnamed static functions show as addresses):\n%s\n\nnamed functions of the worker by time including callees (children, self; %% of the worker'"'"'s samples):\n%s\n' \
+		"$PERF_SECS" "$PERF_CPU" "$PERF_HWM" "$PERF_PROCS" "$PERF_WORKER" "$PERF_SAMPLES" "$PERF_THREADS" "$PERF_DSOS" "$PERF_TOP" "$PERF_INCL")
 fi
 
 # ---- report ----------------------------------------------------------------
