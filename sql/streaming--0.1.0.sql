@@ -43,6 +43,8 @@ CREATE TABLE streaming.stream_defs (
     positions_initialized boolean NOT NULL DEFAULT false, -- starting_offsets applied
     watermark       timestamptz,
     no_data_batch_due boolean NOT NULL DEFAULT false, -- the last batch moved the watermark
+    idle_clock_at   timestamptz NOT NULL DEFAULT now(), -- idle_timeout counts from here: the last batch
+                                                        -- that read records, or the last idle advance
     last_error      text,
     source_error    text,
     failures        integer NOT NULL DEFAULT 0

@@ -875,7 +875,7 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 					 errdetail("GROUP BY expression %d is not in the select list.", k),
 					 errhint("The sink's key is the window and the groups.")));
 	if (window_column == NULL)
-		return event_time;
+		return event_time ? pstrdup(event_time) : NULL;
 	return has_watermark ? window_column : NULL;
 }
 
@@ -987,10 +987,12 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle_timeout must be greater than zero")));
-	if (!PG_ARGISNULL(11))
+	if (!PG_ARGISNULL(11) && PG_ARGISNULL(4))
 		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("idle_timeout is not supported yet")));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idle_timeout needs a watermark"),
+				 errdetail("idle_timeout advances the watermark while the source is idle."),
+				 errhint("Give watermark => '10 minutes' too.")));
 	if (start)
 		require_workers(name);
 
@@ -1251,7 +1253,7 @@ streaming_reset(PG_FUNCTION_ARGS)
 	spi_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	clear_state_tables(def->id, false);
 	spi_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
-			 "positions_initialized = false, "
+			 "positions_initialized = false, no_data_batch_due = false, idle_clock_at = now(), "
 			 "last_error = NULL, source_error = NULL, "
 			 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",
 			 1, &type, &value, NULL, SPI_OK_UPDATE);

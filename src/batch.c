@@ -328,12 +328,13 @@ static void
 record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 			 char *start_json, char *end_json, int64 num_output, int64 num_state_rows,
 			 int64 num_late_rows, bool no_data_batch_due,
-			 bool has_watermark, TimestampTz watermark)
+			 bool has_watermark, TimestampTz watermark, TimestampTz idle_clock)
 {
-	Oid			types[16] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID, INT8OID};
-	Datum		values[16];
-	char		nulls[16] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[17] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID, INT8OID,
+	TIMESTAMPTZOID};
+	Datum		values[17];
+	char		nulls[17] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			nest;
 
 	values[0] = Int32GetDatum(bc->def->id);
@@ -357,6 +358,8 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 	values[13] = Int64GetDatum(num_late_rows);
 	values[14] = BoolGetDatum(no_data_batch_due);
 	values[15] = Int64GetDatum(bc->num_dedup);
+	values[16] = TimestampTzGetDatum(idle_clock);
+	nulls[16] = idle_clock != 0 ? ' ' : 'n';
 
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
@@ -364,15 +367,15 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
 							  "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, num_dedup_rows) "
 							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13, $14, $16)",
-							  16, types, values, nulls, false, 0) != SPI_OK_INSERT)
+							  17, types, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write streaming.batches");
 	if (SPI_execute_with_args("DELETE FROM streaming.batches WHERE stream_id = $1 AND batch_id <= $2 - $12",
-							  16, types, values, nulls, false, 0) != SPI_OK_DELETE)
+							  17, types, values, nulls, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not trim streaming.batches");
 	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET last_batch_id = $2, watermark = $8, "
-							  "no_data_batch_due = $15, "
+							  "no_data_batch_due = $15, idle_clock_at = coalesce($17, idle_clock_at), "
 							  "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
-							  16, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+							  17, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
@@ -425,6 +428,31 @@ previous_watermark(StmStreamDef *def)
 	return def->has_watermark_value ? def->watermark_value : STM_UNIX_EPOCH;
 }
 
+/*
+ * idle_timeout (SPEC 3.1): when the source has given no records for that
+ * long, the watermark advances as if a record with event time now() - delay
+ * had arrived, so to now() - 2 * delay.  Once per idle_timeout while the
+ * source stays idle (the clock restarts with each advance), and only when
+ * that moves the watermark.  Returns the new watermark, or 0 when no idle
+ * batch is due.
+ */
+static TimestampTz
+idle_watermark(StmStreamDef *def, TimestampTz now)
+{
+	Datum		t;
+
+	if (def->idle_timeout_us <= 0 || !def->has_watermark ||
+		def->trigger_kind != STM_TRIGGER_INTERVAL ||
+		now - def->idle_clock_at < def->idle_timeout_us)
+		return 0;
+	t = DirectFunctionCall2(timestamptz_mi_interval, TimestampTzGetDatum(now),
+							IntervalPGetDatum(&def->watermark_delay));
+	t = DirectFunctionCall2(timestamptz_mi_interval, t, IntervalPGetDatum(&def->watermark_delay));
+	if (DatumGetTimestampTz(t) <= previous_watermark(def))
+		return 0;
+	return DatumGetTimestampTz(t);
+}
+
 static int
 view_attno(TupleDesc desc, const char *name)
 {
@@ -458,6 +486,7 @@ stm_batch_run(StmRuntime *rt)
 	int64		num_output;
 	int64		num_state_rows = 0;
 	int64		num_late_rows = 0;
+	TimestampTz idle_advance = 0;	/* an idle batch: the watermark it sets */
 	bool		keep_late;
 	MemoryContext oldcxt;
 	ListCell   *lc;
@@ -486,6 +515,9 @@ stm_batch_run(StmRuntime *rt)
 		stm_catalog_mark_positions_initialized(def->id);
 	/* nothing new: still a batch when the last one moved the watermark (SPEC 3.1) */
 	if (total == 0 && !(def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE))
+		idle_advance = idle_watermark(def, GetCurrentTimestamp());
+	if (total == 0 && !(def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE) &&
+		idle_advance == 0)
 	{
 		bool		unsaved = bc.kc->data_loss.len > 0;
 
@@ -601,6 +633,8 @@ stm_batch_run(StmRuntime *rt)
 
 			watermark = Max(watermark, candidate);
 		}
+		if (idle_advance != 0)
+			watermark = Max(watermark, idle_advance);
 	}
 
 	stm_kafka_save_positions(bc.kc, def->id);
@@ -610,9 +644,11 @@ stm_batch_run(StmRuntime *rt)
 	 */
 	record_batch(&bc, batch_id, started, start_json, end_json, num_output, num_state_rows,
 				 num_late_rows,
-				 (bc.aggbatch != NULL || bc.dedup != NULL) && bc.num_input > 0 && has_watermark &&
-				 watermark > previous_watermark(def) && def->trigger_kind != STM_TRIGGER_ONCE,
-				 has_watermark, watermark);
+				 (bc.aggbatch != NULL || bc.dedup != NULL) && (bc.num_input > 0 || idle_advance != 0) &&
+				 has_watermark && watermark > previous_watermark(def) &&
+				 def->trigger_kind != STM_TRIGGER_ONCE,
+				 has_watermark, watermark,
+				 total > 0 ? started : idle_advance != 0 ? GetCurrentTimestamp() : 0);
 
 	if (stm_guc_log_batches)
 		ereport(LOG,

@@ -56,7 +56,8 @@ get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 	"id, name, source, query, sink::oid, output_mode, watermark_delay, " \
 	"event_time, trigger, search_path, owner::oid, enabled, status, " \
 	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, sink_function::oid, " \
-	"dedup_keys IS NOT NULL, dedup_within_watermark, late_rows"
+	"dedup_keys IS NOT NULL, dedup_within_watermark, late_rows, " \
+	"(extract(epoch FROM idle_timeout) * 1000000)::bigint, idle_clock_at"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -96,6 +97,9 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->has_dedup = DatumGetBool(get_bin(tup, desc, 20, &isnull));
 	s->dedup_within_watermark = DatumGetBool(get_bin(tup, desc, 21, &isnull));
 	s->late_rows = copy_text(cxt, tup, desc, 22);
+	d = get_bin(tup, desc, 23, &isnull);
+	s->idle_timeout_us = isnull ? 0 : DatumGetInt64(d);
+	s->idle_clock_at = DatumGetTimestampTz(get_bin(tup, desc, 24, &isnull));
 	return s;
 }
 

@@ -50,6 +50,8 @@ typedef struct StmStreamDef
 	bool		has_watermark_value;
 	TimestampTz watermark_value;
 	int			failures;
+	int64		idle_timeout_us;	/* 0: none */
+	TimestampTz idle_clock_at;	/* the last batch that read records, or the last idle advance */
 } StmStreamDef;
 
 typedef struct StmSourceDef
