@@ -189,6 +189,26 @@ SELECT streaming.create_stream('ag_bad', 'SELECT status, ag_no_combine(amount) A
 SELECT to_regclass('ag_bad') AS no_sink_left, (SELECT count(*) FROM streaming.streams WHERE name = 'ag_bad') AS no_stream_left;
 
 --
+-- groups are told apart by equality, as GROUP BY does: numeric 1, 1.0 and
+-- 1.00 are one group, float8 0 and -0 another, in a batch and across batches
+--
+\set t ag_eq:run
+SELECT streaming.create_kafka_source('ag_eq_src', :'bs', topics => ARRAY[:'t'],
+    starting_offsets => 'earliest', columns => 'v numeric, f float8');
+SELECT streaming.create_stream('ag_eq_v', 'SELECT v, count(*) AS n FROM ag_eq_src GROUP BY v',
+    output_mode => 'update', start => false);
+SELECT streaming.create_stream('ag_eq_f', 'SELECT f, count(*) AS n FROM ag_eq_src GROUP BY f',
+    output_mode => 'complete', start => false);
+\! printf '%s\n' '{"v": 1, "f": 0}' '{"v": 2.5, "f": 1}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_eq$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ag_eq_v'), streaming.run_batch('ag_eq_f');
+\! printf '%s\n' '{"v": 1.0, "f": -0.0}' '{"v": 1.00, "f": 1.0}' '{"v": 2.50, "f": -0}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ag_eq$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ag_eq_v'), streaming.run_batch('ag_eq_f');
+SELECT v, n FROM ag_eq_v ORDER BY v;
+SELECT f, n FROM ag_eq_f ORDER BY f;
+SELECT streaming.drop_stream('ag_eq_v', drop_sink => true), streaming.drop_stream('ag_eq_f', drop_sink => true);
+SELECT streaming.drop_source('ag_eq_src');
+
+--
 -- reset forgets the state; drop_stream drops it
 --
 SELECT format('streaming.state_%s', id) AS state FROM streaming.stream_defs WHERE name = 'ag_global' \gset

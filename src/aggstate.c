@@ -8,9 +8,12 @@
  * sink is brought up to date: in update mode the changed groups are upserted
  * into it, in complete mode it is rewritten from the whole state.
  *
- * The state table's key is group_key, the window start and the group
- * values in their binary send format, so that NULL groups are groups like
- * any other (as in GROUP BY) and lookups use the primary key.
+ * Groups are told apart as GROUP BY does, by the types' equality and hash
+ * functions (numeric 1.0 and 1.00 are one group, NULL is a group like any
+ * other): in memory with PostgreSQL's TupleHashTable, in the state table by
+ * group_hash (the types' 64-bit hashes, stable across restarts) and IS NOT
+ * DISTINCT FROM on the window start and group columns.  A state row's
+ * primary key, group_key, is the binary form of the values that created it.
  */
 #include "postgres.h"
 
@@ -25,6 +28,8 @@
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/executor.h"
+#include "utils/fmgrprotos.h"
+#include "utils/typcache.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -53,16 +58,21 @@ struct StmAggBatch
 	int			time_key;		/* no window: the group column that is the event time, or -1 */
 	bool		closes;			/* groups have a closing time (window end, or time_key) */
 	TimestampTz watermark;		/* the one this batch filters and evicts with */
-	HTAB	   *late;			/* groups of closed windows that rows came for */
 	const char *keep_late_as;	/* late_rows => 'keep': the stream's name, else NULL */
 	int			meta_att;		/* the source row's kafka_topic column */
 	Relation	sink;
 	char	   *table;
 	StmAggRuntime *rt;
 	MemoryContext cxt;			/* groups and their states */
-	HTAB	   *groups;
+	MemoryContext hash_cxt;		/* hashing and comparing keys, reset per lookup */
+	TupleHashTable groups;		/* (window start, group values) -> GroupEntry */
+	TupleHashTable late;		/* the closed windows and groups that rows came for */
+	int64		nlate;
+	TupleTableSlot *key_slot;	/* the hash tables' key: window start, group values */
 	ExprState **keys;
 	FmgrInfo   *key_send;
+	FmgrInfo   *key_hash;		/* 64-bit hash functions, for group_hash; fn_oid 0: none */
+	Oid		   *key_collations;
 	ExprState **outputs;
 	TupleTableSlot *group_slot;
 	ExprContext *out_econtext;
@@ -74,7 +84,6 @@ struct StmAggBatch
  */
 typedef struct GroupEntry
 {
-	bytea	   *key;			/* hash key: must be first */
 	bool		has_window;
 	TimestampTz wstart;
 	TimestampTz wend;			/* the window's end, or the time_key's value */
@@ -109,12 +118,53 @@ stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
 		appendStringInfo(&cols, ", state_%d %s", ++n,
 						 format_type_extended(stm_agg_storedtype(lfirst(lc)), -1,
 											  FORMAT_TYPE_FORCE_QUALIFY));
-	/* session windows: the group without its window, to find a group's sessions */
-	if (agg->window.kind == STM_WINDOW_SESSION)
-		appendStringInfoString(&cols, ", session_group bytea");
+	/* session windows: the hash of the group alone, to find a group's sessions */
+	appendStringInfoString(&cols, ", group_hash bigint");
 	stm_statetable_create(psprintf("state_%d", stream_id), cols.data, "window_end",
-						  agg->window.kind == STM_WINDOW_SESSION ? "session_group, window_end" : NULL,
+						  agg->window.kind == STM_WINDOW_SESSION ? "group_hash, window_end" : "group_hash",
 						  owner);
+}
+
+/*
+ * The batch's groups and its late groups, keyed by (window start, group
+ * values) with the types' equality and hash functions, as GROUP BY.
+ */
+static void
+build_hash_tables(StmAggBatch *ab)
+{
+	StmAggQuery *agg = ab->agg;
+	int			ncols = 1 + agg->nkeys;
+	TupleDesc	desc = CreateTemplateTupleDesc(ncols);
+	AttrNumber *cols = palloc(sizeof(AttrNumber) * ncols);
+	Oid		   *eqops = palloc(sizeof(Oid) * ncols);
+	Oid		   *collations = palloc(sizeof(Oid) * ncols);
+	Oid		   *eqfuncs;
+	FmgrInfo   *hashfuncs;
+
+	TupleDescInitEntry(desc, 1, "window_start", TIMESTAMPTZOID, -1, 0);
+	for (int k = 0; k < agg->nkeys; k++)
+		TupleDescInitEntry(desc, 2 + k, NULL, agg->key_types[k], agg->key_typmods[k], 0);
+	for (int c = 0; c < ncols; c++)
+	{
+		Oid			type = TupleDescAttr(desc, c)->atttypid;
+		TypeCacheEntry *tc = lookup_type_cache(type, TYPECACHE_EQ_OPR | TYPECACHE_HASH_PROC);
+
+		if (!OidIsValid(tc->eq_opr) || !OidIsValid(tc->hash_proc))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("could not identify a hashable equality operator for type %s",
+							format_type_be(type)),
+					 errdetail("Stream queries group by hashing.")));
+		cols[c] = c + 1;
+		eqops[c] = tc->eq_opr;
+		collations[c] = c == 0 ? InvalidOid : TupleDescAttr(agg->group_desc, 1 + c)->attcollation;
+	}
+	execTuplesHashPrepare(ncols, eqops, &eqfuncs, &hashfuncs);
+	ab->groups = BuildTupleHashTableExt(NULL, desc, ncols, cols, eqfuncs, hashfuncs, collations,
+										1024, 0, ab->cxt, ab->cxt, ab->hash_cxt, false);
+	ab->late = BuildTupleHashTableExt(NULL, desc, ncols, cols, eqfuncs, hashfuncs, collations,
+									  64, 0, ab->cxt, ab->cxt, ab->hash_cxt, false);
+	ab->key_slot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
 }
 
 StmAggBatch *
@@ -161,19 +211,26 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 									ALLOCSET_DEFAULT_SIZES);
 	ab->rt = stm_agg_init(agg->aggrefs, ab->cxt);
 
-	ab->groups = stm_keyhash_create("streaming groups", sizeof(GroupEntry), ab->cxt);
-	ab->late = stm_keyhash_create("streaming late groups", sizeof(bytea *), ab->cxt);
+	ab->hash_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming group keys",
+										 ALLOCSET_SMALL_SIZES);
+	build_hash_tables(ab);
 
 	ab->keys = palloc(sizeof(ExprState *) * Max(agg->nkeys, 1));
 	ab->key_send = palloc(sizeof(FmgrInfo) * Max(agg->nkeys, 1));
+	ab->key_hash = palloc0(sizeof(FmgrInfo) * Max(agg->nkeys, 1));
+	ab->key_collations = palloc(sizeof(Oid) * Max(agg->nkeys, 1));
 	foreach(lc, agg->key_exprs)
 	{
 		Oid			sendfn;
 		bool		varlena;
+		TypeCacheEntry *tc = lookup_type_cache(agg->key_types[n], TYPECACHE_HASH_EXTENDED_PROC);
 
 		ab->keys[n] = ExecInitExpr(lfirst(lc), NULL);
 		getTypeBinaryOutputInfo(agg->key_types[n], &sendfn, &varlena);
 		fmgr_info(sendfn, &ab->key_send[n]);
+		if (OidIsValid(tc->hash_extended_proc))
+			fmgr_info(tc->hash_extended_proc, &ab->key_hash[n]);
+		ab->key_collations[n] = TupleDescAttr(agg->group_desc, 2 + n)->attcollation;
 		n++;
 	}
 	ab->outputs = palloc(sizeof(ExprState *) * list_length(agg->outputs));
@@ -185,7 +242,7 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	return ab;
 }
 
-/* group_key: the window start, then the group values (statetable.c) */
+/* A new state row's group_key: the window start, then the group values (statetable.c) */
 static bytea *
 group_key(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, bool *nulls)
 {
@@ -199,20 +256,67 @@ group_key(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, boo
 	return stm_key_finish(&buf);
 }
 
-/* The batch's entry for a key; a new one holds copies of the group values. */
-static GroupEntry *
-find_group(StmAggBatch *ab, bytea *key, Datum *vals, bool *nulls)
+/*
+ * group_hash: the window start's and the group values' 64-bit hashes
+ * (seed 0), equal for equal values in any session.
+ */
+static int64
+group_hash(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, bool *nulls)
 {
-	bool		found;
-	GroupEntry *e = hash_search(ab->groups, &key, HASH_ENTER, &found);
+	uint64		h = 0;
 
-	if (found)
+	if (has_window)
+		h = DatumGetUInt64(DirectFunctionCall2(hashint8extended, Int64GetDatum(wstart),
+											   UInt64GetDatum(0)));
+	for (int k = 0; k < ab->agg->nkeys; k++)
 	{
-		pfree(key);
-		return e;
+		uint64		kh = 0;
+
+		if (!nulls[k] && OidIsValid(ab->key_hash[k].fn_oid))
+			kh = DatumGetUInt64(FunctionCall2Coll(&ab->key_hash[k], ab->key_collations[k],
+												  vals[k], UInt64GetDatum(0)));
+		h = hash_combine64(h, kh);
 	}
-	e->has_window = false;
-	e->wstart = e->wend = 0;
+	return (int64) h;
+}
+
+/* The entry of (window start, group values) in one of the batch's hash tables. */
+static TupleHashEntry
+lookup(StmAggBatch *ab, TupleHashTable table, bool has_window, TimestampTz wstart,
+	   Datum *vals, bool *nulls, bool *isnew)
+{
+	TupleTableSlot *slot = ab->key_slot;
+	TupleHashEntry entry;
+
+	ExecClearTuple(slot);
+	slot->tts_values[0] = TimestampTzGetDatum(wstart);
+	slot->tts_isnull[0] = !has_window;
+	for (int k = 0; k < ab->agg->nkeys; k++)
+	{
+		slot->tts_values[1 + k] = vals[k];
+		slot->tts_isnull[1 + k] = nulls[k];
+	}
+	ExecStoreVirtualTuple(slot);
+	entry = LookupTupleHashEntry(table, slot, isnew, NULL);
+	MemoryContextReset(ab->hash_cxt);
+	return entry;
+}
+
+/* The batch's group of (window start, group values); a new one holds copies of the values. */
+static GroupEntry *
+find_group(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, bool *nulls)
+{
+	bool		isnew;
+	TupleHashEntry entry = lookup(ab, ab->groups, has_window, wstart, vals, nulls, &isnew);
+	GroupEntry *e;
+	MemoryContext old;
+
+	if (!isnew)
+		return (GroupEntry *) entry->additional;
+	old = MemoryContextSwitchTo(ab->cxt);
+	e = palloc0(sizeof(GroupEntry));
+	e->has_window = has_window;
+	e->wstart = wstart;
 	e->keyvals = palloc(sizeof(Datum) * Max(ab->agg->nkeys, 1));
 	e->keynulls = palloc(sizeof(bool) * Max(ab->agg->nkeys, 1));
 	for (int k = 0; k < ab->agg->nkeys; k++)
@@ -224,9 +328,8 @@ find_group(StmAggBatch *ab, bytea *key, Datum *vals, bool *nulls)
 		e->keynulls[k] = nulls[k];
 		e->keyvals[k] = nulls[k] ? (Datum) 0 : datumCopy(vals[k], byval, len);
 	}
-	e->vals = NULL;
-	memset(&e->sessions, 0, sizeof(StmSessionList));
-	memset(&e->late, 0, sizeof(StmSessionList));
+	entry->additional = e;
+	MemoryContextSwitchTo(old);
 	return e;
 }
 
@@ -235,30 +338,25 @@ static bool
 add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
 			 TimestampTz wstart, TimestampTz wend, Datum *vals, bool *nulls)
 {
-	MemoryContext old = MemoryContextSwitchTo(ab->cxt);
-	bytea	   *key = group_key(ab, has_window, wstart, vals, nulls);
-	bool		found;
 	GroupEntry *e;
 
 	/* a row counts in a window only while the window is open (SPEC 3.1) */
 	if (ab->has_watermark && wend <= ab->watermark)
 	{
-		(void) hash_search(ab->late, &key, HASH_ENTER, &found);
-		if (found)
-			pfree(key);
-		MemoryContextSwitchTo(old);
+		bool		isnew;
+
+		(void) lookup(ab, ab->late, has_window, wstart, vals, nulls, &isnew);
+		if (isnew)
+			ab->nlate++;
 		return false;
 	}
-	e = find_group(ab, key, vals, nulls);
+	e = find_group(ab, has_window, wstart, vals, nulls);
 	if (e->vals == NULL)
 	{
-		e->has_window = has_window;
-		e->wstart = wstart;
 		e->wend = wend;
-		e->vals = palloc(sizeof(StmAggValue) * Max(ab->rt->naggs, 1));
+		e->vals = MemoryContextAlloc(ab->cxt, sizeof(StmAggValue) * Max(ab->rt->naggs, 1));
 		stm_agg_group_init(ab->rt, e->vals);
 	}
-	MemoryContextSwitchTo(old);
 	stm_agg_advance(ab->rt, e->vals, econtext);
 	return true;
 }
@@ -272,10 +370,10 @@ static bool
 add_to_session(StmAggBatch *ab, ExprContext *econtext, TimestampTz ts,
 			   Datum *vals, bool *nulls)
 {
-	MemoryContext old = MemoryContextSwitchTo(ab->cxt);
-	GroupEntry *e = find_group(ab, group_key(ab, false, 0, vals, nulls), vals, nulls);
+	GroupEntry *e = find_group(ab, false, 0, vals, nulls);
 	TimestampTz end = ts + ab->agg->window.size_us;
 	StmSession *s;
+	MemoryContext old = MemoryContextSwitchTo(ab->cxt);
 
 	if (ab->has_watermark && end <= ab->watermark)
 	{
@@ -439,7 +537,7 @@ write_sink(SPIPlanPtr plan, int nout, Datum *out, bool *outnulls)
 /* The SPI plans of the end of a batch. */
 typedef struct StatePlans
 {
-	SPIPlanPtr	select;			/* a group's stored states, by group_key */
+	SPIPlanPtr	select;			/* a group's stored row, by group_hash and equality */
 	SPIPlanPtr	upsert;			/* a group's new state row */
 	SPIPlanPtr	sessions;		/* session windows: a group's stored sessions in a range */
 	SPIPlanPtr	delete;			/* session windows: a merged-away session's state row */
@@ -463,9 +561,10 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	Oid		   *types;
 	Oid			argtypes[FUNC_MAX_ARGS + 1];
 	StringInfoData states;
+	StringInfoData keys_equal;
 	StringInfoData sql;
 
-	p->nstate = 3 + nkeys + rt->naggs + (session ? 1 : 0);
+	p->nstate = 4 + nkeys + rt->naggs;
 	types = palloc(sizeof(Oid) * p->nstate);
 	p->vals = palloc(sizeof(Datum) * p->nstate);
 	p->nulls = palloc(p->nstate);
@@ -475,11 +574,20 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	initStringInfo(&states);
 	for (int i = 0; i < rt->naggs; i++)
 		appendStringInfo(&states, ", state_%d", i + 1);
+	/* equal keys: IS NOT DISTINCT FROM, the types' equality, with NULL a value */
+	initStringInfo(&keys_equal);
+	argtypes[0] = INT8OID;
+	for (int k = 0; k < nkeys; k++)
+	{
+		appendStringInfo(&keys_equal, " AND key_%d IS NOT DISTINCT FROM $%d", k + 1, k + 2);
+		argtypes[1 + k] = agg->key_types[k];
+	}
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT 1%s FROM %s WHERE group_key = $1 FOR UPDATE",
-					 states.data, ab->table);
-	argtypes[0] = BYTEAOID;
-	p->select = SPI_prepare(sql.data, 1, argtypes);
+	appendStringInfo(&sql, "SELECT group_key%s FROM %s WHERE group_hash = $1%s "
+					 "AND window_start IS NOT DISTINCT FROM $%d FOR UPDATE",
+					 states.data, ab->table, keys_equal.data, nkeys + 2);
+	argtypes[nkeys + 1] = TIMESTAMPTZOID;
+	p->select = SPI_prepare(sql.data, nkeys + 2, argtypes);
 
 	/* window_end moves when a session grows */
 	resetStringInfo(&sql);
@@ -495,8 +603,7 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 		types[3 + k] = agg->key_types[k];
 	for (int i = 0; i < rt->naggs; i++)
 		types[3 + nkeys + i] = rt->fns[i].storedtype;
-	if (session)
-		types[p->nstate - 1] = BYTEAOID;
+	types[p->nstate - 1] = INT8OID;
 	p->upsert = SPI_prepare(sql.data, p->nstate, types);
 	if (p->select == NULL || p->upsert == NULL)
 		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
@@ -506,13 +613,14 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	if (!session)
 		return;
 
-	/* stored sessions that reach [$2, $3]: they end at or after $2 and start at or before $3 */
+	/* the group's stored sessions that reach [lo, hi]: they end at or after lo and start at or before hi */
 	resetStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT group_key, window_start, window_end%s FROM %s "
-					 "WHERE session_group = $1 AND window_end >= $2 AND window_start <= $3 FOR UPDATE",
-					 states.data, ab->table);
-	argtypes[1] = argtypes[2] = TIMESTAMPTZOID;
-	p->sessions = SPI_prepare(sql.data, 3, argtypes);
+					 "WHERE group_hash = $1%s AND window_end >= $%d AND window_start <= $%d FOR UPDATE",
+					 states.data, ab->table, keys_equal.data, nkeys + 2, nkeys + 3);
+	argtypes[nkeys + 1] = argtypes[nkeys + 2] = TIMESTAMPTZOID;
+	p->sessions = SPI_prepare(sql.data, nkeys + 3, argtypes);
+	argtypes[0] = BYTEAOID;
 	p->delete = SPI_prepare(psprintf("DELETE FROM %s WHERE group_key = $1", ab->table),
 							1, argtypes);
 	if (p->sessions == NULL || p->delete == NULL)
@@ -542,7 +650,7 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 static void
 write_state(StmAggBatch *ab, StatePlans *p, bytea *key, bool has_window,
 			TimestampTz wstart, TimestampTz wend, Datum *keyvals, bool *keynulls,
-			StmAggValue *states, bytea *session_group)
+			StmAggValue *states, int64 hash)
 {
 	int			nkeys = ab->agg->nkeys;
 
@@ -564,11 +672,8 @@ write_state(StmAggBatch *ab, StatePlans *p, bytea *key, bool has_window,
 		p->vals[3 + nkeys + i] = stm_agg_store(ab->rt, i, &states[i], &isnull);
 		p->nulls[3 + nkeys + i] = isnull ? 'n' : ' ';
 	}
-	if (session_group)
-	{
-		p->vals[p->nstate - 1] = PointerGetDatum(session_group);
-		p->nulls[p->nstate - 1] = ' ';
-	}
+	p->vals[p->nstate - 1] = Int64GetDatum(hash);
+	p->nulls[p->nstate - 1] = ' ';
 	if (SPI_execute_plan(p->upsert, p->vals, p->nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
 }
@@ -583,42 +688,61 @@ upsert_sink(StmAggBatch *ab, StatePlans *p, bool has_window, TimestampTz wstart,
 	ResetExprContext(ab->out_econtext);
 }
 
+/* $1: group_hash, $2...: the group values (the state queries' first arguments) */
+static void
+key_args(StmAggBatch *ab, int64 hash, Datum *keyvals, bool *keynulls, Datum *args, char *nulls)
+{
+	args[0] = Int64GetDatum(hash);
+	nulls[0] = ' ';
+	for (int k = 0; k < ab->agg->nkeys; k++)
+	{
+		args[1 + k] = keyvals[k];
+		nulls[1 + k] = keynulls[k] ? 'n' : ' ';
+	}
+}
+
 /* A window and group of the batch: its states combined with the stored ones. */
 static int64
 merge_group(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 {
 	StmAggRuntime *rt = ab->rt;
+	int			nkeys = ab->agg->nkeys;
 	StmAggValue merged[FUNC_MAX_ARGS];
-	Datum		keyarg = PointerGetDatum(e->key);
+	Datum		args[FUNC_MAX_ARGS + 2];
+	char		nulls[FUNC_MAX_ARGS + 2];
+	int64		hash = group_hash(ab, e->has_window, e->wstart, e->keyvals, e->keynulls);
+	bytea	   *key = NULL;
 
-	if (SPI_execute_plan(p->select, &keyarg, NULL, false, 1) != SPI_OK_SELECT)
+	key_args(ab, hash, e->keyvals, e->keynulls, args, nulls);
+	args[nkeys + 1] = TimestampTzGetDatum(e->wstart);
+	nulls[nkeys + 1] = e->has_window ? ' ' : 'n';
+	if (SPI_execute_plan(p->select, args, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the state table of stream %d", ab->stream_id);
 	memcpy(merged, e->vals, sizeof(StmAggValue) * rt->naggs);
 	if (SPI_processed > 0)
 	{
+		bool		isnull;
+
+		/* the stored row, whatever form of the values created it */
+		key = DatumGetByteaPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		for (int i = 0; i < rt->naggs; i++)
 		{
-			bool		isnull;
 			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 2, &isnull);
 
 			stm_agg_load(rt, i, d, isnull, &merged[i]);
 			stm_agg_combine(rt, i, &merged[i], &e->vals[i]);
 		}
 	}
-	write_state(ab, p, e->key, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls,
-				merged, NULL);
+	else
+		key = group_key(ab, e->has_window, e->wstart, e->keyvals, e->keynulls);
+	write_state(ab, p, key, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls,
+				merged, hash);
 	if (p->sink_upsert == NULL)
 		return 0;
 	upsert_sink(ab, p, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls, merged);
 	return 1;
 }
 
-static bool
-same_key(bytea *a, bytea *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
 
 /*
  * A group's sessions of the batch, merged with the stored sessions they
@@ -630,8 +754,11 @@ static int64
 merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 {
 	StmAggRuntime *rt = ab->rt;
+	int			nkeys = ab->agg->nkeys;
 	StmSessionList *list = &e->sessions;
-	Datum		args[FUNC_MAX_ARGS + 1];
+	int64		hash = group_hash(ab, false, 0, e->keyvals, e->keynulls);
+	Datum		args[FUNC_MAX_ARGS + 3];
+	char		nulls[FUNC_MAX_ARGS + 3];
 	SPITupleTable *tt;
 	uint64		nrows;
 	int64		written = 0;
@@ -639,10 +766,11 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 
 	if (list->n == 0)
 		return 0;				/* only late rows */
-	args[0] = PointerGetDatum(e->key);
-	args[1] = TimestampTzGetDatum(list->items[0].start);
-	args[2] = TimestampTzGetDatum(list->items[list->n - 1].end);
-	if (SPI_execute_plan(p->sessions, args, NULL, false, 0) != SPI_OK_SELECT)
+	key_args(ab, hash, e->keyvals, e->keynulls, args, nulls);
+	args[nkeys + 1] = TimestampTzGetDatum(list->items[0].start);
+	args[nkeys + 2] = TimestampTzGetDatum(list->items[list->n - 1].end);
+	nulls[nkeys + 1] = nulls[nkeys + 2] = ' ';
+	if (SPI_execute_plan(p->sessions, args, nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the sessions of stream %d", ab->stream_id);
 	tt = SPI_tuptable;
 	nrows = SPI_processed;
@@ -670,19 +798,22 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 	for (int s = 0; s < list->n; s++)
 	{
 		StmSession *session = &list->items[s];
-		bytea	   *key;
+		bytea	   *key = NULL;
 		ListCell   *lc;
 
 		if (!session->from_batch)
 			continue;			/* a stored session the batch did not reach */
-		old = MemoryContextSwitchTo(ab->cxt);
-		key = group_key(ab, true, session->start, e->keyvals, e->keynulls);
-		MemoryContextSwitchTo(old);
+		/* the stored session that starts where the merged one does keeps its row */
+		foreach(lc, session->stored)
+			if (((StmStoredSession *) lfirst(lc))->start == session->start)
+				key = ((StmStoredSession *) lfirst(lc))->key;
+		if (key == NULL)
+			key = group_key(ab, true, session->start, e->keyvals, e->keynulls);
 		foreach(lc, session->stored)
 		{
 			StmStoredSession *ref = lfirst(lc);
 
-			if (same_key(ref->key, key))
+			if (ref->key == key)
 				continue;		/* the same row, rewritten below */
 			args[0] = PointerGetDatum(ref->key);
 			if (SPI_execute_plan(p->delete, args, NULL, false, 0) != SPI_OK_DELETE)
@@ -690,15 +821,19 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 			if (p->sink_delete)
 			{
 				args[0] = TimestampTzGetDatum(ref->start);
-				for (int k = 0; k < ab->agg->nkeys; k++)
+				nulls[0] = ' ';
+				for (int k = 0; k < nkeys; k++)
+				{
 					args[1 + k] = e->keyvals[k];
-				if (SPI_execute_plan(p->sink_delete, args, NULL, false, 0) != SPI_OK_DELETE)
+					nulls[1 + k] = e->keynulls[k] ? 'n' : ' ';
+				}
+				if (SPI_execute_plan(p->sink_delete, args, nulls, false, 0) != SPI_OK_DELETE)
 					elog(ERROR, "could not delete a merged session's sink row of stream %d",
 						 ab->stream_id);
 			}
 		}
 		write_state(ab, p, key, true, session->start, session->end, e->keyvals, e->keynulls,
-					session->vals, e->key);
+					session->vals, hash);
 		if (p->sink_upsert)
 		{
 			upsert_sink(ab, p, true, session->start, session->end, e->keyvals, e->keynulls,
@@ -724,17 +859,21 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 	StmAggValue *merged = palloc(sizeof(StmAggValue) * Max(rt->naggs, 1));
 	StatePlans	plans = {0};
 	SPIPlanPtr	sink_plan;
-	HASH_SEQ_STATUS seq;
-	GroupEntry *e;
+	tuplehash_iterator iter;
+	TupleHashEntry entry;
+	int64		ngroups = 0;
 	int64		written = 0;
 	int64		late = 0;
 	int			nest = stm_catalog_pin_search_path();
 
 	SPI_connect();
 	prepare_state_plans(ab, &plans);
-	hash_seq_init(&seq, ab->groups);
-	while ((e = hash_seq_search(&seq)) != NULL)
+	InitTupleHashIterator(ab->groups, &iter);
+	while ((entry = ScanTupleHashTable(ab->groups, &iter)) != NULL)
 	{
+		GroupEntry *e = entry->additional;
+
+		ngroups++;
 		if (session)
 		{
 			written += merge_sessions(ab, &plans, e);
@@ -743,8 +882,9 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 		else
 			written += merge_group(ab, &plans, e);
 	}
+	TermTupleHashIterator(&iter);
 	if (!session)
-		late = hash_get_num_entries(ab->late);
+		late = ab->nlate;
 
 	/*
 	 * complete mode: the sink holds the whole result, from the whole state;
@@ -752,7 +892,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 	 * once, and forgotten below.  (The cursor is not read-only: its snapshot
 	 * must see this batch's upserts.)
 	 */
-	if ((ab->complete && hash_get_num_entries(ab->groups) > 0) || (ab->append && ab->has_watermark))
+	if ((ab->complete && ngroups > 0) || (ab->append && ab->has_watermark))
 	{
 		Portal		portal;
 		Oid			wmtype = TIMESTAMPTZOID;

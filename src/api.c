@@ -44,6 +44,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 #include "utils/timestamp.h"
 
 #include "aggstate.h"
@@ -859,6 +860,17 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a stream query may group by at most %d expressions", FUNC_MAX_ARGS)));
+	for (int k = 0; k < agg->nkeys; k++)
+	{
+		TypeCacheEntry *tc = lookup_type_cache(agg->key_types[k], TYPECACHE_EQ_OPR | TYPECACHE_HASH_PROC);
+
+		if (!OidIsValid(tc->eq_opr) || !OidIsValid(tc->hash_proc))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("GROUP BY expression %d of the stream query is of type %s, which cannot be hashed",
+							k + 1, format_type_be(agg->key_types[k])),
+					 errdetail("Streams group rows by hashing, with the type's hash and equality operators.")));
+	}
 	for (int i = 0; i < qi->noutputs; i++)
 		if (agg->out_group_col[i] >= 0)
 			in_output[agg->out_group_col[i]] = true;
