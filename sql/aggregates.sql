@@ -307,7 +307,7 @@ ORDER BY 1, 2, 3;
 SELECT * FROM ag_dd_count ORDER BY k;
 SELECT stream, position->'offset' AS "offset", to_char(event_time AT TIME ZONE 'UTC', 'HH24:MI') AS event_time
 FROM streaming.late_rows WHERE stream LIKE 'ag\_dd%' ORDER BY id;
-SELECT stream, batch_id, num_input_rows, num_output_rows, num_dedup_rows, num_late_rows
+SELECT stream, batch_id, num_input_rows, num_output_rows, num_dedup_rows, num_late_rows, num_state_rows
 FROM streaming.progress WHERE stream LIKE 'ag\_dd%' ORDER BY stream, batch_id;
 SELECT streaming.create_stream('ag_bad', 'SELECT k FROM ag_dd_src', dedup_keys => ARRAY['nope'], start => false);
 SELECT streaming.create_stream('ag_bad', 'SELECT k FROM ag_dd_src', dedup_keys => ARRAY['k'], dedup_within_watermark => true, start => false);

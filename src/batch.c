@@ -598,13 +598,22 @@ stm_batch_run(StmRuntime *rt)
 	if (bc.dedup)
 	{
 		int64		dedup_late;
+		int64		dedup_state;
 
-		stm_dedup_finish(bc.dedup, &bc.num_dedup, &dedup_late);
+		stm_dedup_finish(bc.dedup, &bc.num_dedup, &dedup_late, &dedup_state);
 		num_late_rows += dedup_late;
+		num_state_rows += dedup_state;
 	}
 
 	if (bc.aggbatch)
-		num_output = stm_aggbatch_finish(bc.aggbatch, &num_state_rows, &num_late_rows);
+	{
+		int64		agg_state;
+		int64		agg_late;
+
+		num_output = stm_aggbatch_finish(bc.aggbatch, &agg_state, &agg_late);
+		num_state_rows += agg_state;
+		num_late_rows += agg_late;
+	}
 	else
 	{
 		stm_sink_close(bc.sink);

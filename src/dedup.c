@@ -234,23 +234,28 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 	MemoryContextSwitchTo(old);
 }
 
-/* Forget the keys the watermark has passed; report the counters. */
+/* Forget the keys the watermark has passed; report the counters and the keys kept. */
 void
-stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late)
+stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late, int64 *num_state)
 {
+	int			nest = stm_catalog_pin_search_path();
+	bool		isnull;
+
+	SPI_connect();
 	if (d->event_time_att >= 0)
 	{
 		Oid			type = TIMESTAMPTZOID;
 		Datum		wm = TimestampTzGetDatum(d->watermark);
-		int			nest = stm_catalog_pin_search_path();
 
-		SPI_connect();
 		if (SPI_execute_with_args(psprintf("DELETE FROM %s WHERE expires_at <= $1", d->table),
 								  1, &type, &wm, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not expire the dedup keys of stream %d", d->stream_id);
-		SPI_finish();
-		stm_catalog_unpin_search_path(nest);
 	}
+	if (SPI_execute(psprintf("SELECT count(*) FROM %s", d->table), false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not count the dedup keys of stream %d", d->stream_id);
+	*num_state = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
 	*num_dup = d->num_dup;
 	*num_late = d->num_late;
 	MemoryContextDelete(d->cxt);
