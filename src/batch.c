@@ -239,11 +239,22 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 	}
 
 	for (int i = 0; i < n; i++)
+	{
 		if (recs[i].error)
 		{
 			handle_bad_record(bc, msgs[i], recs[i].error);
 			recs[i].drop = true;
 		}
+		else if (bc->event_time_att >= 0)
+		{
+			/* every good row moves the watermark, duplicates and late ones too (as Spark) */
+			TimestampTz ts = DatumGetTimestampTz(recs[i].values[bc->event_time_att]);
+
+			if (!bc->has_max_event_time || ts > bc->max_event_time)
+				bc->max_event_time = ts;
+			bc->has_max_event_time = true;
+		}
+	}
 	/* dedup_keys: before the query */
 	if (bc->dedup)
 	{
@@ -269,14 +280,6 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 
 		if (rec->drop)
 			continue;
-		if (bc->event_time_att >= 0)
-		{
-			TimestampTz ts = DatumGetTimestampTz(rec->values[bc->event_time_att]);
-
-			if (!bc->has_max_event_time || ts > bc->max_event_time)
-				bc->max_event_time = ts;
-			bc->has_max_event_time = true;
-		}
 		ExecClearTuple(slot);
 		memcpy(slot->tts_values, rec->values, sizeof(Datum) * bc->source_desc->natts);
 		memcpy(slot->tts_isnull, rec->nulls, sizeof(bool) * bc->source_desc->natts);
