@@ -183,6 +183,15 @@ SELECT streaming.create_stream('ag_bad', $$SELECT count(*) AS n FROM ag_src GROU
     output_mode => 'update', start => false);
 SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
     output_mode => 'update', start => false);
+-- update mode upserts: an existing sink needs a key on the window and group columns
+CREATE TABLE ag_nokey (ws timestamptz, status text, n bigint);
+SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, status, count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
+    sink => 'ag_nokey', output_mode => 'update', start => false);
+CREATE UNIQUE INDEX ON ag_nokey (status, ws);
+SELECT streaming.create_stream('ag_keyed', $$SELECT streaming.window_start() AS ws, status, count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
+    sink => 'ag_nokey', output_mode => 'update', start => false);
+SELECT streaming.drop_stream('ag_keyed');
+DROP TABLE ag_nokey;
 CREATE AGGREGATE ag_no_combine(numeric) (sfunc = numeric_add, stype = numeric, initcond = '0');
 SELECT streaming.create_stream('ag_bad', 'SELECT status, ag_no_combine(amount) AS n FROM ag_src GROUP BY status',
     output_mode => 'update', start => false);

@@ -61,6 +61,7 @@ struct StmAggBatch
 	const char *keep_late_as;	/* late_rows => 'keep': the stream's name, else NULL */
 	int			meta_att;		/* the source row's kafka_topic column */
 	Relation	sink;
+	bool		batch_table;	/* sink_function's table: each group once, no key */
 	char	   *table;
 	StmAggRuntime *rt;
 	MemoryContext cxt;			/* groups and their states */
@@ -169,7 +170,7 @@ build_hash_tables(StmAggBatch *ab)
 
 StmAggBatch *
 stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
-				   Relation sink, bool has_watermark, TimestampTz watermark,
+				   Relation sink, bool batch_table, bool has_watermark, TimestampTz watermark,
 				   int event_time_att, const char *keep_late_as, int meta_att)
 {
 	StmAggBatch *ab = palloc0(sizeof(StmAggBatch));
@@ -206,6 +207,7 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	ab->has_watermark = has_watermark && !ab->complete && ab->closes;
 	ab->watermark = watermark;
 	ab->sink = sink;
+	ab->batch_table = batch_table;
 	ab->table = stm_aggstate_table(stream_id);
 	ab->cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming groups",
 									ALLOCSET_DEFAULT_SIZES);
@@ -609,7 +611,7 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
 
 	if (!ab->complete && !ab->append)
-		p->sink_upsert = prepare_sink_write(ab, true);
+		p->sink_upsert = prepare_sink_write(ab, !ab->batch_table);
 	if (!session)
 		return;
 

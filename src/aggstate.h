@@ -17,7 +17,7 @@ typedef struct StmAggBatch StmAggBatch;
 extern char *stm_aggstate_table(int32 stream_id);
 extern void stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner);
 extern StmAggBatch *stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id,
-									   const char *output_mode, Relation sink,
+									   const char *output_mode, Relation sink, bool batch_table,
 									   bool has_watermark, TimestampTz watermark,
 									   int event_time_att, const char *keep_late_as,
 									   int meta_att);

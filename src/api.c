@@ -1075,7 +1075,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 					 errmsg("sink \"%s\" is not a table", sink_name)));
-		stm_query_check_sink(qi, rel, name);
+		stm_query_check_sink(qi, rel, name, qi->agg && strcmp(output_mode, "update") == 0);
 		table_close(rel, NoLock);
 	}
 	else
@@ -1083,7 +1083,8 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		Oid			nspid = RangeVarGetCreationNamespace(sink_rv);
 		char	   *qualified = quote_qualified_identifier(get_namespace_name(nspid), sink_rv->relname);
 
-		spi_exec(stm_query_sink_ddl(qi, qualified), 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+		spi_exec(stm_query_sink_ddl(qi, qualified, strcmp(output_mode, "append") != 0),
+				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 		CommandCounterIncrement();
 		sink_oid = get_relname_relid(sink_rv->relname, nspid);
 	}

@@ -396,7 +396,8 @@ batch_table(StmQueryInfo *qi, int64 batch_id)
 	Oid			relid;
 
 	SPI_connect();
-	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name))),
+	/* no key: each group is written once per batch */
+	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name)), false),
 					false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create the batch table");
 	SPI_finish();
@@ -572,6 +573,7 @@ stm_batch_run(StmRuntime *rt)
 	{
 		bc.qual = stm_query_compile_qual(qi);
 		bc.aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, sink_rel,
+										 OidIsValid(def->sink_function),
 										 def->has_watermark, previous_watermark(def),
 										 bc.event_time_att,
 										 keep_late ? def->name : NULL, bc.ndeclared);

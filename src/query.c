@@ -25,6 +25,10 @@
 #include "parser/parser.h"
 #include "parser/parsetree.h"
 #include "rewrite/rewriteHandler.h"
+#include "access/genam.h"
+#include "catalog/pg_index.h"
+#include "nodes/bitmapset.h"
+#include "parser/parse_relation.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -522,8 +526,10 @@ output_tle(StmQueryInfo *qi, int index)
  * An existing sink must have a column for every output column, of a type the
  * output can be assigned to.  Extra sink columns get their defaults.
  */
+static void check_sink_key(StmQueryInfo *qi, Relation sink);
+
 void
-stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream)
+stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream, bool upserts)
 {
 	TupleDesc	desc = RelationGetDescr(sink);
 
@@ -556,11 +562,57 @@ stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream)
 							format_type_be(TupleDescAttr(desc, attno)->atttypid),
 							format_type_be(qi->out_types[i]))));
 	}
+	if (upserts)
+		check_sink_key(qi, sink);
+}
+
+/*
+ * Update mode upserts on the window and group columns: an existing sink
+ * needs a primary key or unique index on exactly those columns.
+ */
+static void
+check_sink_key(StmQueryInfo *qi, Relation sink)
+{
+	Bitmapset  *wanted = NULL;
+	StringInfoData names;
+	List	   *indexes = RelationGetIndexList(sink);
+	ListCell   *lc;
+
+	initStringInfo(&names);
+	for (int i = 0; i < qi->noutputs; i++)
+		if (qi->agg->out_group_col[i] >= 0)
+		{
+			wanted = bms_add_member(wanted, attnameAttNum(sink, qi->out_names[i], false));
+			appendStringInfo(&names, "%s%s", names.len ? ", " : "", quote_identifier(qi->out_names[i]));
+		}
+	if (wanted == NULL)
+		return;					/* one group: rewritten as in complete mode */
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = index->rd_index;
+		Bitmapset  *cols = NULL;
+		bool		usable = form->indisunique && form->indimmediate &&
+			RelationGetIndexPredicate(index) == NIL;
+
+		for (int k = 0; usable && k < form->indnkeyatts; k++)
+			cols = bms_add_member(cols, form->indkey.values[k]);
+		index_close(index, AccessShareLock);
+		if (usable && bms_equal(cols, wanted))
+			return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+			 errmsg("sink table \"%s\" needs a primary key or unique index on (%s)",
+					RelationGetRelationName(sink), names.data),
+			 errdetail("In update mode each batch upserts the groups it changed, keyed by the window and group columns."),
+			 errhint("ALTER TABLE %s ADD PRIMARY KEY (%s), or let create_stream create the sink.",
+					 quote_identifier(RelationGetRelationName(sink)), names.data)));
 }
 
 /* CREATE TABLE for a new sink with the query's output columns. */
 char *
-stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name)
+stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name, bool keyed)
 {
 	StringInfoData buf;
 
@@ -572,8 +624,8 @@ stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name)
 						 format_type_extended(qi->out_types[i], qi->out_typmods[i],
 											  FORMAT_TYPE_TYPEMOD_GIVEN |
 											  FORMAT_TYPE_FORCE_QUALIFY));
-	/* aggregate streams: a primary key on the window and group columns */
-	if (qi->agg)
+	/* update and complete mode: a primary key on the window and group columns */
+	if (keyed && qi->agg)
 	{
 		bool		first = true;
 

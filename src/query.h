@@ -51,8 +51,9 @@ typedef struct StmProjector
 } StmProjector;
 
 extern StmQueryInfo *stm_query_analyze(const char *sql);
-extern void stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream);
-extern char *stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name);
+extern void stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream,
+								 bool upserts);
+extern char *stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name, bool keyed);
 extern ExprState *stm_query_compile_qual(StmQueryInfo *qi);
 extern StmProjector *stm_query_compile(StmQueryInfo *qi, Relation sink, EState *estate);
 extern bool stm_query_project(StmProjector *pj, ExprContext *econtext,
