@@ -41,8 +41,10 @@
 #                sum(amount) AS total_amount, avg(amount) AS avg_amount
 #         FROM orders GROUP BY streaming.tumble(event_time, '5 minutes'), status
 #       timed from create_stream until process_available returns (which
-#       waits for the no-data batch that writes the closed windows); the
-#       worker's peak RSS as above;
+#       waits for the no-data batch that writes the closed windows), plus a
+#       second process_available after the sentinel (below) is produced
+#       (the kcat run in between is not timed); the worker's peak RSS as
+#       above;
 #   (2) COPY of the CSV into orders_copy, then INSERT INTO agg_copy SELECT
 #       date_bin('5 minutes', event_time, 'epoch'), ..., count(*),
 #       sum(amount), avg(amount) ... GROUP BY, both timed together;
@@ -54,7 +56,11 @@
 # The records' event times are in order up to a 2-minute jitter
 # (gen_orders.py --in-order: 37 ms apart, ~10 hours per 1M records), so the
 # watermark makes no row late, and a last sentinel record one day after the
-# data (--sentinel) moves the watermark past every window of the data.
+# data (--sentinel) moves the watermark past every window of the data.  The
+# sentinel is produced only once stream s has processed the data: produced
+# with it, a batch cut by max_offsets_per_trigger could read it before the
+# last records of other partitions and make those late.  (2) and (3) run
+# after that and load it too.
 # Checked: no late rows (sum of progress.num_late_rows is 0), every order
 # counted in a closed window (sum(cnt) and sum(total_amount) of agg_stream
 # are the data's), and agg_stream equals agg_copy and agg_py restricted to the
@@ -255,6 +261,15 @@ say "generating $RECORDS records${AGG:+ (in order, and a sentinel)}"
 read -r TOTAL JSON_BYTES AVG_LEN EXPECT_SUM < <("$PY" "$BENCH/gen_orders.py" "${GEN_OPTS[@]}" "$RECORDS" \
 	"$TMP/data/orders.jsonl" "$TMP/data/orders.csv") || die "gen_orders.py failed"
 [ -n "$EXPECT_SUM" ] || die "gen_orders.py failed"
+# --aggregate: the sentinel (the last line) is produced on its own, after the
+# stream has caught up with the data (see run_stream)
+PRODUCE_FILE=$TMP/data/orders.jsonl
+PRODUCE_EXPECT=$TOTAL
+if [ -n "$AGG" ]; then
+	tail -n 1 "$TMP/data/orders.jsonl" >"$TMP/data/sentinel.jsonl"
+	truncate -s "-$(stat -c %s "$TMP/data/sentinel.jsonl")" "$TMP/data/orders.jsonl" || die "truncate failed"
+	PRODUCE_EXPECT=$((TOTAL - 1))
+fi
 
 say "starting the mock broker"
 "$SRC/test/mock_broker" --topic "orders:$PARTITIONS" --topic "orders_lz4:$PARTITIONS" \
@@ -268,8 +283,9 @@ done
 [ -s "$TMP/bootstrap" ] || die "the mock broker did not start"
 BOOTSTRAP=$(head -n1 "$TMP/bootstrap")
 
-# produce TOPIC [kcat options...]: produce the records, then check that the
-# broker kept them all (low offset 0 everywhere, N records in all).
+# produce TOPIC [kcat options...]: produce the records ($PRODUCE_FILE), then
+# check that the broker kept them all (low offset 0 everywhere,
+# $PRODUCE_EXPECT records in all).
 produce()
 {
 	local topic=$1 lo hi sum=0 bad=0 p
@@ -278,15 +294,15 @@ produce()
 	# partition; the default (10 ms of records to one partition) fills some
 	# partitions far more than others and past the mock's 5 MiB
 	kcat -P -b "$BOOTSTRAP" -t "$topic" -X queue.buffering.max.messages=1000000 \
-		-X linger.ms=50 -X sticky.partitioning.linger.ms=0 "$@" -l "$TMP/data/orders.jsonl" 2>"$TMP/kcat.log" ||
+		-X linger.ms=50 -X sticky.partitioning.linger.ms=0 "$@" -l "$PRODUCE_FILE" 2>"$TMP/kcat.log" ||
 		{ cat "$TMP/kcat.log" >&2; return 1; }
 	"$PY" "$BENCH/topic_offsets.py" "$BOOTSTRAP" "$topic" >"$TMP/offsets.$topic" || return 1
 	while read -r p lo hi; do
 		[ "$lo" = 0 ] || bad=$((bad + 1))
 		sum=$((sum + hi - lo))
 	done <"$TMP/offsets.$topic"
-	if [ "$bad" -gt 0 ] || [ "$sum" != "$TOTAL" ]; then
-		say "topic $topic: $bad partitions with low offset > 0, $sum of $TOTAL records kept (5 MiB per partition limit of the mock)"
+	if [ "$bad" -gt 0 ] || [ "$sum" != "$PRODUCE_EXPECT" ]; then
+		say "topic $topic: $bad partitions with low offset > 0, $sum of $PRODUCE_EXPECT records kept (5 MiB per partition limit of the mock)"
 		return 1
 	fi
 	return 0
@@ -384,12 +400,26 @@ cpu_secs()
 		awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($12 + $13) / hz }'
 }
 
+# produce_sentinel: --aggregate's last record, after the data.  Produced
+# with the data, it could be read (with max_offsets_per_trigger) in a batch
+# before the last records of other partitions, which its event time would
+# then make late.
+produce_sentinel()
+{
+	local opts=()
+	[ "$COMPRESSION" = lz4 ] && opts=(-z lz4)
+	PRODUCE_FILE=$TMP/data/sentinel.jsonl PRODUCE_EXPECT=$TOTAL produce "$TOPIC" "${opts[@]}" ||
+		{ say "producing the sentinel failed"; return 1; }
+}
+
 # run_stream NAME SINK: create and start the stream, wait for it to process
 # everything; prints "seconds worker_pid vmhwm_kb cpu_seconds" (of the
-# worker, read just before it is stopped).  Stops the stream.
+# worker, read just before it is stopped).  Stops the stream.  When
+# AFTER_CATCH_UP names a command, it is run once the stream has processed
+# what was there (untimed), and the stream is then waited for again (timed).
 run_stream()
 {
-	local name=$1 sink=$2 secs pid
+	local name=$1 sink=$2 secs secs2 pid
 	secs=$(psql_q -v name="$name" -v sink="$sink" -v query="$QUERY" -v output_mode="$OUTPUT_MODE" \
 		-v watermark="$WATERMARK" <<'EOF'
 CHECKPOINT;
@@ -402,6 +432,17 @@ SELECT streaming.process_available(:'name', '10 minutes')
 SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 3);
 EOF
 	) || return 1
+	if [ -n "${AFTER_CATCH_UP:-}" ]; then
+		"$AFTER_CATCH_UP" >&2 || return 1
+		secs2=$(psql_q -v name="$name" <<'EOF'
+SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
+SELECT streaming.process_available(:'name', '10 minutes')
+\g /dev/null
+SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 3);
+EOF
+		) || return 1
+		secs=$(awk -v a="$secs" -v b="$secs2" 'BEGIN { printf "%.3f", a + b }')
+	fi
 	pid=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = '$name'")
 	if [ -n "$pid" ]; then
 		echo "$secs $pid $(vmhwm_kb "$pid") $(cpu_secs "$pid")"
@@ -421,7 +462,9 @@ STREAM_SINK=orders_stream
 say "(1) stream"
 LOAD_1=$(load1)
 B0=$(cpu_secs "$BROKER_PID")
-read -r STREAM_SECS WORKER_PID WORKER_HWM WORKER_CPU < <(run_stream s "$STREAM_SINK") ||
+CATCH_UP=
+[ -n "$AGG" ] && CATCH_UP=produce_sentinel
+read -r STREAM_SECS WORKER_PID WORKER_HWM WORKER_CPU < <(AFTER_CATCH_UP=$CATCH_UP run_stream s "$STREAM_SINK") ||
 	{ tail -n 40 "$PGDATA_DIR/server.log" >&2; die "the stream run failed"; }
 [ -n "${STREAM_SECS:-}" ] || { tail -n 40 "$PGDATA_DIR/server.log" >&2; die "the stream run failed"; }
 
