@@ -1,13 +1,16 @@
 # 006_aggregates.pl: exactly-once of aggregate state under crashes (SPEC 6,
 # 3.1, 3.2): state and watermark survive kill -9 and immediate restarts.
 #
-# Three aggregate streams read the same topic through one source capped at
+# Four aggregate streams read the same topic through one source capped at
 # 3,000 records per batch, each run by its worker:
 #   agg_update    update mode, 5-minute tumbling windows by status, with
 #                 count, sum and avg (no watermark: state is never evicted);
 #   agg_complete  complete mode, no window: count and sum by status;
 #   agg_append    append mode, 5-minute tumbling windows by status, watermark
-#                 3 hours: a window's row is written once, when it closes.
+#                 3 hours: a window's row is written once, when it closes;
+#   agg_session   update mode, 10-second session windows by status and
+#                 amount >= 500 (sessions of a few seconds to minutes; the
+#                 old records at the end merge sessions, whose rows must go).
 # Order i has event time 2024-05-01 12:00 UTC + i seconds (StreamingTest),
 # so 60,000 orders span 16.7 hours: 200 windows, 4 statuses each.
 #
@@ -56,7 +59,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $seed = test_seed();
-my @streams = qw(agg_update agg_complete agg_append);
+my @streams = qw(agg_update agg_complete agg_append agg_session);
 my $rounds = 8;
 my @kinds = shuffle(('kill_worker') x ($rounds / 2), ('immediate') x ($rounds / 2));
 my @victims = map { $streams[ int(rand(scalar @streams)) ] } 1 .. $rounds;
@@ -94,6 +97,11 @@ SELECT streaming.create_stream('agg_append',
     \$\$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, status, count(*) AS n, sum(amount) AS total
       FROM orders_src GROUP BY streaming.tumble(event_time, '5 minutes'), status\$\$,
     output_mode => 'append', watermark => '$delay_s seconds');
+SELECT streaming.create_stream('agg_session',
+    \$\$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, status, amount >= 500 AS big,
+             count(*) AS n, sum(amount) AS total
+      FROM orders_src GROUP BY streaming.session(event_time, '10 seconds'), status, amount >= 500\$\$,
+    output_mode => 'update');
 });
 
 # records read by each stream's committed batches
@@ -189,7 +197,7 @@ for my $round (1 .. $rounds)
 		  . fmt_processed($after) . ")");
 	my $new_worker = $pid eq '' ? '' : " AND (name <> '$victim' OR worker_pid <> $pid)";
 	wait_for($node,
-		"SELECT count(*) = 3 FROM streaming.streams WHERE name LIKE 'agg\\_%' "
+		"SELECT count(*) = " . scalar(@streams) . " FROM streaming.streams WHERE name LIKE 'agg\\_%' "
 		  . "AND status = 'running' AND worker_pid IS NOT NULL$new_worker",
 		't', "round $round: every stream runs again, in a new worker");
 }
@@ -217,7 +225,7 @@ is($node->safe_psql('postgres', $wm_sql),
 $node->stop('immediate');
 $node->start;
 wait_for($node,
-	"SELECT count(*) = 3 FROM streaming.streams WHERE name LIKE 'agg\\_%' "
+	"SELECT count(*) = " . scalar(@streams) . " FROM streaming.streams WHERE name LIKE 'agg\\_%' "
 	  . "AND status = 'running' AND worker_pid IS NOT NULL",
 	't', 'after the last restart every stream runs again');
 is($node->safe_psql('postgres', $wm_sql),
@@ -277,6 +285,19 @@ FROM exp_orders
 WHERE NOT (order_id > $total AND date_bin('5 minutes', event_time, 'epoch') + interval '5 minutes' <= '$wm_text')
 GROUP BY 1, 2, 3;
 CREATE VIEW exp_append AS SELECT * FROM exp_append_groups WHERE we <= '$wm_text';
+-- agg_session: per status and big, a record more than 10 s after the one
+-- before starts a session
+CREATE VIEW exp_session AS
+WITH marked AS (
+    SELECT status, amount >= 500 AS big, amount, event_time,
+           CASE WHEN event_time <= lag(event_time) OVER w + interval '10 seconds' THEN 0 ELSE 1 END AS starts
+    FROM exp_orders WINDOW w AS (PARTITION BY status, amount >= 500 ORDER BY event_time)),
+numbered AS (
+    SELECT *, sum(starts) OVER (PARTITION BY status, big ORDER BY event_time ROWS UNBOUNDED PRECEDING) AS session
+    FROM marked)
+SELECT min(event_time) AS ws, max(event_time) + interval '10 seconds' AS we, status, big,
+       count(*) AS n, sum(amount) AS total
+FROM numbered GROUP BY status, big, session;
 });
 is($node->safe_psql('postgres', 'SELECT count(*), count(DISTINCT order_id) FROM exp_orders'),
 	"$all|$all", 'the expected results are computed from every produced record');
@@ -303,6 +324,10 @@ sub compare
 my $n_update = compare('agg_update', 'exp_update', 'ws, status, n, total, mean', 'update mode');
 my $n_complete = compare('agg_complete', 'exp_complete', 'status, n, total', 'complete mode');
 my $n_append = compare('agg_append', 'exp_append', 'ws, we, status, n, total', 'append mode');
+my $n_session = compare('agg_session', 'exp_session', 'ws, we, status, big, n, total',
+	'session windows, update mode');
+is($node->safe_psql('postgres', 'SELECT sum(n) FROM agg_session'),
+	$all, 'session windows: every record counted once');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM (SELECT ws, status FROM agg_append GROUP BY 1, 2 HAVING count(*) > 1) d"),
 	'0', 'append mode: no window and status is in the sink twice');
@@ -335,6 +360,8 @@ is(last_batch('agg_update', 'num_state_rows'), $n_update,
 	'update mode without a watermark: the state holds every group');
 is(last_batch('agg_complete', 'num_state_rows'), $n_complete,
 	'complete mode: the state holds every group');
+is(last_batch('agg_session', 'num_state_rows'), $n_session,
+	'session windows without a watermark: the state holds every session');
 my $open = $node->safe_psql('postgres',
 	"SELECT count(*) FROM exp_append_groups WHERE we > '$wm_text'");
 is(last_batch('agg_append', 'num_state_rows'), $open,
@@ -342,7 +369,7 @@ is(last_batch('agg_append', 'num_state_rows'), $open,
 is( $node->safe_psql('postgres',
 		"SELECT stream, sum(num_late_rows) FROM streaming.progress WHERE stream LIKE 'agg\\_%' "
 		  . "GROUP BY 1 ORDER BY 1"),
-	"agg_append|$num_late\nagg_complete|0\nagg_update|0",
+	"agg_append|$num_late\nagg_complete|0\nagg_session|0\nagg_update|0",
 	'late rows: only the old records in closed windows, and only in agg_append');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM (SELECT watermark, greatest(timestamptz '1970-01-01 00:00:00+00', "
