@@ -63,6 +63,7 @@ stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
 	p->delimiter = delimiter;
 	p->ncols = ncols;
 	p->names = palloc(sizeof(char *) * ncols);
+	p->name_lens = palloc(sizeof(int) * ncols);
 	p->types = palloc(sizeof(Oid) * ncols);
 	p->typmods = palloc(sizeof(int32) * ncols);
 	p->infuncs = palloc(sizeof(FmgrInfo) * ncols);
@@ -78,6 +79,7 @@ stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
 		Oid			base = getBaseType(att->atttypid);
 
 		p->names[i] = pstrdup(NameStr(att->attname));
+		p->name_lens[i] = strlen(p->names[i]);
 		p->types[i] = att->atttypid;
 		p->typmods[i] = att->atttypmod;
 		getTypeInputInfo(att->atttypid, &infunc, &p->ioparams[i]);
@@ -168,6 +170,89 @@ json_scalar(void *state, char *token, JsonTokenType tokentype)
 	}
 	else
 		s->p->fields[s->column] = token;
+}
+
+/* The declared column named by a key of keylen bytes; guess is tried first. */
+static int
+column_of_token(StmParser *p, const char *key, int keylen, int guess)
+{
+	if (guess < p->ncols && p->name_lens[guess] == keylen &&
+		memcmp(p->names[guess], key, keylen) == 0)
+		return guess;
+	for (int i = 0; i < p->ncols; i++)
+		if (p->name_lens[i] == keylen && memcmp(p->names[i], key, keylen) == 0)
+			return i;
+	return -1;
+}
+
+/*
+ * The common record, fast: a flat object whose keys and strings hold no
+ * escapes.  PostgreSQL's lexer finds the tokens, without de-escaping them,
+ * and the values are taken from the input as they are; keys mostly come in
+ * the same order in every record, so the column after the last one is
+ * tried first.  Anything else (a nested value, an escape, a syntax error)
+ * returns false, and the record goes through pg_parse_json, which handles
+ * it or reports the error.
+ */
+static bool
+parse_json_flat(StmParser *p, char *data, int len)
+{
+	JsonLexContext *lex = makeJsonLexContextCstringLen(data, len, GetDatabaseEncoding(), false);
+	int			guess = 0;
+
+	if (json_lex(lex) != JSON_SUCCESS || lex->token_type != JSON_TOKEN_OBJECT_START ||
+		json_lex(lex) != JSON_SUCCESS)
+		return false;
+	while (lex->token_type != JSON_TOKEN_OBJECT_END)
+	{
+		char	   *key = lex->token_start + 1;
+		int			keylen = lex->token_terminator - lex->token_start - 2;
+		char	   *value;
+		int			n;
+		int			col;
+
+		if (lex->token_type != JSON_TOKEN_STRING || memchr(key, '\\', keylen) != NULL ||
+			json_lex(lex) != JSON_SUCCESS || lex->token_type != JSON_TOKEN_COLON ||
+			json_lex(lex) != JSON_SUCCESS)
+			return false;
+		value = lex->token_start;
+		n = lex->token_terminator - value;
+		col = column_of_token(p, key, keylen, guess);
+		switch (lex->token_type)
+		{
+			case JSON_TOKEN_STRING:
+				if (memchr(value, '\\', n) != NULL)
+					return false;
+				/* a json or jsonb column keeps the quotes: the value as JSON text */
+				if (col >= 0)
+					p->fields[col] = p->wants_json[col] ? pnstrdup(value, n) : pnstrdup(value + 1, n - 2);
+				break;
+			case JSON_TOKEN_NUMBER:
+			case JSON_TOKEN_TRUE:
+			case JSON_TOKEN_FALSE:
+				if (col >= 0)
+					p->fields[col] = pnstrdup(value, n);
+				break;
+			case JSON_TOKEN_NULL:
+				if (col >= 0)
+					p->fields[col] = NULL;
+				break;
+			default:
+				return false;	/* nested, or not a value */
+		}
+		if (col >= 0)
+			guess = col + 1;
+		if (json_lex(lex) != JSON_SUCCESS)
+			return false;
+		if (lex->token_type == JSON_TOKEN_COMMA)
+		{
+			if (json_lex(lex) != JSON_SUCCESS || lex->token_type == JSON_TOKEN_OBJECT_END)
+				return false;
+		}
+		else if (lex->token_type != JSON_TOKEN_OBJECT_END)
+			return false;
+	}
+	return json_lex(lex) == JSON_SUCCESS && lex->token_type == JSON_TOKEN_END;
 }
 
 static void
@@ -353,10 +438,14 @@ stm_parse_record(StmParser *p, const char *data, int len,
 	}
 	for (int i = 0; i < p->ncols; i++)
 		p->fields[i] = NULL;
-	if (p->format == STM_FORMAT_JSON)
-		parse_json_columns(p, buf, len);
-	else
+	if (p->format == STM_FORMAT_CSV)
 		parse_csv_fields(p, buf, len);
+	else if (!parse_json_flat(p, buf, len))
+	{
+		for (int i = 0; i < p->ncols; i++)
+			p->fields[i] = NULL;
+		parse_json_columns(p, buf, len);
+	}
 	MemoryContextSwitchTo(oldcxt);
 
 	for (int i = 0; i < p->ncols; i++)

@@ -23,6 +23,7 @@ typedef struct StmParser
 	char		delimiter;		/* csv */
 	int			ncols;
 	char	  **names;
+	int		   *name_lens;
 	Oid		   *types;
 	int32	   *typmods;
 	FmgrInfo   *infuncs;
