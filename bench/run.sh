@@ -61,7 +61,9 @@
 # sentinel is produced only once stream s has processed the data: produced
 # with it, a batch cut by max_offsets_per_trigger could read it before the
 # last records of other partitions and make those late.  (2) and (3) run
-# after that and load it too.  Records/s are N / seconds for the stream and
+# after that and load it too.  The records are produced round-robin (record
+# i to partition i mod P), so the partitions stay aligned in event time in
+# batches cut by max_offsets_per_trigger.  Records/s are N / seconds for the stream and
 # (N + 1) / seconds for (2) and (3).
 # Checked: no late rows (sum of progress.num_late_rows is 0), every order
 # counted in a closed window (sum(cnt) and sum(total_amount) of agg_stream
@@ -271,6 +273,7 @@ if [ -n "$AGG" ]; then
 	tail -n 1 "$TMP/data/orders.jsonl" >"$TMP/data/sentinel.jsonl"
 	truncate -s "-$(stat -c %s "$TMP/data/sentinel.jsonl")" "$TMP/data/orders.jsonl" || die "truncate failed"
 	PRODUCE_EXPECT=$((TOTAL - 1))
+	PRODUCE_ROUND_ROBIN=1
 fi
 
 say "starting the mock broker"
@@ -292,12 +295,28 @@ produce()
 {
 	local topic=$1 lo hi sum=0 bad=0 p
 	shift
-	# sticky.partitioning.linger.ms=0: each keyless record to a random
-	# partition; the default (10 ms of records to one partition) fills some
-	# partitions far more than others and past the mock's 5 MiB
-	kcat -P -b "$BOOTSTRAP" -t "$topic" -X queue.buffering.max.messages=1000000 \
-		-X linger.ms=50 -X sticky.partitioning.linger.ms=0 "$@" -l "$PRODUCE_FILE" 2>"$TMP/kcat.log" ||
-		{ cat "$TMP/kcat.log" >&2; return 1; }
+	if [ -n "${PRODUCE_ROUND_ROBIN:-}" ]; then
+		# record i to partition i mod P (one kcat -p per partition, 4 at a
+		# time): every partition's offsets then follow the event times
+		# alike, so batches cut by max_offsets_per_trigger (split by lag)
+		# stay aligned in event time.  Randomly partitioned, a partition's
+		# k-th record drifts by minutes of event time from the others' (a
+		# random walk), and a 10-minute watermark makes some rows late.
+		rm -f "$TMP/data/part."*
+		awk -v p="$PARTITIONS" -v d="$TMP/data/part." '{ print > (d ((NR - 1) % p)) }' "$PRODUCE_FILE" ||
+			return 1
+		seq 0 $((PARTITIONS - 1)) | xargs -P 4 -I{} kcat -P -b "$BOOTSTRAP" -t "$topic" -p {} \
+			-X queue.buffering.max.messages=1000000 -X linger.ms=50 "$@" -l "$TMP/data/part.{}" \
+			2>"$TMP/kcat.log" || { cat "$TMP/kcat.log" >&2; return 1; }
+		rm -f "$TMP/data/part."*
+	else
+		# sticky.partitioning.linger.ms=0: each keyless record to a random
+		# partition; the default (10 ms of records to one partition) fills some
+		# partitions far more than others and past the mock's 5 MiB
+		kcat -P -b "$BOOTSTRAP" -t "$topic" -X queue.buffering.max.messages=1000000 \
+			-X linger.ms=50 -X sticky.partitioning.linger.ms=0 "$@" -l "$PRODUCE_FILE" 2>"$TMP/kcat.log" ||
+			{ cat "$TMP/kcat.log" >&2; return 1; }
+	fi
 	"$PY" "$BENCH/topic_offsets.py" "$BOOTSTRAP" "$topic" >"$TMP/offsets.$topic" || return 1
 	while read -r p lo hi; do
 		[ "$lo" = 0 ] || bad=$((bad + 1))
@@ -410,7 +429,7 @@ produce_sentinel()
 {
 	local opts=()
 	[ "$COMPRESSION" = lz4 ] && opts=(-z lz4)
-	PRODUCE_FILE=$TMP/data/sentinel.jsonl PRODUCE_EXPECT=$TOTAL produce "$TOPIC" "${opts[@]}" ||
+	PRODUCE_FILE=$TMP/data/sentinel.jsonl PRODUCE_EXPECT=$TOTAL PRODUCE_ROUND_ROBIN= produce "$TOPIC" "${opts[@]}" ||
 		{ say "producing the sentinel failed"; return 1; }
 }
 
