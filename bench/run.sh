@@ -84,6 +84,11 @@
 #   --max-offsets-per-trigger M
 #                   the source's max_offsets_per_trigger (default none: the
 #                   first batch takes every record)
+#   --batch-memory SIZE
+#                   the server's streaming.batch_memory (default its own,
+#                   64MB), which bounds the Kafka client's prefetch per
+#                   partition: to compare worker RSS across --records, give
+#                   one that every partition fills in both runs
 #   --perf          afterwards, run the stream once more (into another sink)
 #                   under `perf record -g` and print the worker's top 25
 #                   symbols (root only; installs linux-perf if missing); with
@@ -91,7 +96,7 @@
 #                   and the report is the worker's, plus CPU time per process
 #   --keep          keep the temp dir (data, server log, perf.data)
 # (under make: make bench BENCH_RECORDS=N BENCH_PARTITIONS=P BENCH_AGG=1
-#  BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_PERF=1)
+#  BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_BATCH_MEMORY=SIZE BENCH_PERF=1)
 #
 # As root it installs what is missing (apt-get: kcat python3-confluent-kafka
 # python3-psycopg2, and linux-perf for --perf), runs `make install` in the
@@ -109,6 +114,7 @@ DO_PERF=${BENCH_PERF:-}
 AGG=${BENCH_AGG:-}
 FORCE_LZ4=${BENCH_LZ4:-}
 MAX_OFFSETS=${BENCH_MAX_OFFSETS:-}
+BATCH_MEMORY=${BENCH_BATCH_MEMORY:-}
 KEEP=
 
 usage()
@@ -127,6 +133,8 @@ while [ $# -gt 0 ]; do
 		--lz4) FORCE_LZ4=1; shift ;;
 		--max-offsets-per-trigger) MAX_OFFSETS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--max-offsets-per-trigger=*) MAX_OFFSETS=${1#*=}; shift ;;
+		--batch-memory) BATCH_MEMORY=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--batch-memory=*) BATCH_MEMORY=${1#*=}; shift ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) usage; exit 0 ;;
 		*) echo "bench/run.sh: unknown argument \"$1\"" >&2; usage >&2; exit 2 ;;
@@ -366,6 +374,7 @@ streaming.max_workers = 4
 streaming.log_batches = on
 log_line_prefix = '%m [%p] %b '
 EOF
+[ -n "$BATCH_MEMORY" ] && echo "streaming.batch_memory = '$BATCH_MEMORY'" >>"$PGDATA_DIR/postgresql.conf"
 as_server "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$PGDATA_DIR/server.log" -w -t 60 start >/dev/null ||
 	{ tail -n 30 "$PGDATA_DIR/server.log" >&2; die "the server did not start"; }
 
@@ -767,7 +776,7 @@ if [ -z "$AGG" ]; then
 	echo
 	echo "streaming benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes),"
 	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
-	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB"
+	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB, streaming.batch_memory ${BATCH_MEMORY:-64MB}"
 	echo "load average before $LOAD_BEFORE, after $LOAD_AFTER (other work on the machine skews the numbers)"
 	echo
 	printf '%-52s %8s %11s  %-13s %s\n' "method" "seconds" "records/s" "CPU seconds" "peak RSS (VmHWM)"
@@ -809,7 +818,7 @@ met() { awk -v t="$1" -v r="$2" 'BEGIN { print (r != "-" && r + 0 >= t) ? "met" 
 	echo "  event times in order (37 ms apart, jitter < 2 min), 5-minute tumbling windows by status, watermark 10 minutes;"
 	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
 	echo "  source max_offsets_per_trigger ${MAX_OFFSETS:-none}"
-	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB"
+	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB, streaming.batch_memory ${BATCH_MEMORY:-64MB}"
 	echo "load average (1 min) at the start of (1) $LOAD_1, (2) $LOAD_2, (3) $LOAD_3; before $LOAD_BEFORE, after $LOAD_AFTER"
 	echo "  (other work on the machine skews the numbers)"
 	echo

@@ -256,12 +256,16 @@ stm_kafka_open(const char *source, bool for_batches)
 	set_conf(conf, "isolation.level", "read_uncommitted");
 	/*
 	 * Prefetch: keep fetching until a partition's local queue holds
-	 * batch_memory/64 (librdkafka's limit is per partition; the records'
-	 * bookkeeping comes on top), not until a message count is reached.
+	 * batch_memory/64 (librdkafka's limit is per partition), not until a
+	 * message count is reached.  The queue may overshoot by one fetch of
+	 * the partition, so a fetch gets no more than that either; librdkafka's
+	 * bookkeeping per record comes on top.
 	 */
 	set_conf(conf, "queued.min.messages", "1000000");
 	snprintf(buf, sizeof(buf), "%d", Max(256, stm_guc_batch_memory_kb / 64));
 	set_conf(conf, "queued.max.messages.kbytes", buf);
+	snprintf(buf, sizeof(buf), "%d", Max(256, stm_guc_batch_memory_kb / 64) * 1024);
+	set_conf(conf, "fetch.message.max.bytes", buf);
 	set_conf(conf, "fetch.wait.max.ms", "100");
 	rd_kafka_conf_set_opaque(conf, kc);
 	rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
