@@ -19,7 +19,8 @@
 # runs the no-data batches too; no worker runs these streams).  Records have
 # nondecreasing event times (equal ones, small gaps, and gaps larger than
 # the windows), a few group keys, one of them NULL-able (only in sinks the
-# test creates without a primary key: created sinks have one), and int,
+# test creates without a primary key: created update and complete sinks
+# have one), and int,
 # numeric, float8 and boolean values with NULLs; one key filtered by a WHERE
 # clause, one key with only NULL values.  The same JSON lines go into an
 # ordinary table, and the expected results are views over it: date_bin for
@@ -37,10 +38,6 @@
 # the closed one; it would merge with it in a GROUP BY over all records, but
 # the closed session was already written.  With a delay > 0 every later
 # record is past e.
-#
-# Session windows: a session window stream that create_stream refuses as
-# not supported yet is skipped (the rest runs); once they are supported
-# they are checked like the others.
 #
 # STREAMING_TEST_SEED=N replays the random choices of a run; the seed and
 # every round's parameters and chunk sizes are printed.
@@ -286,8 +283,7 @@ sub stream_specs
 }
 
 # create_streams(ROUND, STREAMS): the expected views, the sinks the test
-# makes, and the streams; returns the streams created.  A session window
-# stream that create_stream refuses as not supported yet is skipped.
+# makes, and the streams; returns the streams created.
 sub create_streams
 {
 	my ($r, @streams) = @_;
@@ -307,14 +303,6 @@ sub create_streams
 		if ($ret == 0)
 		{
 			push @created, $s;
-			next;
-		}
-		if ($s->{session} && $err =~ /ERROR:\s+(session windows.* not supported yet)/)
-		{
-		  SKIP:
-			{
-				skip "round $r: $s->{name} ($s->{mode} mode): $1", 1;
-			}
 			next;
 		}
 		fail("round $r: $s->{name} can be created");
