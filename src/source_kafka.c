@@ -149,6 +149,12 @@ kafka_destroy_cb(void *arg)
 	StmKafka   *kc = arg;
 	ListCell   *lc;
 
+	if (kc->consumer_conf)
+		rd_kafka_conf_destroy(kc->consumer_conf);
+	kc->consumer_conf = NULL;
+	if (kc->meta)
+		rd_kafka_destroy(kc->meta);
+	kc->meta = NULL;
 	if (kc->rk == NULL)
 		return;
 	foreach(lc, kc->partitions)
@@ -174,8 +180,6 @@ kafka_destroy_cb(void *arg)
 	}
 	rd_kafka_destroy(kc->rk);
 	kc->rk = NULL;
-	rd_kafka_destroy(kc->meta);
-	kc->meta = NULL;
 }
 
 static int64
@@ -196,7 +200,6 @@ stm_kafka_open(const char *source, bool for_batches)
 	rd_kafka_conf_t *conf;
 	rd_kafka_conf_t *meta_conf;
 	char		errstr[512];
-	char		buf[32];
 	List	   *rows;
 	char	  **o;
 	ListCell   *lc;
@@ -254,18 +257,8 @@ stm_kafka_open(const char *source, bool for_batches)
 	set_conf(conf, "enable.auto.offset.store", "false");
 	/* as Spark: end offsets are high watermarks, read them all */
 	set_conf(conf, "isolation.level", "read_uncommitted");
-	/*
-	 * Prefetch: keep fetching until a partition's local queue holds
-	 * batch_memory/64 (librdkafka's limit is per partition), not until a
-	 * message count is reached.  The queue may overshoot by one fetch of
-	 * the partition, so a fetch gets no more than that either; librdkafka's
-	 * bookkeeping per record comes on top.
-	 */
+	/* prefetch by bytes, not by message count (open_consumer) */
 	set_conf(conf, "queued.min.messages", "1000000");
-	snprintf(buf, sizeof(buf), "%d", Max(256, stm_guc_batch_memory_kb / 64));
-	set_conf(conf, "queued.max.messages.kbytes", buf);
-	snprintf(buf, sizeof(buf), "%d", Max(256, stm_guc_batch_memory_kb / 64) * 1024);
-	set_conf(conf, "fetch.message.max.bytes", buf);
 	set_conf(conf, "fetch.wait.max.ms", "100");
 	rd_kafka_conf_set_opaque(conf, kc);
 	rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
@@ -274,37 +267,69 @@ stm_kafka_open(const char *source, bool for_batches)
 	rows = stm_catalog_source_option_list(source,
 										  "SELECT key, value FROM jsonb_each_text(s.options->'kafka_options')");
 	foreach(lc, rows)
-		set_conf(conf, ((char **) lfirst(lc))[0], ((char **) lfirst(lc))[1]);
+	{
+		char	   *key = ((char **) lfirst(lc))[0];
+
+		set_conf(conf, key, ((char **) lfirst(lc))[1]);
+		if (strcmp(key, "queued.max.messages.kbytes") == 0 ||
+			strcmp(key, "fetch.message.max.bytes") == 0)
+			kc->user_prefetch = true;
+	}
 
 	/*
 	 * Two clients: one fetches, one asks for metadata and offsets.  A broker
 	 * answers the requests of one connection in order, so on the fetching
-	 * connection they would wait behind each long-polling fetch.
+	 * connection they would wait behind each long-polling fetch.  The
+	 * fetching one is made once the partitions are known (open_consumer).
 	 */
 	meta_conf = rd_kafka_conf_dup(conf);
-	kc->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-	if (kc->rk == NULL)
-	{
-		rd_kafka_conf_destroy(meta_conf);
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not create Kafka client for source \"%s\"", source),
-				 errdetail("%s", errstr)));
-	}
-	kc->meta = rd_kafka_new(RD_KAFKA_CONSUMER, meta_conf, errstr, sizeof(errstr));
-	if (kc->meta == NULL)
-	{
-		rd_kafka_destroy(kc->rk);
-		kc->rk = NULL;
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not create Kafka client for source \"%s\"", source),
-				 errdetail("%s", errstr)));
-	}
+	kc->consumer_conf = conf;
 	cb->func = kafka_destroy_cb;
 	cb->arg = kc;
 	MemoryContextRegisterResetCallback(CurrentMemoryContext, cb);
+	kc->meta = rd_kafka_new(RD_KAFKA_CONSUMER, meta_conf, errstr, sizeof(errstr));
+	if (kc->meta == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not create Kafka client for source \"%s\"", source),
+				 errdetail("%s", errstr)));
 	return kc;
+}
+
+/*
+ * The fetching client, made when the first plan knows how many partitions
+ * the source reads: their prefetch shares streaming.batch_memory.  Each
+ * partition's local queue is kept under batch_memory / (2 * partitions),
+ * and a fetch of it gets no more than that either (librdkafka overshoots
+ * the queue by one fetch); librdkafka's bookkeeping of each record comes on
+ * top.  Partitions added later get the same share.  kafka_options that set
+ * these properties win.
+ */
+static void
+open_consumer(StmKafka *kc, int npartitions)
+{
+	char		errstr[512];
+	char		buf[32];
+	int			share_kb;
+
+	if (kc->rk != NULL)
+		return;
+	share_kb = stm_guc_batch_memory_kb / (2 * Max(npartitions, 1));
+	share_kb = Max(64, Min(16384, share_kb));
+	if (!kc->user_prefetch)
+	{
+		snprintf(buf, sizeof(buf), "%d", share_kb);
+		set_conf(kc->consumer_conf, "queued.max.messages.kbytes", buf);
+		snprintf(buf, sizeof(buf), "%d", share_kb * 1024);
+		set_conf(kc->consumer_conf, "fetch.message.max.bytes", buf);
+	}
+	kc->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc->consumer_conf, errstr, sizeof(errstr));
+	if (kc->rk == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not create Kafka client for source \"%s\"", kc->source),
+				 errdetail("%s", errstr)));
+	kc->consumer_conf = NULL;	/* rd_kafka_new took it */
 }
 
 void
@@ -407,6 +432,7 @@ stm_kafka_refresh_partitions(StmKafka *kc)
 
 	if (kc->assign != NIL)
 	{
+		open_consumer(kc, list_length(kc->assign));
 		foreach(lc, kc->assign)
 		{
 			StmKafkaPartition *a = lfirst(lc);
@@ -424,6 +450,12 @@ stm_kafka_refresh_partitions(StmKafka *kc)
 				 errdetail("%s", rd_kafka_err2str(err))));
 	PG_TRY();
 	{
+		int			wanted = 0;
+
+		for (int t = 0; t < md->topic_cnt; t++)
+			if (md->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR && topic_wanted(kc, md->topics[t].topic))
+				wanted += md->topics[t].partition_cnt;
+		open_consumer(kc, wanted);
 		for (int t = 0; t < md->topic_cnt; t++)
 		{
 			const struct rd_kafka_metadata_topic *topic = &md->topics[t];
@@ -563,7 +595,8 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 	int			nest;
 
 	resetStringInfo(&kc->data_loss);
-	rd_kafka_poll(kc->rk, 0);
+	if (kc->rk)
+		rd_kafka_poll(kc->rk, 0);
 	rd_kafka_poll(kc->meta, 0);
 	stm_kafka_refresh_partitions(kc);
 

@@ -40,6 +40,8 @@ typedef struct StmKafka
 {
 	rd_kafka_t *rk;				/* fetches */
 	rd_kafka_t *meta;			/* metadata and offset queries */
+	rd_kafka_conf_t *consumer_conf;	/* rk's, until rk is made (open_consumer) */
+	bool		user_prefetch;	/* kafka_options set the prefetch limits */
 	MemoryContext cxt;			/* where partitions are kept */
 	char	   *source;
 	char	   *bootstrap;
