@@ -771,12 +771,23 @@ PY_RATE=$(rate "$TOTAL" "$PY_SECS")
 R_COPY=$(ratio "$STREAM_RATE" "$COPY_RATE")
 R_PY=$(ratio "$STREAM_RATE" "$PY_RATE")
 
+# Lines both reports share: the setup, and what the CPU column means.
+report_setup()
+{
+	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB, streaming.batch_memory ${BATCH_MEMORY:-64MB}"
+}
+report_cpu_note()
+{
+	echo "(CPU seconds: user + system time of the process doing the work, with all its threads; python + its backend;"
+	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1) and $(awk -v a="$B2" -v b="$B3" 'BEGIN { printf "%.2f", b - a }') s during (3), on the same $(nproc) cores)"
+}
+
 if [ -z "$AGG" ]; then
 {
 	echo
 	echo "streaming benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes),"
 	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
-	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB, streaming.batch_memory ${BATCH_MEMORY:-64MB}"
+	report_setup
 	echo "load average before $LOAD_BEFORE, after $LOAD_AFTER (other work on the machine skews the numbers)"
 	echo
 	printf '%-52s %8s %11s  %-13s %s\n' "method" "seconds" "records/s" "CPU seconds" "peak RSS (VmHWM)"
@@ -786,8 +797,7 @@ if [ -z "$AGG" ]; then
 		"$(group "$COPY_RATE")" "$COPY_CPU" "$(mb "$COPY_HWM") backend"
 	printf '%-52s %8s %11s  %-13s %s\n' "(3) bench/python_loop.py (confluent_kafka+psycopg2)" "$PY_SECS" \
 		"$(group "$PY_RATE")" "$PY_CPU + $PY_BACKEND_CPU" "$(mb "$PY_RSS_KB") python + $(mb "$PY_BACKEND_KB") backend"
-	echo "(CPU seconds: user + system time of the process doing the work, with all its threads; python + its backend;"
-	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1) and $(awk -v a="$B2" -v b="$B3" 'BEGIN { printf "%.2f", b - a }') s during (3), on the same $(nproc) cores)"
+	report_cpu_note
 	echo
 	printf 'stream / COPY    %s\n' "$R_COPY"
 	printf 'stream / python  %s\n' "$R_PY"
@@ -818,7 +828,7 @@ met() { awk -v t="$1" -v r="$2" 'BEGIN { print (r != "-" && r + 0 >= t) ? "met" 
 	echo "  event times in order (37 ms apart, jitter < 2 min), 5-minute tumbling windows by status, watermark 10 minutes;"
 	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
 	echo "  source max_offsets_per_trigger ${MAX_OFFSETS:-none}"
-	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB, streaming.batch_memory ${BATCH_MEMORY:-64MB}"
+	report_setup
 	echo "load average (1 min) at the start of (1) $LOAD_1, (2) $LOAD_2, (3) $LOAD_3; before $LOAD_BEFORE, after $LOAD_AFTER"
 	echo "  (other work on the machine skews the numbers)"
 	echo
@@ -829,8 +839,7 @@ met() { awk -v t="$1" -v r="$2" 'BEGIN { print (r != "-" && r + 0 >= t) ? "met" 
 		"$(group "$COPY_RATE")" "$COPY_CPU" "$(mb "$COPY_HWM") backend"
 	printf '%-56s %8s %11s  %-13s %s\n' "(3) python_loop.py --aggregate (COPY + ON CONFLICT)" "$PY_SECS" \
 		"$(group "$PY_RATE")" "$PY_CPU + $PY_BACKEND_CPU" "$(mb "$PY_RSS_KB") python + $(mb "$PY_BACKEND_KB") backend"
-	echo "(CPU seconds: user + system time of the process doing the work, with all its threads; python + its backend;"
-	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1) and $(awk -v a="$B2" -v b="$B3" 'BEGIN { printf "%.2f", b - a }') s during (3), on the same $(nproc) cores)"
+	report_cpu_note
 	echo
 	printf 'stream / (COPY + GROUP BY)  %-6s (target >= 1.0: %s)\n' "$R_COPY" "$(met 1.0 "$R_COPY")"
 	printf 'stream / python             %-6s (target >= 5.0: %s)\n' "$R_PY" "$(met 5.0 "$R_PY")"

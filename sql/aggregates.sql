@@ -192,6 +192,9 @@ SELECT streaming.create_stream('ag_keyed', $$SELECT streaming.window_start() AS 
     sink => 'ag_nokey', output_mode => 'update', start => false);
 SELECT streaming.drop_stream('ag_keyed');
 DROP TABLE ag_nokey;
+-- groups are found by hashing: a group type without a hash function is refused
+SELECT streaming.create_stream('ag_bad', $$SELECT to_tsvector('simple', status) AS t, count(*) AS n FROM ag_src GROUP BY to_tsvector('simple', status)$$,
+    output_mode => 'update', start => false);
 CREATE AGGREGATE ag_no_combine(numeric) (sfunc = numeric_add, stype = numeric, initcond = '0');
 SELECT streaming.create_stream('ag_bad', 'SELECT status, ag_no_combine(amount) AS n FROM ag_src GROUP BY status',
     output_mode => 'update', start => false);

@@ -145,19 +145,11 @@ build_hash_tables(StmAggBatch *ab)
 	TupleDescInitEntry(desc, 1, "window_start", TIMESTAMPTZOID, -1, 0);
 	for (int k = 0; k < agg->nkeys; k++)
 		TupleDescInitEntry(desc, 2 + k, NULL, agg->key_types[k], agg->key_typmods[k], 0);
+	/* stm_query_analyze made sure the key types hash */
 	for (int c = 0; c < ncols; c++)
 	{
-		Oid			type = TupleDescAttr(desc, c)->atttypid;
-		TypeCacheEntry *tc = lookup_type_cache(type, TYPECACHE_EQ_OPR | TYPECACHE_HASH_PROC);
-
-		if (!OidIsValid(tc->eq_opr) || !OidIsValid(tc->hash_proc))
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("could not identify a hashable equality operator for type %s",
-							format_type_be(type)),
-					 errdetail("Stream queries group by hashing.")));
 		cols[c] = c + 1;
-		eqops[c] = tc->eq_opr;
+		eqops[c] = lookup_type_cache(TupleDescAttr(desc, c)->atttypid, TYPECACHE_EQ_OPR)->eq_opr;
 		collations[c] = c == 0 ? InvalidOid : TupleDescAttr(agg->group_desc, 1 + c)->attcollation;
 	}
 	execTuplesHashPrepare(ncols, eqops, &eqfuncs, &hashfuncs);
@@ -190,18 +182,7 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	 * time, if the event-time column is one of them (as in Spark).
 	 */
 	ab->event_time_att = agg->event_time_att >= 0 ? agg->event_time_att : event_time_att;
-	ab->time_key = -1;
-	n = 0;
-	foreach(lc, agg->key_exprs)
-	{
-		Node	   *key = lfirst(lc);
-
-		if (agg->window.kind == STM_WINDOW_NONE && event_time_att >= 0 && IsA(key, Var) &&
-			((Var *) key)->varattno == event_time_att + 1)
-			ab->time_key = n;
-		n++;
-	}
-	n = 0;
+	ab->time_key = stm_agg_time_key(agg, event_time_att + 1);
 	ab->closes = agg->window.kind != STM_WINDOW_NONE || ab->time_key >= 0;
 	/* complete mode drops and evicts nothing (SPEC 3.1) */
 	ab->has_watermark = has_watermark && !ab->complete && ab->closes;
@@ -964,13 +945,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 	}
 	*num_late_rows = late;
 
-	if (SPI_execute(psprintf("SELECT count(*) FROM %s", ab->table), false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not count the state of stream %d", ab->stream_id);
-	{
-		bool		isnull;
-
-		*num_state_rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
+	*num_state_rows = stm_statetable_rows(ab->table);
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
 	MemoryContextDelete(ab->cxt);

@@ -44,7 +44,6 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
-#include "utils/typcache.h"
 #include "utils/timestamp.h"
 
 #include "aggstate.h"
@@ -831,19 +830,10 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 				 errhint("Give watermark => '10 minutes', or use output_mode 'update' or 'complete'.")));
 	if (window_column == NULL)
 	{
-		ListCell   *lc;
-		bool		grouped_by_time = false;
+		AttrNumber	attno = event_time ? get_attnum(qi->source_view, event_time) : InvalidAttrNumber;
 
 		/* without a window, groups close only when the event time is one of them (as Spark) */
-		foreach(lc, agg->key_exprs)
-		{
-			Var		   *key = lfirst(lc);
-
-			if (event_time && IsA(key, Var) &&
-				strcmp(get_attname(qi->source_view, key->varattno, false), event_time) == 0)
-				grouped_by_time = true;
-		}
-		if (strcmp(output_mode, "append") == 0 && !grouped_by_time)
+		if (strcmp(output_mode, "append") == 0 && stm_agg_time_key(agg, attno) < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("output_mode \"append\" needs the event-time column among the GROUP BY columns of a query without a window"),
@@ -860,17 +850,6 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a stream query may group by at most %d expressions", FUNC_MAX_ARGS)));
-	for (int k = 0; k < agg->nkeys; k++)
-	{
-		TypeCacheEntry *tc = lookup_type_cache(agg->key_types[k], TYPECACHE_EQ_OPR | TYPECACHE_HASH_PROC);
-
-		if (!OidIsValid(tc->eq_opr) || !OidIsValid(tc->hash_proc))
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("GROUP BY expression %d of the stream query is of type %s, which cannot be hashed",
-							k + 1, format_type_be(agg->key_types[k])),
-					 errdetail("Streams group rows by hashing, with the type's hash and equality operators.")));
-	}
 	for (int i = 0; i < qi->noutputs; i++)
 		if (agg->out_group_col[i] >= 0)
 			in_output[agg->out_group_col[i]] = true;

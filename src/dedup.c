@@ -239,7 +239,6 @@ void
 stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late, int64 *num_state)
 {
 	int			nest = stm_catalog_pin_search_path();
-	bool		isnull;
 
 	SPI_connect();
 	if (d->event_time_att >= 0)
@@ -251,9 +250,7 @@ stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late, int64 *num_state)
 								  1, &type, &wm, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not expire the dedup keys of stream %d", d->stream_id);
 	}
-	if (SPI_execute(psprintf("SELECT count(*) FROM %s", d->table), false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not count the dedup keys of stream %d", d->stream_id);
-	*num_state = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*num_state = stm_statetable_rows(d->table);
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
 	*num_dup = d->num_dup;

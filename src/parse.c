@@ -99,11 +99,16 @@ typedef struct JsonRecordState
 	char	   *raw_start;		/* start of a nested value kept as JSON text */
 } JsonRecordState;
 
+
+/* The declared column named by a key of keylen bytes; guess is tried first. */
 static int
-column_of_key(StmParser *p, const char *key)
+column_of_token(StmParser *p, const char *key, int keylen, int guess)
 {
+	if (guess < p->ncols && p->name_lens[guess] == keylen &&
+		memcmp(p->names[guess], key, keylen) == 0)
+		return guess;
 	for (int i = 0; i < p->ncols; i++)
-		if (strcmp(p->names[i], key) == 0)
+		if (p->name_lens[i] == keylen && memcmp(p->names[i], key, keylen) == 0)
 			return i;
 	return -1;
 }
@@ -140,7 +145,7 @@ json_field_start(void *state, char *fname, bool isnull)
 
 	if (s->depth == 1)
 	{
-		s->column = column_of_key(s->p, fname);
+		s->column = column_of_token(s->p, fname, strlen(fname), 0);
 		/* a repeated key: the last one wins, as in jsonb */
 		if (s->column >= 0)
 			s->p->fields[s->column] = NULL;
@@ -170,19 +175,6 @@ json_scalar(void *state, char *token, JsonTokenType tokentype)
 	}
 	else
 		s->p->fields[s->column] = token;
-}
-
-/* The declared column named by a key of keylen bytes; guess is tried first. */
-static int
-column_of_token(StmParser *p, const char *key, int keylen, int guess)
-{
-	if (guess < p->ncols && p->name_lens[guess] == keylen &&
-		memcmp(p->names[guess], key, keylen) == 0)
-		return guess;
-	for (int i = 0; i < p->ncols; i++)
-		if (p->name_lens[i] == keylen && memcmp(p->names[i], key, keylen) == 0)
-			return i;
-	return -1;
 }
 
 /*

@@ -34,6 +34,7 @@
 #include "utils/rel.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 
 #include "query.h"
 #include "window.h"
@@ -323,6 +324,19 @@ build_agg_query(Query *q)
 	}
 	agg->nkeys = list_length(raw_keys);
 	agg->key_exprs = raw_keys;
+	/* groups are found by hashing, as a HashAggregate does */
+	foreach(lc, raw_keys)
+	{
+		Oid			type = exprType(lfirst(lc));
+		TypeCacheEntry *tc = lookup_type_cache(type, TYPECACHE_EQ_OPR | TYPECACHE_HASH_PROC);
+
+		if (!OidIsValid(tc->eq_opr) || !OidIsValid(tc->hash_proc))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("GROUP BY expression %d of the stream query is of type %s, which cannot be hashed",
+							foreach_current_index(lc) + 1, format_type_be(type)),
+					 errdetail("Streams group rows by hashing, with the type's hash and equality operators.")));
+	}
 	agg->key_types = palloc(sizeof(Oid) * Max(agg->nkeys, 1));
 	agg->key_typmods = palloc(sizeof(int32) * Max(agg->nkeys, 1));
 	foreach(lc, q->targetList)
@@ -379,6 +393,28 @@ build_agg_query(Query *q)
 	foreach(lc, agg->key_exprs)
 		lfirst(lc) = expression_planner((Expr *) lfirst(lc));
 	return agg;
+}
+
+/*
+ * Without a window, the GROUP BY column that is the source's event-time
+ * column (attribute number, from 1): its groups close when the watermark
+ * passes their value.  Returns the key's index, or -1.
+ */
+int
+stm_agg_time_key(StmAggQuery *agg, AttrNumber event_time_attno)
+{
+	ListCell   *lc;
+
+	if (agg->window.kind != STM_WINDOW_NONE || event_time_attno <= 0)
+		return -1;
+	foreach(lc, agg->key_exprs)
+	{
+		Node	   *key = lfirst(lc);
+
+		if (IsA(key, Var) && ((Var *) key)->varattno == event_time_attno)
+			return foreach_current_index(lc);
+	}
+	return -1;
 }
 
 /*

@@ -51,6 +51,7 @@ typedef struct StmProjector
 } StmProjector;
 
 extern StmQueryInfo *stm_query_analyze(const char *sql);
+extern int	stm_agg_time_key(StmAggQuery *agg, AttrNumber event_time_attno);
 extern void stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream,
 								 bool upserts);
 extern char *stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name, bool keyed);

@@ -64,6 +64,17 @@ stm_statetable_create(const char *relname, const char *columns,
 	recordDependencyOn(&table_addr, &ext_addr, DEPENDENCY_NORMAL);
 }
 
+/* The rows of a state table (progress.num_state_rows); inside SPI, seeing this batch's writes. */
+int64
+stm_statetable_rows(const char *table)
+{
+	bool		isnull;
+
+	if (SPI_execute(psprintf("SELECT count(*) FROM %s", table), false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not count the rows of %s", table);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 static uint32
 key_hash(const void *key, Size keysize)
 {

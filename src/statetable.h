@@ -12,6 +12,7 @@
 extern void stm_statetable_create(const char *relname, const char *columns,
 								  const char *index_column, const char *index2_columns,
 								  Oid owner);
+extern int64 stm_statetable_rows(const char *table);
 extern HTAB *stm_keyhash_create(const char *name, Size entrysize, MemoryContext cxt);
 extern void stm_key_init(StringInfo buf);
 extern void stm_key_append(StringInfo buf, FmgrInfo *send, Datum value, bool isnull);
