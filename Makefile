@@ -25,7 +25,16 @@ EXTRA_CLEAN = test/mock_broker tmp_check tmp_check_iso test/isolation/results \
               test/isolation/output_iso results regression.diffs regression.out \
               tmp_install
 
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+# Without the PostgreSQL development files (a fresh machine), only demo and
+# test work: they install what is missing (test/prereqs.sh), then build.
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(wildcard $(PGXS)),)
+ifneq ($(wildcard $(shell $(PG_CONFIG) --includedir-server 2>/dev/null)/postgres.h),)
+HAVE_PGXS = 1
+endif
+endif
+
+ifdef HAVE_PGXS
 include $(PGXS)
 
 # PGXS does not track headers: rebuild every object when any header changes.
@@ -36,12 +45,22 @@ test/mock_broker: test/mock_broker.c
 	$(CC) -O2 -Wall -o $@ $< $(shell pkg-config --cflags --libs rdkafka)
 
 all: test/mock_broker
+else
+all:
+	@echo "The PostgreSQL 15 development files are missing: run test/prereqs.sh (or make demo, make test), which installs them." >&2; exit 1
+endif
 
+# demo and test first install what is missing, then build in a new make
+# (which sees what was just installed).
 .PHONY: test demo bench
-test: all
+test:
+	test/prereqs.sh test
+	$(MAKE) all
 	test/run-tests.sh
 
-demo: all
+demo:
+	test/prereqs.sh demo
+	$(MAKE) all
 	test/demo.sh
 
 bench: all
