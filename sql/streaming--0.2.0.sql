@@ -1,0 +1,299 @@
+/* streaming--0.2.0.sql: catalog, functions and views of the streaming extension */
+\echo Use "CREATE EXTENSION streaming" to load this file. \quit
+
+/*
+ * Catalog.  Everything a stream needs to resume lives in these tables and is
+ * written in the batch's own transaction; shared memory is only a cache.
+ * All of them are registered with pg_extension_config_dump so that pg_dump
+ * keeps stream definitions together with their positions.
+ */
+CREATE TABLE streaming.sources (
+    name        text PRIMARY KEY,
+    kind        text NOT NULL CHECK (kind IN ('kafka', 'file', 'rate')),
+    view        regclass NOT NULL UNIQUE,
+    options     jsonb NOT NULL,
+    owner       regrole NOT NULL DEFAULT current_user::regrole,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE streaming.sources IS 'Sources defined by create_kafka_source and friends; options holds every argument.';
+
+CREATE TABLE streaming.stream_defs (
+    id              serial PRIMARY KEY,
+    name            text NOT NULL UNIQUE,
+    source          text NOT NULL REFERENCES streaming.sources (name),
+    query           text NOT NULL,
+    sink            regclass,
+    output_mode     text NOT NULL,
+    watermark_delay interval,
+    event_time      text,
+    dedup_keys      text[],
+    dedup_within_watermark boolean NOT NULL DEFAULT false,
+    trigger         text NOT NULL,
+    sink_function   regprocedure,
+    late_rows       text NOT NULL,
+    idle_timeout    interval,
+    enabled         boolean NOT NULL DEFAULT false,
+    search_path     text NOT NULL,  -- the creator's, to analyse the query again
+    owner           regrole NOT NULL DEFAULT current_user::regrole,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    -- run-time state, written by batches and by start/stop
+    status          text NOT NULL DEFAULT 'stopped'
+                    CHECK (status IN ('running', 'waiting', 'stopped', 'failed', 'finished')),
+    last_batch_id   bigint,
+    positions_initialized boolean NOT NULL DEFAULT false, -- starting_offsets applied
+    watermark       timestamptz,
+    no_data_batch_due boolean NOT NULL DEFAULT false, -- the last batch moved the watermark
+    idle_clock_at   timestamptz NOT NULL DEFAULT now(), -- idle_timeout counts from here: the last batch
+                                                        -- that read records, or the last idle advance
+    last_error      text,
+    source_error    text,
+    failures        integer NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
+
+/* Source positions: the next Kafka offset to read, per stream and partition. */
+CREATE TABLE streaming.offsets (
+    stream_id       integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE,
+    topic           text NOT NULL,
+    partition       integer NOT NULL,
+    next_offset     bigint NOT NULL,
+    high_watermark  bigint,
+    PRIMARY KEY (stream_id, topic, partition)
+);
+
+/* One row per committed batch; the newest streaming.progress_history are kept. */
+CREATE TABLE streaming.batches (
+    stream_id       integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE,
+    batch_id        bigint NOT NULL,
+    started_at      timestamptz NOT NULL,
+    duration        interval NOT NULL,
+    num_input_rows  bigint NOT NULL,
+    num_output_rows bigint NOT NULL,
+    num_late_rows   bigint NOT NULL DEFAULT 0,
+    num_bad_rows    bigint NOT NULL DEFAULT 0,
+    num_dedup_rows  bigint NOT NULL DEFAULT 0,
+    num_state_rows  bigint NOT NULL DEFAULT 0,
+    max_event_time  timestamptz,
+    watermark       timestamptz,
+    start_positions jsonb NOT NULL,
+    end_positions   jsonb NOT NULL,
+    data_loss       jsonb,
+    PRIMARY KEY (stream_id, batch_id)
+);
+
+CREATE TABLE streaming.dead_letters (
+    id          bigserial PRIMARY KEY,
+    stream      text NOT NULL,
+    source      text NOT NULL,
+    position    jsonb NOT NULL,
+    raw         bytea,
+    error       text NOT NULL,
+    sqlstate    text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE streaming.dead_letters IS 'Records that could not be parsed or converted, written in the batch''s transaction.';
+
+CREATE TABLE streaming.late_rows (
+    id          bigserial PRIMARY KEY,
+    stream      text NOT NULL,
+    position    jsonb NOT NULL,
+    event_time  timestamptz,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE streaming.late_rows IS 'Rows a stateful stream dropped as late (late_rows => ''keep''), written in the batch''s transaction.';
+
+SELECT pg_catalog.pg_extension_config_dump('streaming.late_rows', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.late_rows_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.sources', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.stream_defs', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.stream_defs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.offsets', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.batches', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters_id_seq', '');
+
+/*
+ * Row-level security: a role sees and changes only the sources and streams
+ * it owns (kafka_options may hold credentials), and their positions, history
+ * and dead letters; superusers see everything.
+ */
+ALTER TABLE streaming.sources ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.stream_defs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_only ON streaming.sources
+    USING (pg_has_role(current_user, owner, 'USAGE'));
+CREATE POLICY owner_only ON streaming.stream_defs
+    USING (pg_has_role(current_user, owner, 'USAGE'));
+-- positions, history and dead letters follow the visibility of their stream
+ALTER TABLE streaming.offsets ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.batches ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.dead_letters ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.late_rows ENABLE ROW LEVEL SECURITY;
+CREATE POLICY stream_owner_only ON streaming.late_rows
+    USING (stream IN (SELECT name FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.offsets
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.batches
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.dead_letters
+    USING (stream IN (SELECT name FROM streaming.stream_defs));
+GRANT USAGE ON SCHEMA streaming TO PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON streaming.sources, streaming.stream_defs,
+    streaming.offsets, streaming.batches, streaming.dead_letters, streaming.late_rows TO PUBLIC;
+GRANT USAGE ON SEQUENCE streaming.stream_defs_id_seq, streaming.dead_letters_id_seq,
+    streaming.late_rows_id_seq TO PUBLIC;
+
+/* Sources ------------------------------------------------------------------ */
+
+CREATE FUNCTION streaming.create_kafka_source(
+    name text,
+    bootstrap_servers text,
+    topics text[] DEFAULT NULL,
+    topic_pattern text DEFAULT NULL,
+    partitions jsonb DEFAULT NULL,
+    starting_offsets text DEFAULT 'latest',
+    format text DEFAULT 'json',
+    columns text DEFAULT NULL,
+    max_offsets_per_trigger bigint DEFAULT NULL,
+    min_offsets_per_trigger bigint DEFAULT NULL,
+    max_trigger_delay interval DEFAULT '15 minutes',
+    fail_on_data_loss boolean DEFAULT true,
+    include_headers boolean DEFAULT false,
+    on_bad_record text DEFAULT 'dead_letter',
+    kafka_options jsonb DEFAULT '{}')
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_kafka_source'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_kafka_source IS 'Define a Kafka source and the view of its columns.';
+
+CREATE FUNCTION streaming.drop_source(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_drop_source'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+/* Streams ------------------------------------------------------------------ */
+
+CREATE FUNCTION streaming.create_stream(
+    name text,
+    query text,
+    sink text DEFAULT NULL,
+    output_mode text DEFAULT 'append',
+    watermark interval DEFAULT NULL,
+    event_time text DEFAULT NULL,
+    dedup_keys text[] DEFAULT NULL,
+    dedup_within_watermark boolean DEFAULT false,
+    trigger text DEFAULT '0',
+    sink_function regprocedure DEFAULT NULL,
+    late_rows text DEFAULT 'drop',
+    idle_timeout interval DEFAULT NULL,
+    start boolean DEFAULT true)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source whose results go into a sink table.';
+
+CREATE FUNCTION streaming.drop_stream(name text, drop_sink boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_drop_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+
+CREATE FUNCTION streaming.start(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_start'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION streaming.stop(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_stop'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION streaming.reset(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_reset'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION streaming.run_batch(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'streaming_run_batch'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.run_batch IS 'Run one batch of the stream in this session and transaction; returns its batch id, or NULL when there was nothing to do.';
+
+CREATE FUNCTION streaming.process_available(name text, timeout interval DEFAULT '60s')
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_process_available'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+/*
+ * Window calls (SPEC 3): valid in a stream query's GROUP BY (window_start()
+ * and window_end() in its select list); called anywhere else they raise an
+ * error.  VOLATILE so that the planner never folds them.
+ */
+CREATE FUNCTION streaming.tumble(ts timestamptz, size interval,
+    origin timestamptz DEFAULT '1970-01-01 00:00:00+00')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_tumble'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION streaming.tumble IS 'Tumbling window [start, start + size) of ts, aligned like date_bin; only in a stream''s GROUP BY.';
+
+CREATE FUNCTION streaming.hop(ts timestamptz, size interval, slide interval,
+    origin timestamptz DEFAULT '1970-01-01 00:00:00+00')
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_hop'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION streaming.hop IS 'Sliding windows of size, one every slide; only in a stream''s GROUP BY.';
+
+CREATE FUNCTION streaming.session(ts timestamptz, gap interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_session'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION streaming.session IS 'Session windows closed by a gap of inactivity; only in a stream''s GROUP BY.';
+
+CREATE FUNCTION streaming.window_start()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_window_start'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION streaming.window_end()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'streaming_window_end'
+LANGUAGE C VOLATILE;
+
+/* Monitoring --------------------------------------------------------------- */
+
+CREATE FUNCTION streaming.worker_pids(OUT stream_id integer, OUT pid integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'streaming_worker_pids'
+LANGUAGE C STRICT VOLATILE;
+
+CREATE VIEW streaming.source_lag WITH (security_invoker = true) AS
+SELECT s.name AS stream, o.topic, o.partition,
+       o.next_offset AS committed_offset, o.high_watermark,
+       greatest(coalesce(o.high_watermark, o.next_offset) - o.next_offset, 0) AS lag
+FROM streaming.offsets o JOIN streaming.stream_defs s ON s.id = o.stream_id;
+
+CREATE VIEW streaming.streams WITH (security_invoker = true) AS
+SELECT s.name, s.source, s.sink, s.output_mode, s.trigger, s.status,
+       w.pid AS worker_pid, s.last_batch_id,
+       CASE WHEN s.watermark_delay IS NOT NULL
+            THEN coalesce(s.watermark, 'epoch'::timestamptz) END AS watermark,
+       s.last_error, s.source_error,
+       (SELECT sum(l.lag)::bigint FROM streaming.source_lag l WHERE l.stream = s.name) AS lag
+FROM streaming.stream_defs s
+LEFT JOIN streaming.worker_pids() w ON w.stream_id = s.id;
+
+CREATE VIEW streaming.progress WITH (security_invoker = true) AS
+SELECT s.name AS stream, b.batch_id, b.started_at, b.duration,
+       b.num_input_rows,
+       -- as Spark: input rate over the time since the previous batch started
+       b.num_input_rows / nullif(extract(epoch FROM b.started_at - lag(b.started_at)
+           OVER (PARTITION BY b.stream_id ORDER BY b.batch_id)), 0) AS input_rows_per_second,
+       b.num_input_rows / nullif(extract(epoch FROM b.duration), 0) AS processed_rows_per_second,
+       b.num_output_rows, b.num_late_rows, b.num_bad_rows, b.num_dedup_rows, b.num_state_rows,
+       b.max_event_time, b.watermark, b.start_positions, b.end_positions, b.data_loss
+FROM streaming.batches b JOIN streaming.stream_defs s ON s.id = b.stream_id;
+
+GRANT SELECT ON streaming.streams, streaming.progress, streaming.source_lag TO PUBLIC;
