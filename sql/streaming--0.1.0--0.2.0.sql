@@ -8,3 +8,47 @@
  * recreated.
  */
 \echo Use "ALTER EXTENSION streaming UPDATE" to load this file. \quit
+
+/*
+ * Security (issue 7): the catalog tables are changed only by the
+ * extension's functions, which write as the extension's owner; other roles
+ * may only read their own rows.  Dead letters and late rows belong to their
+ * stream by id.
+ */
+REVOKE INSERT, UPDATE, DELETE ON streaming.sources, streaming.stream_defs,
+    streaming.offsets, streaming.batches, streaming.dead_letters, streaming.late_rows FROM PUBLIC;
+REVOKE USAGE ON SEQUENCE streaming.stream_defs_id_seq, streaming.dead_letters_id_seq,
+    streaming.late_rows_id_seq FROM PUBLIC;
+
+ALTER TABLE streaming.dead_letters
+    ADD COLUMN stream_id integer REFERENCES streaming.stream_defs (id) ON DELETE CASCADE;
+UPDATE streaming.dead_letters d SET stream_id = s.id FROM streaming.stream_defs s WHERE s.name = d.stream;
+DELETE FROM streaming.dead_letters WHERE stream_id IS NULL;
+ALTER TABLE streaming.dead_letters ALTER COLUMN stream_id SET NOT NULL;
+CREATE INDEX ON streaming.dead_letters (stream_id);
+
+ALTER TABLE streaming.late_rows
+    ADD COLUMN stream_id integer REFERENCES streaming.stream_defs (id) ON DELETE CASCADE;
+UPDATE streaming.late_rows l SET stream_id = s.id FROM streaming.stream_defs s WHERE s.name = l.stream;
+DELETE FROM streaming.late_rows WHERE stream_id IS NULL;
+ALTER TABLE streaming.late_rows ALTER COLUMN stream_id SET NOT NULL;
+CREATE INDEX ON streaming.late_rows (stream_id);
+
+DROP POLICY owner_only ON streaming.sources;
+DROP POLICY owner_only ON streaming.stream_defs;
+DROP POLICY stream_owner_only ON streaming.late_rows;
+DROP POLICY stream_owner_only ON streaming.offsets;
+DROP POLICY stream_owner_only ON streaming.batches;
+DROP POLICY stream_owner_only ON streaming.dead_letters;
+CREATE POLICY owner_only ON streaming.sources FOR SELECT
+    USING (pg_has_role(current_user, owner, 'USAGE'));
+CREATE POLICY owner_only ON streaming.stream_defs FOR SELECT
+    USING (pg_has_role(current_user, owner, 'USAGE'));
+CREATE POLICY stream_owner_only ON streaming.late_rows FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.offsets FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.batches FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.dead_letters FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));

@@ -89,8 +89,11 @@ CREATE TABLE streaming.dead_letters (
     raw         bytea,
     error       text NOT NULL,
     sqlstate    text NOT NULL,
-    created_at  timestamptz NOT NULL DEFAULT now()
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    -- a record belongs to its stream by id: a later stream of the same name sees none
+    stream_id   integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE
 );
+CREATE INDEX ON streaming.dead_letters (stream_id);
 COMMENT ON TABLE streaming.dead_letters IS 'Records that could not be parsed or converted, written in the batch''s transaction.';
 
 CREATE TABLE streaming.late_rows (
@@ -98,8 +101,10 @@ CREATE TABLE streaming.late_rows (
     stream      text NOT NULL,
     position    jsonb NOT NULL,
     event_time  timestamptz,
-    created_at  timestamptz NOT NULL DEFAULT now()
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    stream_id   integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE
 );
+CREATE INDEX ON streaming.late_rows (stream_id);
 COMMENT ON TABLE streaming.late_rows IS 'Rows a stateful stream dropped as late (late_rows => ''keep''), written in the batch''s transaction.';
 
 SELECT pg_catalog.pg_extension_config_dump('streaming.late_rows', '');
@@ -113,34 +118,35 @@ SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters_id_seq', '');
 
 /*
- * Row-level security: a role sees and changes only the sources and streams
- * it owns (kafka_options may hold credentials), and their positions, history
- * and dead letters; superusers see everything.
+ * Who may do what (SPEC 7).  The catalog tables belong to the extension's
+ * owner, and only that role changes them: the extension's functions check
+ * what the caller may do, then write as the owner (src/catalog.c).  Other
+ * roles may only read, and row-level security shows each role the sources
+ * and streams it owns (kafka_options may hold credentials) and their
+ * positions, history, dead letters and late rows; superusers see everything.
  */
 ALTER TABLE streaming.sources ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.stream_defs ENABLE ROW LEVEL SECURITY;
-CREATE POLICY owner_only ON streaming.sources
+CREATE POLICY owner_only ON streaming.sources FOR SELECT
     USING (pg_has_role(current_user, owner, 'USAGE'));
-CREATE POLICY owner_only ON streaming.stream_defs
+CREATE POLICY owner_only ON streaming.stream_defs FOR SELECT
     USING (pg_has_role(current_user, owner, 'USAGE'));
--- positions, history and dead letters follow the visibility of their stream
+-- positions, history, dead letters and late rows follow the visibility of their stream
 ALTER TABLE streaming.offsets ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.batches ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.dead_letters ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.late_rows ENABLE ROW LEVEL SECURITY;
-CREATE POLICY stream_owner_only ON streaming.late_rows
-    USING (stream IN (SELECT name FROM streaming.stream_defs));
-CREATE POLICY stream_owner_only ON streaming.offsets
+CREATE POLICY stream_owner_only ON streaming.late_rows FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
-CREATE POLICY stream_owner_only ON streaming.batches
+CREATE POLICY stream_owner_only ON streaming.offsets FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
-CREATE POLICY stream_owner_only ON streaming.dead_letters
-    USING (stream IN (SELECT name FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.batches FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+CREATE POLICY stream_owner_only ON streaming.dead_letters FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
 GRANT USAGE ON SCHEMA streaming TO PUBLIC;
-GRANT SELECT, INSERT, UPDATE, DELETE ON streaming.sources, streaming.stream_defs,
-    streaming.offsets, streaming.batches, streaming.dead_letters, streaming.late_rows TO PUBLIC;
-GRANT USAGE ON SEQUENCE streaming.stream_defs_id_seq, streaming.dead_letters_id_seq,
-    streaming.late_rows_id_seq TO PUBLIC;
+GRANT SELECT ON streaming.sources, streaming.stream_defs, streaming.offsets,
+    streaming.batches, streaming.dead_letters, streaming.late_rows TO PUBLIC;
 
 /* Sources ------------------------------------------------------------------ */
 

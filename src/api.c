@@ -82,12 +82,6 @@ typedef struct PendingWorker
 	Oid			owner;
 } PendingWorker;
 
-static void stm_process_utility(PlannedStmt *pstmt, const char *queryString,
-								bool readOnlyTree, ProcessUtilityContext context,
-								ParamListInfo params, QueryEnvironment *queryEnv,
-								DestReceiver *dest, QueryCompletion *qc);
-static ProcessUtility_hook_type prev_process_utility = NULL;
-
 static List *want_on_commit = NIL;
 static List *want_on_abort = NIL;
 
@@ -134,8 +128,13 @@ void
 stm_api_init(void)
 {
 	RegisterXactCallback(stm_xact_callback, NULL);
-	prev_process_utility = ProcessUtility_hook;
-	ProcessUtility_hook = stm_process_utility;
+}
+
+/* If this transaction aborts, the stream's worker is wanted again. */
+void
+stm_api_want_again_on_abort(int32 stream_id, Oid owner)
+{
+	queue_want(&want_on_abort, stream_id, owner);
 }
 
 /*
@@ -159,66 +158,6 @@ stm_wait_stream_lock(int32 stream_id)
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-}
-
-/*
- * DROP EXTENSION streaming: the workers of this database would hold locks
- * on the catalog the drop needs, so ask them to finish and wait first.
- */
-static void
-stop_all_workers(void)
-{
-	List	   *ids = NIL;
-	ListCell   *lc;
-
-	if (!stm_shmem_available())
-		return;
-	LWLockAcquire(stm_shared->lock, LW_SHARED);
-	for (int i = 0; i < stm_shared->nslots; i++)
-		if (stm_shared->slots[i].in_use && stm_shared->slots[i].dboid == MyDatabaseId)
-		{
-			ids = lappend_int(ids, stm_shared->slots[i].stream_id);
-			queue_want(&want_on_abort, stm_shared->slots[i].stream_id,
-					   stm_shared->slots[i].owner);
-		}
-	LWLockRelease(stm_shared->lock);
-	foreach(lc, ids)
-	{
-		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
-
-		stm_shmem_unwant_stream(MyDatabaseId, lfirst_int(lc));
-		while (stm_shmem_stream_pid(MyDatabaseId, lfirst_int(lc)) != 0 &&
-			   GetCurrentTimestamp() < deadline)
-		{
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 10, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-		}
-	}
-}
-
-static void
-stm_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
-					ProcessUtilityContext context, ParamListInfo params,
-					QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
-{
-	Node	   *parsetree = pstmt->utilityStmt;
-
-	if (IsA(parsetree, DropStmt) && ((DropStmt *) parsetree)->removeType == OBJECT_EXTENSION)
-	{
-		ListCell   *lc;
-
-		foreach(lc, ((DropStmt *) parsetree)->objects)
-			if (strcmp(strVal(lfirst(lc)), "streaming") == 0)
-				stop_all_workers();
-	}
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
-							 queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
-								queryEnv, dest, qc);
 }
 
 /* Every dedup key must be a column of the source. */
@@ -364,6 +303,7 @@ spi_check(const char *sql, Oid argtype, Datum arg)
 	return result;
 }
 
+/* Run generated SQL as the caller (user objects: views, sinks), search_path pinned. */
 static void
 spi_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
 {
@@ -376,6 +316,21 @@ spi_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *null
 		elog(ERROR, "SPI failed (%s): %s", SPI_result_code_string(rc), sql);
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
+}
+
+/* Change the catalog: as the extension's owner (catalog.c), after the caller was checked. */
+static void
+catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
+{
+	StmCatalogScope scope = stm_catalog_begin();
+	int			rc;
+
+	SPI_connect();
+	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	if (rc != expect)
+		elog(ERROR, "SPI failed (%s): %s", SPI_result_code_string(rc), sql);
+	SPI_finish();
+	stm_catalog_end(scope);
 }
 
 /* True when str is valid input for the type; used for nicer messages. */
@@ -518,10 +473,10 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 	char	   *qualified;
 	StringInfoData view_sql;
 	Oid			view;
-	Datum		values[16];
-	char		nulls[16];
-	Oid			types[16] = {TEXTOID, OIDOID, TEXTOID, TEXTARRAYOID, TEXTOID, JSONBOID, TEXTOID,
-		TEXTOID, TEXTOID, INT8OID, INT8OID, INTERVALOID, BOOLOID, BOOLOID, TEXTOID, JSONBOID};
+	Datum		values[17];
+	char		nulls[17];
+	Oid			types[17] = {TEXTOID, OIDOID, TEXTOID, TEXTARRAYOID, TEXTOID, JSONBOID, TEXTOID,
+		TEXTOID, TEXTOID, INT8OID, INT8OID, INTERVALOID, BOOLOID, BOOLOID, TEXTOID, JSONBOID, OIDOID};
 
 	require_arg(fcinfo, 0, "name");
 	require_arg(fcinfo, 1, "bootstrap_servers");
@@ -548,7 +503,7 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NAME_TOO_LONG),
 				 errmsg("source name \"%s\" is too long", name),
 				 errdetail("Names may be at most %d bytes long.", NAMEDATALEN - 1)));
-	if (stm_catalog_get_source(name, true) != NULL)
+	if (stm_catalog_source_exists(name))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("source \"%s\" already exists", name)));
@@ -674,7 +629,7 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 		{
 			char	  **kv = (char **) lfirst(lc);
 
-			stm_kafka_check_option(kv[0], kv[1]);
+			stm_kafka_check_option(kv[0], kv[1], GetUserId());
 		}
 		SPI_finish();
 		stm_catalog_unpin_search_path(nest);
@@ -755,13 +710,41 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 	values[6] = CStringGetTextDatum(starting);
 	values[7] = CStringGetTextDatum(format);
 	values[14] = CStringGetTextDatum(on_bad_record);
-	spi_exec("INSERT INTO streaming.sources (name, kind, view, options) VALUES ($1, 'kafka', $2::oid::regclass, "
+	values[16] = ObjectIdGetDatum(GetUserId());
+	nulls[16] = ' ';
+	catalog_exec("INSERT INTO streaming.sources (name, kind, view, options, owner) VALUES ($1, 'kafka', $2::oid::regclass, "
 			 "jsonb_strip_nulls(jsonb_build_object('bootstrap_servers', $3, 'topics', to_jsonb($4), "
 			 "'topic_pattern', $5, 'partitions', $6, 'starting_offsets', $7, 'format', $8, 'columns', $9, "
 			 "'max_offsets_per_trigger', $10, 'min_offsets_per_trigger', $11, 'max_trigger_delay', $12::text, "
-			 "'fail_on_data_loss', $13, 'include_headers', $14, 'on_bad_record', $15, 'kafka_options', $16)))",
-			 16, types, values, nulls, SPI_OK_INSERT);
+			 "'fail_on_data_loss', $13, 'include_headers', $14, 'on_bad_record', $15, 'kafka_options', $16)), "
+			 "$17::oid::regrole)",
+			 17, types, values, nulls, SPI_OK_INSERT);
 	PG_RETURN_VOID();
+}
+
+/* Drop a source the caller was checked for: refused while streams read it. */
+void
+stm_api_drop_source(StmSourceDef *src)
+{
+	Oid			type = TEXTOID;
+	Datum		arg = CStringGetTextDatum(src->name);
+	List	   *users;
+
+	users = stm_catalog_source_option_list(src->name,
+										   "SELECT string_agg(quote_ident(d.name), ', ' ORDER BY d.name) "
+										   "FROM streaming.stream_defs d WHERE d.source = s.name HAVING count(*) > 0");
+	if (users != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("source \"%s\" is used by streams", src->name),
+				 errdetail("Streams reading it: %s.", ((char **) linitial(users))[0]),
+				 errhint("Drop those streams first with streaming.drop_stream().")));
+	catalog_exec("DELETE FROM streaming.sources WHERE name = $1", 1, &type, &arg, NULL, SPI_OK_DELETE);
+	if (get_rel_name(src->view) != NULL)
+		spi_exec(psprintf("DROP VIEW %s",
+						  quote_qualified_identifier(get_namespace_name(get_rel_namespace(src->view)),
+													 get_rel_name(src->view))),
+				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 }
 
 Datum
@@ -769,26 +752,9 @@ streaming_drop_source(PG_FUNCTION_ARGS)
 {
 	char	   *name = name_arg(fcinfo);
 	StmSourceDef *src = stm_catalog_get_source(name, false);
-	Oid			type = TEXTOID;
-	Datum		arg = CStringGetTextDatum(name);
-	List	   *users;
 
 	stm_catalog_check_owner("source", name, src->owner);
-	users = stm_catalog_source_option_list(name,
-										   "SELECT string_agg(quote_ident(d.name), ', ' ORDER BY d.name) "
-										   "FROM streaming.stream_defs d WHERE d.source = s.name HAVING count(*) > 0");
-	if (users != NIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-				 errmsg("source \"%s\" is used by streams", name),
-				 errdetail("Streams reading it: %s.", ((char **) linitial(users))[0]),
-				 errhint("Drop those streams first with streaming.drop_stream().")));
-	spi_exec("DELETE FROM streaming.sources WHERE name = $1", 1, &type, &arg, NULL, SPI_OK_DELETE);
-	if (get_rel_name(src->view) != NULL)
-		spi_exec(psprintf("DROP VIEW %s",
-						  quote_qualified_identifier(get_namespace_name(get_rel_namespace(src->view)),
-													 get_rel_name(src->view))),
-				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+	stm_api_drop_source(src);
 	PG_RETURN_VOID();
 }
 
@@ -888,12 +854,12 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	StmSourceDef *src;
 	RangeVar   *sink_rv;
 	Oid			sink_oid;
-	Datum		values[15];
-	char		nulls[15];
-	Oid			types[15] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
-		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID, TEXTARRAYOID, BOOLOID};
+	Datum		values[16];
+	char		nulls[16];
+	Oid			types[16] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
+		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID, TEXTARRAYOID, BOOLOID, OIDOID};
 	int32		stream_id;
-	int			nest;
+	StmCatalogScope scope;
 
 	require_arg(fcinfo, 0, "name");
 	require_arg(fcinfo, 1, "query");
@@ -919,7 +885,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NAME_TOO_LONG),
 				 errmsg("stream name \"%s\" is too long", name),
 				 errdetail("Names may be at most %d bytes long.", NAMEDATALEN - 1)));
-	if (stm_catalog_get_stream(name, true) != NULL)
+	if (stm_catalog_stream_exists(name))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("stream \"%s\" already exists", name)));
@@ -1099,14 +1065,17 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	values[10] = BoolGetDatum(start);
 	values[11] = CStringGetTextDatum(GetConfigOption("search_path", false, false));
 
-	nest = stm_catalog_pin_search_path();
+	values[15] = ObjectIdGetDatum(GetUserId());
+	nulls[15] = ' ';
+	scope = stm_catalog_begin();
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
 							  "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, search_path, "
-							  "sink_function, dedup_keys, dedup_within_watermark) "
+							  "sink_function, dedup_keys, dedup_within_watermark, owner) "
 							  "VALUES ($1, $2, $3, $4::oid::regclass, $5, $6, $7, $8, $9, $10, $11, "
-							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12, $13::oid::regprocedure, $14, $15) RETURNING id",
-							  15, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12, $13::oid::regprocedure, $14, $15, "
+							  "$16::oid::regrole) RETURNING id",
+							  16, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into streaming.stream_defs");
 	{
 		bool		isnull;
@@ -1114,7 +1083,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		stream_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 
 	if (qi->agg)
 		stm_aggstate_create(stream_id, qi->agg, GetUserId());
@@ -1168,29 +1137,42 @@ clear_state_tables(int32 stream_id, bool drop)
 					 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
 }
 
+/*
+ * Drop a stream the caller was checked for: stop its worker, then its row
+ * (positions, history, dead letters and late rows go with it: ON DELETE
+ * CASCADE), its state tables and, with drop_sink, its sink table.
+ */
+void
+stm_api_drop_stream(StmStreamDef *def, bool drop_sink)
+{
+	Oid			type = INT4OID;
+	Datum		value = Int32GetDatum(def->id);
+	const char *name = def->name;
+
+	stop_worker(def);
+	def = stm_catalog_get_stream_by_id(def->id, true);
+	if (def == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream \"%s\" was dropped meanwhile", name)));
+	catalog_exec("DELETE FROM streaming.stream_defs WHERE id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	clear_state_tables(def->id, true);
+	if (drop_sink && OidIsValid(def->sink) && get_rel_name(def->sink) != NULL)
+		spi_exec(psprintf("DROP TABLE %s",
+						  quote_qualified_identifier(get_namespace_name(get_rel_namespace(def->sink)),
+													 get_rel_name(def->sink))),
+				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+}
+
 Datum
 streaming_drop_stream(PG_FUNCTION_ARGS)
 {
 	char	   *name = name_arg(fcinfo);
 	bool		drop_sink = bool_arg(fcinfo, 1, "drop_sink");
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		values[2];
 
 	stm_catalog_check_owner("stream", name, def->owner);
-	stop_worker(def);
-	def = stm_catalog_get_stream_by_id(def->id, true);
-	values[0] = Int32GetDatum(def->id);
-	values[1] = CStringGetTextDatum(def->name);
-	spi_exec("DELETE FROM streaming.stream_defs WHERE id = $1", 1, types, values, NULL, SPI_OK_DELETE);
-	clear_state_tables(def->id, true);
-	spi_exec("DELETE FROM streaming.dead_letters WHERE stream = $2", 2, types, values, NULL, SPI_OK_DELETE);
-	spi_exec("DELETE FROM streaming.late_rows WHERE stream = $2", 2, types, values, NULL, SPI_OK_DELETE);
-	if (drop_sink && OidIsValid(def->sink) && get_rel_name(def->sink) != NULL)
-		spi_exec(psprintf("DROP TABLE %s",
-						  quote_qualified_identifier(get_namespace_name(get_rel_namespace(def->sink)),
-													 get_rel_name(def->sink))),
-				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+	stm_api_drop_stream(def, drop_sink);
 	PG_RETURN_VOID();
 }
 
@@ -1204,7 +1186,7 @@ streaming_start(PG_FUNCTION_ARGS)
 
 	stm_catalog_check_owner("stream", name, def->owner);
 	require_workers(name);
-	spi_exec("UPDATE streaming.stream_defs SET enabled = true, status = 'running', "
+	catalog_exec("UPDATE streaming.stream_defs SET enabled = true, status = 'running', "
 			 "failures = 0, last_error = NULL WHERE id = $1",
 			 1, &type, &value, NULL, SPI_OK_UPDATE);
 	queue_want(&want_on_commit, def->id, def->owner);
@@ -1221,7 +1203,7 @@ streaming_stop(PG_FUNCTION_ARGS)
 
 	stm_catalog_check_owner("stream", name, def->owner);
 	stop_worker(def);
-	spi_exec("UPDATE streaming.stream_defs SET enabled = false, status = 'stopped' WHERE id = $1",
+	catalog_exec("UPDATE streaming.stream_defs SET enabled = false, status = 'stopped' WHERE id = $1",
 			 1, &type, &value, NULL, SPI_OK_UPDATE);
 	PG_RETURN_VOID();
 }
@@ -1241,10 +1223,10 @@ streaming_reset(PG_FUNCTION_ARGS)
 				 errmsg("stream \"%s\" is running", name),
 				 errhint("Stop it first with streaming.stop().")));
 	(void) stm_catalog_get_stream_by_id(def->id, true);
-	spi_exec("DELETE FROM streaming.offsets WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
-	spi_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	catalog_exec("DELETE FROM streaming.offsets WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	catalog_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	clear_state_tables(def->id, false);
-	spi_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
+	catalog_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
 			 "positions_initialized = false, no_data_batch_due = false, idle_clock_at = now(), "
 			 "last_error = NULL, source_error = NULL, "
 			 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",
@@ -1310,7 +1292,7 @@ streaming_process_available(PG_FUNCTION_ARGS)
 				 errhint("Start it with streaming.start(), or run its batches with streaming.run_batch().")));
 
 	/* what is available now: every partition's high watermark */
-	kc = stm_kafka_open(def->source, false);
+	kc = stm_kafka_open(stm_catalog_get_source_of_stream(def), def->owner, false);
 	stm_kafka_refresh_partitions(kc);
 	initStringInfo(&targets);
 	appendStringInfoChar(&targets, '[');
@@ -1390,7 +1372,7 @@ streaming_process_available(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* (stream_id, pid) of every running worker of this database */
+/* (stream_id, pid) of every running worker of this database that the caller may see */
 Datum
 streaming_worker_pids(PG_FUNCTION_ARGS)
 {
@@ -1406,7 +1388,9 @@ streaming_worker_pids(PG_FUNCTION_ARGS)
 		Datum		values[2];
 		bool		nulls[2] = {false, false};
 
-		if (!slot->in_use || slot->pid == 0 || slot->dboid != MyDatabaseId)
+		/* only the caller's streams (SPEC 7), as the views show them */
+		if (!slot->in_use || slot->pid == 0 || slot->dboid != MyDatabaseId ||
+			!has_privs_of_role(GetUserId(), slot->owner))
 			continue;
 		values[0] = Int32GetDatum(slot->stream_id);
 		values[1] = Int32GetDatum(slot->pid);

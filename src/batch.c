@@ -21,6 +21,7 @@
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "catalog/pg_authid.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/regproc.h"
@@ -32,6 +33,7 @@
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "aggstate.h"
 #include "batch.h"
@@ -78,6 +80,8 @@ typedef struct ParsedRecord
 	bool		drop;			/* bad, late or a duplicate */
 } ParsedRecord;
 
+static int64 run_batch_as_owner(StmRuntime *rt, StmStreamDef *def);
+
 StmRuntime *
 stm_runtime_create(int32 stream_id)
 {
@@ -90,13 +94,16 @@ stm_runtime_create(int32 stream_id)
 }
 
 /*
- * Errors that a retry cannot cure: bad data (class 22), lost source data and
- * on_bad_record => 'fail'.  The stream fails at once instead of retrying.
+ * Errors that a retry cannot cure: bad data (class 22), lost source data,
+ * on_bad_record => 'fail', and an owner that is gone or may no longer use
+ * the source's settings (class 28).  The stream fails at once instead of
+ * retrying.
  */
 bool
 stm_error_is_permanent(int sqlerrcode)
 {
 	return ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_DATA_EXCEPTION ||
+		ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION ||
 		sqlerrcode == ERRCODE_DATA_CORRUPTED;
 }
 
@@ -164,12 +171,12 @@ parse_in_subxact(BatchContext *bc, StmKafkaPartition *part,
 static void
 write_dead_letter(BatchContext *bc, rd_kafka_message_t *m, ErrorData *edata)
 {
-	Oid			types[6] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID};
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[7] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID, INT4OID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	StringInfoData pos;
 	bytea	   *raw;
-	int			nest;
+	StmCatalogScope scope;
 
 	initStringInfo(&pos);
 	appendStringInfoString(&pos, "{\"topic\": ");
@@ -191,15 +198,16 @@ write_dead_letter(BatchContext *bc, rd_kafka_message_t *m, ErrorData *edata)
 									psprintf("%s: %s", edata->message, edata->detail) :
 									edata->message);
 	values[5] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
+	values[6] = Int32GetDatum(bc->def->id);
 
-	nest = stm_catalog_pin_search_path();
+	scope = stm_catalog_begin();
 	SPI_connect();
-	if (SPI_execute_with_args("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate) "
-							  "VALUES ($1, $2, $3::jsonb, $4, $5, $6)",
-							  6, types, values, nulls, false, 0) != SPI_OK_INSERT)
+	if (SPI_execute_with_args("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
+							  "VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)",
+							  7, types, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write streaming.dead_letters");
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 }
 
 static void
@@ -307,7 +315,7 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 	Oid			argtype = INT4OID;
 	Datum		arg = Int32GetDatum(rt->stream_id);
 	TimestampTz result = rt->started_at;
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT coalesce((SELECT max(started_at) FROM streaming.batches WHERE stream_id = $1), "
@@ -323,7 +331,7 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 			result = DatumGetTimestampTz(d);
 	}
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 	return result;
 }
 
@@ -338,7 +346,7 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 	TIMESTAMPTZOID};
 	Datum		values[17];
 	char		nulls[17] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	int			nest;
+	StmCatalogScope scope;
 
 	values[0] = Int32GetDatum(bc->def->id);
 	values[1] = Int64GetDatum(batch_id);
@@ -364,7 +372,7 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 	values[16] = TimestampTzGetDatum(idle_clock);
 	nulls[16] = idle_clock != 0 ? ' ' : 'n';
 
-	nest = stm_catalog_pin_search_path();
+	scope = stm_catalog_begin();
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
 							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
@@ -381,7 +389,7 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
 							  17, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 }
 
 /*
@@ -394,13 +402,26 @@ batch_table(StmQueryInfo *qi, int64 batch_id)
 {
 	char	   *name = psprintf("streaming_batch_" INT64_FORMAT, batch_id);
 	Oid			relid;
+	Oid			userid;
+	int			sec_context;
+	int			nest;
 
+	/*
+	 * A security-restricted operation may not create temporary tables (user
+	 * code could put objects in front of the search path); this one is ours,
+	 * made before any user code runs, so the restriction is lifted for it.
+	 */
+	GetUserIdAndSecContext(&userid, &sec_context);
+	SetUserIdAndSecContext(userid, sec_context & ~SECURITY_RESTRICTED_OPERATION);
+	nest = stm_catalog_pin_search_path();
 	SPI_connect();
 	/* no key: each group is written once per batch */
 	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name)), false),
 					false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create the batch table");
 	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	SetUserIdAndSecContext(userid, sec_context);
 	CommandCounterIncrement();
 	relid = get_relname_relid(name, LookupExplicitNamespace("pg_temp", false));
 	return relid;
@@ -467,14 +488,48 @@ view_attno(TupleDesc desc, const char *name)
 }
 
 /*
- * Run one batch of the stream in the current transaction.  Returns its batch
- * id, or -1 when there was nothing to do.
+ * Run one batch of the stream in the current transaction, as the stream's
+ * owner whoever calls it (SPEC 7): the owner's user id in a security-
+ * restricted operation, as REFRESH MATERIALIZED VIEW runs its query, so the
+ * query's functions, the sink's triggers and the sink function all see the
+ * owner as current_user, and the stream's search_path is resolved for the
+ * owner.  Returns the batch id, or -1 when there was nothing to do.
  */
 int64
 stm_batch_run(StmRuntime *rt)
 {
-	BatchContext bc = {0};
 	StmStreamDef *def;
+	Oid			save_userid;
+	int			save_sec_context;
+	int64		batch_id;
+
+	/* the row lock serialises batches with drop, reset and other batches */
+	def = stm_catalog_get_stream_by_id(rt->stream_id, true);
+	if (def == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream with id %d does not exist", rt->stream_id)));
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(def->owner)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+				 errmsg("the owner of stream \"%s\" (role with OID %u) does not exist",
+						def->name, def->owner),
+				 errhint("A superuser can drop the stream with streaming.drop_stream().")));
+
+	/* an error restores the user id with the (sub)transaction's abort */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	batch_id = run_batch_as_owner(rt, def);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	return batch_id;
+}
+
+/* stm_batch_run, once the stream's row is locked and its owner in charge */
+static int64
+run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
+{
+	BatchContext bc = {0};
 	StmSourceDef *src;
 	StmQueryInfo *qi;
 	Relation	view;
@@ -495,18 +550,11 @@ stm_batch_run(StmRuntime *rt)
 	MemoryContext oldcxt;
 	ListCell   *lc;
 
-	/* the row lock serialises batches with drop, reset and other batches */
-	def = stm_catalog_get_stream_by_id(rt->stream_id, true);
-	if (def == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("stream with id %d does not exist", rt->stream_id)));
-	src = stm_catalog_get_source(def->source, false);
-
+	src = stm_catalog_get_source_of_stream(def);
 	if (rt->kafka == NULL)
 	{
 		oldcxt = MemoryContextSwitchTo(rt->cxt);
-		rt->kafka = stm_kafka_open(src->name, true);
+		rt->kafka = stm_kafka_open(src, def->owner, true);
 		rt->kafka->bounded = rt->bounded;
 		MemoryContextSwitchTo(oldcxt);
 	}

@@ -1,16 +1,30 @@
 /*
  * catalog.c: reading and writing the streaming.* tables.
  *
- * All functions here run SQL through SPI with search_path pinned to
- * pg_catalog (so no user object can capture the names used), copy what they
- * return into the caller's memory context, and never keep SPI connected.
- * Reads are not read-only SPI calls, so under READ COMMITTED each takes a
- * fresh snapshot: a batch that waited for another one sees its commit.
+ * The catalog tables belong to the extension's owner and only that role may
+ * change them (SPEC 7): every read and write here runs as the extension's
+ * owner (stm_catalog_begin), with search_path pinned to pg_catalog so that
+ * no user object can capture the names used, and with only built-in
+ * operators on built-in types, so no user code runs with that identity.
+ * The SQL functions check what the caller may do before they call in here.
+ * Results are copied into the caller's memory context; SPI is never kept
+ * connected.  Reads are not read-only SPI calls, so under READ COMMITTED
+ * each takes a fresh snapshot: a batch that waited for another one sees its
+ * commit.
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "storage/proc.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -36,6 +50,65 @@ void
 stm_catalog_unpin_search_path(int nestlevel)
 {
 	AtEOXact_GUC(true, nestlevel);
+}
+
+/*
+ * The role that owns the extension (pg_extension.extowner), looked up once
+ * per transaction.
+ */
+Oid
+stm_catalog_extension_owner(void)
+{
+	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
+	static Oid	cached_owner = InvalidOid;
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+
+	if (cached_lxid == MyProc->lxid && OidIsValid(cached_owner))
+		return cached_owner;
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("streaming"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (!HeapTupleIsValid(tup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"streaming\" is not installed in this database"),
+				 errhint("Run CREATE EXTENSION streaming.")));
+	cached_owner = ((Form_pg_extension) GETSTRUCT(tup))->extowner;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	cached_lxid = MyProc->lxid;
+	return cached_owner;
+}
+
+/*
+ * Start reading or writing the catalog: as the extension's owner, with
+ * search_path pinned.  stm_catalog_end puts both back; an error in between
+ * is cleaned up by the (sub)transaction's abort, which restores the user id
+ * and the settings.  Keeps SECURITY_RESTRICTED_OPERATION when a batch runs
+ * under it.
+ */
+StmCatalogScope
+stm_catalog_begin(void)
+{
+	StmCatalogScope scope;
+
+	GetUserIdAndSecContext(&scope.save_userid, &scope.save_sec_context);
+	SetUserIdAndSecContext(stm_catalog_extension_owner(),
+						   scope.save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	scope.nestlevel = stm_catalog_pin_search_path();
+	return scope;
+}
+
+void
+stm_catalog_end(StmCatalogScope scope)
+{
+	stm_catalog_unpin_search_path(scope.nestlevel);
+	SetUserIdAndSecContext(scope.save_userid, scope.save_sec_context);
 }
 
 static char *
@@ -103,33 +176,45 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	return s;
 }
 
+/*
+ * The stream that matches where ($1 is arg).  With a valid visible_to, only
+ * a stream that role may act on (its owner, a member of the owning role, a
+ * superuser): the SQL functions see no other role's streams (SPEC 7).
+ */
 static StmStreamDef *
-get_stream(const char *where, Oid argtype, Datum arg, bool lock)
+get_stream(const char *where, Oid argtype, Datum arg, bool lock, Oid visible_to)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	StmStreamDef *s = NULL;
 	char	   *sql;
-	int			nest = stm_catalog_pin_search_path();
+	Oid			types[2] = {argtype, OIDOID};
+	Datum		values[2] = {arg, ObjectIdGetDatum(visible_to)};
+	char		nulls[2] = {' ', OidIsValid(visible_to) ? ' ' : 'n'};
+	StmCatalogScope scope = stm_catalog_begin();
 
-	sql = psprintf("SELECT " STREAM_COLUMNS " FROM streaming.stream_defs WHERE %s%s",
+	sql = psprintf("SELECT " STREAM_COLUMNS " FROM streaming.stream_defs WHERE %s "
+				   "AND ($2 IS NULL OR pg_has_role($2, owner, 'USAGE'))%s",
 				   where, lock ? " FOR UPDATE" : "");
 	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(sql, 2, types, values, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.stream_defs");
 	if (SPI_processed > 0)
 		s = stream_from_tuple(cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 	return s;
 }
 
-/* Look a stream up by name; raises "does not exist" unless missing_ok. */
+/*
+ * Look up a stream the current user may act on, by name; raises "does not
+ * exist" unless missing_ok (another role's stream does not exist for it).
+ */
 StmStreamDef *
 stm_catalog_get_stream(const char *name, bool missing_ok)
 {
 	StmStreamDef *s;
 
-	s = get_stream("name = $1", TEXTOID, CStringGetTextDatum(name), false);
+	s = get_stream("name = $1", TEXTOID, CStringGetTextDatum(name), false, GetUserId());
 	if (s == NULL && !missing_ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -137,25 +222,37 @@ stm_catalog_get_stream(const char *name, bool missing_ok)
 	return s;
 }
 
+/* True when any role has a stream of this name (names are unique). */
+bool
+stm_catalog_stream_exists(const char *name)
+{
+	return get_stream("name = $1", TEXTOID, CStringGetTextDatum(name), false, InvalidOid) != NULL;
+}
+
 /* By id; with lock, the row is locked FOR UPDATE until the transaction ends. */
 StmStreamDef *
 stm_catalog_get_stream_by_id(int32 id, bool lock)
 {
-	return get_stream("id = $1", INT4OID, Int32GetDatum(id), lock);
+	return get_stream("id = $1", INT4OID, Int32GetDatum(id), lock, InvalidOid);
 }
 
+/* The source that matches where ($1 is arg), visible_to as in get_stream. */
 static StmSourceDef *
-get_source(const char *where, Oid argtype, Datum arg)
+get_source(const char *where, Oid argtype, Datum arg, Oid visible_to)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	StmSourceDef *s = NULL;
-	int			nest = stm_catalog_pin_search_path();
+	Oid			types[2] = {argtype, OIDOID};
+	Datum		values[2] = {arg, ObjectIdGetDatum(visible_to)};
+	char		nulls[2] = {' ', OidIsValid(visible_to) ? ' ' : 'n'};
+	StmCatalogScope scope = stm_catalog_begin();
 	char	   *sql;
 
-	sql = psprintf("SELECT name, kind, view::oid, owner::oid FROM streaming.sources WHERE %s",
+	sql = psprintf("SELECT name, kind, view::oid, owner::oid FROM streaming.sources WHERE %s "
+				   "AND ($2 IS NULL OR pg_has_role($2, owner, 'USAGE'))",
 				   where);
 	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(sql, 2, types, values, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.sources");
 	if (SPI_processed > 0)
 	{
@@ -170,14 +267,15 @@ get_source(const char *where, Oid argtype, Datum arg)
 		s->owner = DatumGetObjectId(get_bin(tup, desc, 4, &isnull));
 	}
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 	return s;
 }
 
+/* A source the current user owns (or may act for), by name, as get_stream. */
 StmSourceDef *
 stm_catalog_get_source(const char *name, bool missing_ok)
 {
-	StmSourceDef *s = get_source("name = $1", TEXTOID, CStringGetTextDatum(name));
+	StmSourceDef *s = get_source("name = $1", TEXTOID, CStringGetTextDatum(name), GetUserId());
 
 	if (s == NULL && !missing_ok)
 		ereport(ERROR,
@@ -186,11 +284,31 @@ stm_catalog_get_source(const char *name, bool missing_ok)
 	return s;
 }
 
+/* True when any role has a source of this name. */
+bool
+stm_catalog_source_exists(const char *name)
+{
+	return get_source("name = $1", TEXTOID, CStringGetTextDatum(name), InvalidOid) != NULL;
+}
+
+/* The source a stream reads (whoever owns it: the stream's owner may read its view). */
+StmSourceDef *
+stm_catalog_get_source_of_stream(StmStreamDef *def)
+{
+	StmSourceDef *s = get_source("name = $1", TEXTOID, CStringGetTextDatum(def->source), InvalidOid);
+
+	if (s == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("source \"%s\" of stream \"%s\" does not exist", def->source, def->name)));
+	return s;
+}
+
 /* The source whose view this is, or NULL. */
 StmSourceDef *
 stm_catalog_get_source_by_view(Oid view)
 {
-	return get_source("view = $1::oid", OIDOID, ObjectIdGetDatum(view));
+	return get_source("view = $1::oid", OIDOID, ObjectIdGetDatum(view), InvalidOid);
 }
 
 /* One option of a source as text (options #>> path), or NULL. */
@@ -214,7 +332,7 @@ stm_catalog_source_option_list(const char *source, const char *sql_expr)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	List	   *result = NIL;
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 	Oid			argtype = TEXTOID;
 	Datum		arg = CStringGetTextDatum(source);
 	char	   *sql;
@@ -237,7 +355,7 @@ stm_catalog_source_option_list(const char *source, const char *sql_expr)
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 	return result;
 }
 
@@ -252,7 +370,7 @@ stm_catalog_set_status(int32 stream_id, const char *status,
 	Oid			types[5] = {INT4OID, TEXTOID, TEXTOID, BOOLOID, INT4OID};
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 
 	values[0] = Int32GetDatum(stream_id);
 	values[1] = CStringGetTextDatum(status);
@@ -270,7 +388,7 @@ stm_catalog_set_status(int32 stream_id, const char *status,
 							  5, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 }
 
 /* Remember (or clear, with NULL) why the source could not be reached. */
@@ -280,7 +398,7 @@ stm_catalog_set_source_error(int32 stream_id, const char *error)
 	Oid			types[2] = {INT4OID, TEXTOID};
 	Datum		values[2];
 	char		nulls[2] = {' ', ' '};
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 
 	values[0] = Int32GetDatum(stream_id);
 	if (error)
@@ -293,7 +411,7 @@ stm_catalog_set_source_error(int32 stream_id, const char *error)
 							  2, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 }
 
 /* Only the owner (or a member of the owning role, or a superuser) may act. */
@@ -341,14 +459,14 @@ update_stream(int32 stream_id, const char *set_clause)
 {
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(stream_id);
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 
 	SPI_connect();
 	if (SPI_execute_with_args(psprintf("UPDATE streaming.stream_defs SET %s WHERE id = $1", set_clause),
 							  1, &type, &value, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 }
 
 /* The stream should no longer run (it finished or failed). */
@@ -373,7 +491,7 @@ stm_catalog_dedup_keys(int32 stream_id)
 	List	   *result = NIL;
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(stream_id);
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT unnest(dedup_keys) FROM streaming.stream_defs WHERE id = $1",
@@ -387,6 +505,6 @@ stm_catalog_dedup_keys(int32 stream_id)
 		MemoryContextSwitchTo(old);
 	}
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 	return result;
 }

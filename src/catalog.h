@@ -62,13 +62,28 @@ typedef struct StmSourceDef
 	Oid			owner;
 } StmSourceDef;
 
-/* search_path pinning around catalog SQL */
+/* search_path pinned to pg_catalog, pg_temp (for SQL the extension generates) */
 extern int	stm_catalog_pin_search_path(void);
 extern void stm_catalog_unpin_search_path(int nestlevel);
 
+/* catalog access: as the extension's owner, search_path pinned */
+typedef struct StmCatalogScope
+{
+	int			nestlevel;
+	Oid			save_userid;
+	int			save_sec_context;
+} StmCatalogScope;
+
+extern Oid	stm_catalog_extension_owner(void);
+extern StmCatalogScope stm_catalog_begin(void);
+extern void stm_catalog_end(StmCatalogScope scope);
+
 extern StmStreamDef *stm_catalog_get_stream(const char *name, bool missing_ok);
 extern StmStreamDef *stm_catalog_get_stream_by_id(int32 id, bool lock);
+extern bool stm_catalog_stream_exists(const char *name);
 extern StmSourceDef *stm_catalog_get_source(const char *name, bool missing_ok);
+extern bool stm_catalog_source_exists(const char *name);
+extern StmSourceDef *stm_catalog_get_source_of_stream(StmStreamDef *def);
 extern StmSourceDef *stm_catalog_get_source_by_view(Oid view);
 extern char *stm_catalog_source_option(const char *source, const char *path);
 extern List *stm_catalog_source_option_list(const char *source, const char *sql_expr);

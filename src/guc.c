@@ -1,8 +1,11 @@
 /*
  * guc.c: every streaming.* setting lives here.
  *
- * All settings are PGC_SIGHUP or PGC_USERSET so that a reload reaches the
- * workers; streaming.max_workers sizes shared memory and so needs a restart.
+ * Resource limits are the administrator's (SPEC 7): every setting is
+ * PGC_SIGHUP (postgresql.conf, reaches the workers on reload) or PGC_SUSET
+ * (also settable by superusers in a session, e.g. around run_batch), never
+ * something an ordinary role can raise for itself or its workers.
+ * streaming.max_workers sizes shared memory and so needs a restart.
  */
 #include "postgres.h"
 
@@ -69,19 +72,19 @@ stm_guc_init(void)
 							"Number of committed batches per stream kept in streaming.progress.",
 							NULL,
 							&stm_guc_progress_history, 1000, 1, INT_MAX,
-							PGC_USERSET, 0, NULL, NULL, NULL);
+							PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomIntVariable("streaming.max_record_size",
 							"Records larger than this are bad records.",
 							NULL,
 							&stm_guc_max_record_size, 1024 * 1024, 1, MaxAllocSize / 2,
-							PGC_USERSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 
 	DefineCustomIntVariable("streaming.kafka_timeout",
 							"How long a batch waits for the Kafka cluster before the stream is marked waiting and retried.",
 							NULL,
 							&stm_guc_kafka_timeout_ms, 10000, 100, 3600 * 1000,
-							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("streaming");
 }

@@ -175,3 +175,44 @@ stm_shmem_stream_pid(Oid dboid, int32 stream_id)
 	LWLockRelease(stm_shared->lock);
 	return pid;
 }
+
+/*
+ * A stream of another database than dboid that runs as role (its id), or
+ * -1: DROP ROLE in one database cannot read another one's catalog, but
+ * running streams are here.
+ */
+int32
+stm_shmem_stream_of_owner_elsewhere(Oid dboid, Oid role)
+{
+	int32		result = -1;
+
+	if (!stm_shared)
+		return -1;
+	LWLockAcquire(stm_shared->lock, LW_SHARED);
+	for (int i = 0; i < stm_shared->nslots && result < 0; i++)
+	{
+		StmWorkerSlot *slot = &stm_shared->slots[i];
+
+		if (slot->in_use && slot->wanted && slot->dboid != dboid && slot->owner == role)
+			result = slot->stream_id;
+	}
+	LWLockRelease(stm_shared->lock);
+	return result;
+}
+
+/* REASSIGN OWNED: the slots of this database's streams of old_owner follow. */
+void
+stm_shmem_reassign_owner(Oid dboid, Oid old_owner, Oid new_owner)
+{
+	if (!stm_shared)
+		return;
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < stm_shared->nslots; i++)
+	{
+		StmWorkerSlot *slot = &stm_shared->slots[i];
+
+		if (slot->in_use && slot->dboid == dboid && slot->owner == old_owner)
+			slot->owner = new_owner;
+	}
+	LWLockRelease(stm_shared->lock);
+}

@@ -17,7 +17,7 @@ typedef struct StmWorkerSlot
 	bool		in_use;
 	bool		wanted;			/* false: let the worker exit, do not restart */
 	Oid			dboid;
-	Oid			owner;			/* role the worker runs as */
+	Oid			owner;			/* role the stream runs as (its owner) */
 	int32		stream_id;
 	pid_t		pid;			/* 0 while no worker runs */
 	int			crashes;		/* consecutive abnormal exits, for backoff */
@@ -42,5 +42,7 @@ extern void stm_shmem_wake_launcher(void);
 extern int	stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner);
 extern void stm_shmem_unwant_stream(Oid dboid, int32 stream_id);
 extern pid_t stm_shmem_stream_pid(Oid dboid, int32 stream_id);
+extern int32 stm_shmem_stream_of_owner_elsewhere(Oid dboid, Oid role);
+extern void stm_shmem_reassign_owner(Oid dboid, Oid old_owner, Oid new_owner);
 
 #endif

@@ -74,12 +74,25 @@ kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 	/* librdkafka's threads must not call elog; errors reach error_cb */
 }
 
+/* True when role may set librdkafka property key (SPEC 7: an allowlist). */
+static bool
+option_allowed(const char *key, Oid role)
+{
+	if (superuser_arg(role))
+		return true;
+	for (int i = 0; user_allowed_options[i]; i++)
+		if (strcmp(user_allowed_options[i], key) == 0)
+			return true;
+	return false;
+}
+
 /*
- * Validate one kafka_options entry: librdkafka must know it, and roles other
- * than superusers may only set properties on the allowlist.
+ * Validate one kafka_options entry for the role that sets it: librdkafka
+ * must know it, and roles other than superusers may only set properties on
+ * the allowlist.
  */
 void
-stm_kafka_check_option(const char *key, const char *value)
+stm_kafka_check_option(const char *key, const char *value, Oid role)
 {
 	rd_kafka_conf_t *conf;
 	char		errstr[512];
@@ -90,19 +103,11 @@ stm_kafka_check_option(const char *key, const char *value)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("kafka_options must not set \"%s\"", key),
 				 errhint("Give the brokers in the bootstrap_servers argument.")));
-	if (!superuser())
-	{
-		bool		allowed = false;
-
-		for (int i = 0; user_allowed_options[i]; i++)
-			if (strcmp(user_allowed_options[i], key) == 0)
-				allowed = true;
-		if (!allowed)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("only superusers may set the Kafka client property \"%s\"", key),
-					 errdetail("Properties that load code, run commands or read server files are reserved to superusers.")));
-	}
+	if (!option_allowed(key, role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only superusers may set the Kafka client property \"%s\"", key),
+				 errdetail("Properties that load code, run commands or read server files are reserved to superusers.")));
 	conf = rd_kafka_conf_new();
 	res = rd_kafka_conf_set(conf, key, value, errstr, sizeof(errstr));
 	rd_kafka_conf_destroy(conf);
@@ -111,6 +116,29 @@ stm_kafka_check_option(const char *key, const char *value)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid kafka_options entry \"%s\"", key),
 				 errdetail("%s", errstr)));
+}
+
+/*
+ * A stored property is checked again whenever a client is built from it
+ * (SPEC 7): a row changed behind the functions' back (by a superuser, by a
+ * restore) cannot smuggle a property in.  Both the source's owner, who set
+ * it, and the stream's owner, whose stream runs the client, must be allowed
+ * to set it.  Values are not shown: they may be secrets.
+ */
+static void
+recheck_option(StmKafka *kc, const char *key, Oid source_owner, Oid stream_owner)
+{
+	Oid			roles[2] = {source_owner, stream_owner};
+
+	for (int i = 0; i < 2; i++)
+		if (OidIsValid(roles[i]) && !option_allowed(key, roles[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("Kafka client property \"%s\" of source \"%s\" is reserved to superusers",
+							key, kc->source),
+					 errdetail("Role \"%s\" may not set it; the property was not passed to the Kafka client.",
+							   GetUserNameFromId(roles[i], false)),
+					 errhint("Drop the source and create it again without the property, or let a superuser own it.")));
 }
 
 static void
@@ -190,17 +218,20 @@ option_int(char *v, int64 dflt)
 
 /*
  * Open the source's client in the current memory context (it is destroyed
- * with that context).  for_batches: also load what batches need.
+ * with that context), for a stream of stream_owner (InvalidOid: the
+ * source's owner alone).  for_batches: also load what batches need.
  */
 StmKafka *
-stm_kafka_open(const char *source, bool for_batches)
+stm_kafka_open(StmSourceDef *src, Oid stream_owner, bool for_batches)
 {
+	const char *source = src->name;
 	StmKafka   *kc = palloc0(sizeof(StmKafka));
 	MemoryContextCallback *cb = palloc0(sizeof(MemoryContextCallback));
 	rd_kafka_conf_t *conf;
 	rd_kafka_conf_t *meta_conf;
 	char		errstr[512];
 	List	   *rows;
+	List	   *user_options;
 	char	  **o;
 	ListCell   *lc;
 
@@ -248,6 +279,14 @@ stm_kafka_open(const char *source, bool for_batches)
 		kc->assign = lappend(kc->assign, p);
 	}
 
+	/* every stored property is checked before anything is built from them */
+	user_options = stm_catalog_source_option_list(source,
+												  "SELECT key, value FROM jsonb_each_text(s.options->'kafka_options')");
+	foreach(lc, user_options)
+		recheck_option(kc, ((char **) lfirst(lc))[0], src->owner, stream_owner);
+	kc->privileged = superuser_arg(src->owner) &&
+		(!OidIsValid(stream_owner) || superuser_arg(stream_owner));
+
 	conf = rd_kafka_conf_new();
 	set_conf(conf, "bootstrap.servers", kc->bootstrap);
 	set_conf(conf, "client.id", "streaming");
@@ -264,16 +303,22 @@ stm_kafka_open(const char *source, bool for_batches)
 	rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
 	rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
 
-	rows = stm_catalog_source_option_list(source,
-										  "SELECT key, value FROM jsonb_each_text(s.options->'kafka_options')");
-	foreach(lc, rows)
+	foreach(lc, user_options)
 	{
 		char	   *key = ((char **) lfirst(lc))[0];
+		char	   *value = ((char **) lfirst(lc))[1];
 
-		set_conf(conf, key, ((char **) lfirst(lc))[1]);
-		if (strcmp(key, "queued.max.messages.kbytes") == 0 ||
-			strcmp(key, "fetch.message.max.bytes") == 0)
-			kc->user_prefetch = true;
+		/* the prefetch sizes are capped by batch_memory in open_consumer */
+		if (strcmp(key, "queued.max.messages.kbytes") == 0)
+			kc->user_queue_kb = option_int(value, 0);
+		else if (strcmp(key, "fetch.message.max.bytes") == 0)
+			kc->user_fetch_bytes = option_int(value, 0);
+		else if (strcmp(key, "fetch.max.bytes") == 0)
+			kc->user_fetch_max_bytes = option_int(value, 0);
+		else if (strcmp(key, "receive.message.max.bytes") == 0)
+			kc->user_receive_max_bytes = option_int(value, 0);
+		else
+			set_conf(conf, key, value);
 	}
 
 	/*
@@ -303,26 +348,55 @@ stm_kafka_open(const char *source, bool for_batches)
  * and a fetch of it gets no more than that either (librdkafka overshoots
  * the queue by one fetch); librdkafka's bookkeeping of each record comes on
  * top.  Partitions added later get the same share.  kafka_options that set
- * these properties win.
+ * these properties win when superusers own the source and the stream;
+ * anyone else's are capped by the same share (SPEC 7: the limits are the
+ * administrator's).
  */
 static void
 open_consumer(StmKafka *kc, int npartitions)
 {
 	char		errstr[512];
-	char		buf[32];
 	int			share_kb;
+	int64		queue_kb;
+	int64		fetch_bytes;
+	int64		fetch_max_bytes;
+	int64		receive_max_bytes;
 
 	if (kc->rk != NULL)
 		return;
 	share_kb = stm_guc_batch_memory_kb / (2 * Max(npartitions, 1));
 	share_kb = Max(64, Min(16384, share_kb));
-	if (!kc->user_prefetch)
+	queue_kb = share_kb;
+	fetch_bytes = (int64) share_kb * 1024;
+	/* librdkafka's defaults: 50MB per fetch request, 100MB per response */
+	fetch_max_bytes = Min((int64) 50 * 1024 * 1024, (int64) stm_guc_batch_memory_kb * 1024 / 2);
+	fetch_max_bytes = Max(fetch_max_bytes, fetch_bytes);
+	receive_max_bytes = fetch_max_bytes + 512;
+	if (kc->privileged)
 	{
-		snprintf(buf, sizeof(buf), "%d", share_kb);
-		set_conf(kc->consumer_conf, "queued.max.messages.kbytes", buf);
-		snprintf(buf, sizeof(buf), "%d", share_kb * 1024);
-		set_conf(kc->consumer_conf, "fetch.message.max.bytes", buf);
+		queue_kb = kc->user_queue_kb > 0 ? kc->user_queue_kb : queue_kb;
+		fetch_bytes = kc->user_fetch_bytes > 0 ? kc->user_fetch_bytes : fetch_bytes;
+		fetch_max_bytes = kc->user_fetch_max_bytes > 0 ? kc->user_fetch_max_bytes : fetch_max_bytes;
+		receive_max_bytes = kc->user_receive_max_bytes > 0 ? kc->user_receive_max_bytes :
+			Max(receive_max_bytes, fetch_max_bytes + 512);
 	}
+	else
+	{
+		/* smaller values are the user's to choose, larger ones are capped */
+		if (kc->user_queue_kb > 0)
+			queue_kb = Min(queue_kb, kc->user_queue_kb);
+		if (kc->user_fetch_bytes > 0)
+			fetch_bytes = Min(fetch_bytes, kc->user_fetch_bytes);
+		if (kc->user_fetch_max_bytes > 0)
+			fetch_max_bytes = Max(Min(fetch_max_bytes, kc->user_fetch_max_bytes), fetch_bytes);
+		if (kc->user_receive_max_bytes > 0)
+			receive_max_bytes = Max(Min(receive_max_bytes, kc->user_receive_max_bytes),
+									fetch_max_bytes + 512);
+	}
+	set_conf(kc->consumer_conf, "queued.max.messages.kbytes", psprintf(INT64_FORMAT, queue_kb));
+	set_conf(kc->consumer_conf, "fetch.message.max.bytes", psprintf(INT64_FORMAT, fetch_bytes));
+	set_conf(kc->consumer_conf, "fetch.max.bytes", psprintf(INT64_FORMAT, fetch_max_bytes));
+	set_conf(kc->consumer_conf, "receive.message.max.bytes", psprintf(INT64_FORMAT, receive_max_bytes));
 	kc->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc->consumer_conf, errstr, sizeof(errstr));
 	if (kc->rk == NULL)
 		ereport(ERROR,

@@ -11,6 +11,7 @@
 #include "nodes/pg_list.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "parse.h"
 
 /* number of metadata columns after the declared ones */
@@ -41,7 +42,11 @@ typedef struct StmKafka
 	rd_kafka_t *rk;				/* fetches */
 	rd_kafka_t *meta;			/* metadata and offset queries */
 	rd_kafka_conf_t *consumer_conf;	/* rk's, until rk is made (open_consumer) */
-	bool		user_prefetch;	/* kafka_options set the prefetch limits */
+	bool		privileged;		/* superusers own source and stream: no caps */
+	int64		user_queue_kb;	/* prefetch sizes kafka_options asked for (0: none) */
+	int64		user_fetch_bytes;
+	int64		user_fetch_max_bytes;
+	int64		user_receive_max_bytes;
 	MemoryContext cxt;			/* where partitions are kept */
 	char	   *source;
 	char	   *bootstrap;
@@ -67,7 +72,7 @@ typedef struct StmKafka
 typedef void (*StmKafkaChunkFn) (void *arg, StmKafkaPartition *part,
 								 rd_kafka_message_t **msgs, int n);
 
-extern StmKafka *stm_kafka_open(const char *source, bool for_batches);
+extern StmKafka *stm_kafka_open(StmSourceDef *src, Oid stream_owner, bool for_batches);
 extern void stm_kafka_close(StmKafka *kc);
 extern int64 stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 							 TimestampTz last_trigger);
@@ -78,6 +83,6 @@ extern void stm_kafka_fill_metadata(StmKafka *kc, StmKafkaPartition *part,
 									rd_kafka_message_t *msg, Datum *values, bool *nulls);
 extern void stm_kafka_refresh_partitions(StmKafka *kc);
 extern void stm_kafka_query_watermarks(StmKafka *kc);
-extern void stm_kafka_check_option(const char *key, const char *value);
+extern void stm_kafka_check_option(const char *key, const char *value, Oid role);
 
 #endif

@@ -152,7 +152,7 @@ stm_late_row_keep(const char *stream, Datum *values, bool *nulls, int meta_att,
 	Oid			types[5] = {TEXTOID, TEXTOID, INT4OID, INT8OID, TIMESTAMPTZOID};
 	Datum		args[5];
 	char		argnulls[5] = {' ', ' ', ' ', ' ', ' '};
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 
 	args[0] = CStringGetTextDatum(stream);
 	args[1] = values[meta_att];
@@ -162,10 +162,12 @@ stm_late_row_keep(const char *stream, Datum *values, bool *nulls, int meta_att,
 	if (nulls[event_time_att])
 		argnulls[4] = 'n';
 	SPI_connect();
-	if (SPI_execute_with_args("INSERT INTO streaming.late_rows (stream, position, event_time) "
-							  "VALUES ($1, jsonb_build_object('topic', $2, 'partition', $3, 'offset', $4), $5)",
+	/* keyed by the stream's id (the batch holds its row): a later namesake sees none */
+	if (SPI_execute_with_args("INSERT INTO streaming.late_rows (stream, stream_id, position, event_time) "
+							  "VALUES ($1, (SELECT id FROM streaming.stream_defs WHERE name = $1), "
+							  "jsonb_build_object('topic', $2, 'partition', $3, 'offset', $4), $5)",
 							  5, types, args, argnulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write streaming.late_rows");
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 }

@@ -13,6 +13,7 @@
 #include "guc.h"
 #include "launcher.h"
 #include "shmem.h"
+#include "utility.h"
 
 PG_MODULE_MAGIC;
 
@@ -23,6 +24,7 @@ _PG_init(void)
 {
 	stm_guc_init();
 	stm_api_init();
+	stm_utility_init();
 	if (process_shared_preload_libraries_in_progress)
 	{
 		stm_shmem_install_hooks();

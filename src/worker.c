@@ -1,10 +1,12 @@
 /*
  * worker.c: one background worker per running stream.
  *
- * The worker connects as the stream's owner, takes the stream's lock for its
- * whole life (so run_batch refuses meanwhile), and loops: one batch per
- * transaction, then sleep on its latch until the trigger is due or, when
- * the source had nothing, for streaming.naptime.
+ * The worker connects as the bootstrap superuser, never as the stream's
+ * owner (an owner without LOGIN works: SPEC 7), and each batch runs as the
+ * owner (stm_batch_run).  It takes the stream's lock for its whole life (so
+ * run_batch refuses meanwhile), and loops: one batch per transaction, then
+ * sleep on its latch until the trigger is due or, when the source had
+ * nothing, for streaming.naptime.
  *
  * Failures: a batch that raises an error is rolled back and its error
  * recorded in the stream's row.  Connection errors (class 08: the broker is
@@ -127,7 +129,6 @@ streaming_worker_main(Datum main_arg)
 {
 	StmWorkerSlot *slot;
 	Oid			dboid;
-	Oid			owner;
 	int32		stream_id;
 	MemoryContext worker_cxt;
 	MemoryContext def_cxt;
@@ -149,13 +150,13 @@ streaming_worker_main(Datum main_arg)
 	}
 	my_generation = slot->generation;
 	dboid = slot->dboid;
-	owner = slot->owner;
 	stream_id = slot->stream_id;
 	slot->pid = MyProcPid;
 	LWLockRelease(stm_shared->lock);
 	before_shmem_exit(clear_slot_pid, (Datum) 0);
 
-	BackgroundWorkerInitializeConnectionByOid(dboid, owner, 0);
+	/* as the bootstrap superuser: batches take the owner's identity */
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
 	worker_cxt = AllocSetContextCreate(TopMemoryContext, "streaming worker",
 									   ALLOCSET_DEFAULT_SIZES);

@@ -1,0 +1,303 @@
+/*
+ * utility.c: what the extension does around PostgreSQL's own DDL (SPEC 7).
+ *
+ * A ProcessUtility hook that acts before standard processing, and only
+ * after the same permission checks PostgreSQL is about to make, so that a
+ * refused command changes nothing:
+ *   DROP EXTENSION streaming   stops the database's workers first (they
+ *                              would hold locks the drop needs);
+ *   DROP ROLE                  is refused while the role owns streams or
+ *                              sources in this database, or running streams
+ *                              in another one (naming them);
+ *   DROP OWNED BY              drops the role's streams and sources first;
+ *   REASSIGN OWNED BY          gives them to the new role.
+ * Streams keep their owner in the catalog (streaming.stream_defs.owner), so
+ * without these a dropped role would leave streams with a dangling owner.
+ * DROP ROLE, DROP OWNED and REASSIGN OWNED act on one database; a stream in
+ * another database whose owner is gone fails with a clear error (batch.c).
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "commands/user.h"
+#include "nodes/parsenodes.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "api.h"
+#include "catalog.h"
+#include "shmem.h"
+#include "utility.h"
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/* True when the extension is installed in this database. */
+static bool
+extension_installed(void)
+{
+	return OidIsValid(get_extension_oid("streaming", true));
+}
+
+/*
+ * DROP EXTENSION streaming: the workers of this database would hold locks
+ * on the catalog the drop needs, so ask them to finish and wait first; if
+ * the drop then fails, they are wanted again when its transaction aborts.
+ * Only for a role that may drop the extension: a refused drop stops nothing.
+ */
+static void
+stop_all_workers(void)
+{
+	List	   *ids = NIL;
+	ListCell   *lc;
+
+	if (!stm_shmem_available() ||
+		!pg_extension_ownercheck(get_extension_oid("streaming", false), GetUserId()))
+		return;
+	LWLockAcquire(stm_shared->lock, LW_SHARED);
+	for (int i = 0; i < stm_shared->nslots; i++)
+		if (stm_shared->slots[i].in_use && stm_shared->slots[i].dboid == MyDatabaseId)
+		{
+			ids = lappend_int(ids, stm_shared->slots[i].stream_id);
+			stm_api_want_again_on_abort(stm_shared->slots[i].stream_id,
+										stm_shared->slots[i].owner);
+		}
+	LWLockRelease(stm_shared->lock);
+	foreach(lc, ids)
+	{
+		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
+
+		stm_shmem_unwant_stream(MyDatabaseId, lfirst_int(lc));
+		while (stm_shmem_stream_pid(MyDatabaseId, lfirst_int(lc)) != 0 &&
+			   GetCurrentTimestamp() < deadline)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 10, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+}
+
+/*
+ * The names of what role owns in this database, as "stream a, source b",
+ * or NULL when it owns nothing.
+ */
+static char *
+owned_objects(Oid role)
+{
+	Oid			type = OIDOID;
+	Datum		value = ObjectIdGetDatum(role);
+	char	   *result = NULL;
+	MemoryContext cxt = CurrentMemoryContext;
+	StmCatalogScope scope = stm_catalog_begin();
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT string_agg(what, ', ' ORDER BY what) FROM ("
+							  "SELECT 'stream ' || quote_ident(name) AS what FROM streaming.stream_defs WHERE owner = $1 "
+							  "UNION ALL "
+							  "SELECT 'source ' || quote_ident(name) FROM streaming.sources WHERE owner = $1) o",
+							  1, &type, &value, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.stream_defs");
+	if (SPI_processed > 0)
+	{
+		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		if (v)
+			result = MemoryContextStrdup(cxt, v);
+	}
+	SPI_finish();
+	stm_catalog_end(scope);
+	return result;
+}
+
+/* DROP ROLE: refused while a role to drop owns streams or sources. */
+static void
+check_drop_role(DropRoleStmt *stmt)
+{
+	ListCell   *lc;
+
+	/* those who may not drop roles get PostgreSQL's own error */
+	if (!has_createrole_privilege(GetUserId()))
+		return;
+	foreach(lc, stmt->roles)
+	{
+		RoleSpec   *spec = lfirst(lc);
+		Oid			role;
+		char	   *owned;
+		int32		elsewhere;
+
+		if (spec->roletype != ROLESPEC_CSTRING)
+			continue;			/* PostgreSQL refuses CURRENT_USER and the like */
+		role = get_role_oid(spec->rolename, true);
+		if (!OidIsValid(role))
+			continue;
+		owned = extension_installed() ? owned_objects(role) : NULL;
+		if (owned)
+			ereport(ERROR,
+					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+					 errmsg("role \"%s\" cannot be dropped because it owns streaming objects",
+							spec->rolename),
+					 errdetail("It owns %s.", owned),
+					 errhint("Drop them with streaming.drop_stream() and streaming.drop_source(), "
+							 "or use REASSIGN OWNED BY or DROP OWNED BY first.")));
+		elsewhere = stm_shmem_stream_of_owner_elsewhere(MyDatabaseId, role);
+		if (elsewhere >= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+					 errmsg("role \"%s\" cannot be dropped because it owns streams in another database",
+							spec->rolename),
+					 errdetail("Stream with id %d of another database runs as this role.", elsewhere),
+					 errhint("Use REASSIGN OWNED BY or DROP OWNED BY in that database first.")));
+	}
+}
+
+/*
+ * The roles of DROP OWNED / REASSIGN OWNED, if the current user has the
+ * privileges of each (PostgreSQL's own check, made again later); else NIL,
+ * and PostgreSQL raises its own error.
+ */
+static List *
+roles_of(List *specs)
+{
+	List	   *roles = NIL;
+	ListCell   *lc;
+
+	foreach(lc, specs)
+	{
+		Oid			role = get_rolespec_oid(lfirst(lc), true);
+
+		if (!OidIsValid(role) || !has_privs_of_role(GetUserId(), role))
+			return NIL;
+		roles = lappend_oid(roles, role);
+	}
+	return roles;
+}
+
+/* The ids of the streams, or names of the sources, that role owns. */
+static List *
+owned_list(const char *sql, Oid role)
+{
+	Oid			type = OIDOID;
+	Datum		value = ObjectIdGetDatum(role);
+	List	   *result = NIL;
+	StmCatalogScope scope = stm_catalog_begin();
+	MemoryContext cxt = CurrentMemoryContext;
+
+	SPI_connect();
+	if (SPI_execute_with_args(sql, 1, &type, &value, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the streaming catalog");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		result = lappend(result, pstrdup(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1)));
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	stm_catalog_end(scope);
+	return result;
+}
+
+/* DROP OWNED BY: the roles' streams, then their sources, are dropped first. */
+static void
+drop_owned(DropOwnedStmt *stmt)
+{
+	List	   *roles = roles_of(stmt->roles);
+	ListCell   *lc;
+
+	foreach(lc, roles)
+	{
+		ListCell   *lc2;
+
+		foreach(lc2, owned_list("SELECT id FROM streaming.stream_defs WHERE owner = $1 ORDER BY id",
+								lfirst_oid(lc)))
+		{
+			StmStreamDef *def = stm_catalog_get_stream_by_id(pg_strtoint32(lfirst(lc2)), false);
+
+			if (def)
+				stm_api_drop_stream(def, false);
+		}
+		foreach(lc2, owned_list("SELECT name FROM streaming.sources WHERE owner = $1 ORDER BY name",
+								lfirst_oid(lc)))
+		{
+			StmSourceDef *src = stm_catalog_get_source(lfirst(lc2), true);
+
+			if (src)
+				stm_api_drop_source(src);
+		}
+	}
+}
+
+/* REASSIGN OWNED BY: the roles' streams and sources go to the new role. */
+static void
+reassign_owned(ReassignOwnedStmt *stmt)
+{
+	List	   *roles = roles_of(stmt->roles);
+	Oid			newrole = get_rolespec_oid(stmt->newrole, true);
+	ListCell   *lc;
+
+	if (roles == NIL || !OidIsValid(newrole) || !has_privs_of_role(GetUserId(), newrole))
+		return;
+	foreach(lc, roles)
+	{
+		Oid			types[2] = {OIDOID, OIDOID};
+		Datum		values[2] = {ObjectIdGetDatum(lfirst_oid(lc)), ObjectIdGetDatum(newrole)};
+		StmCatalogScope scope = stm_catalog_begin();
+
+		SPI_connect();
+		if (SPI_execute_with_args("UPDATE streaming.stream_defs SET owner = $2::oid::regrole WHERE owner = $1",
+								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
+			SPI_execute_with_args("UPDATE streaming.sources SET owner = $2::oid::regrole WHERE owner = $1",
+								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not update the streaming catalog");
+		SPI_finish();
+		stm_catalog_end(scope);
+		stm_shmem_reassign_owner(MyDatabaseId, lfirst_oid(lc), newrole);
+	}
+}
+
+static void
+stm_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					ProcessUtilityContext context, ParamListInfo params,
+					QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+
+	if (IsA(parsetree, DropStmt) && ((DropStmt *) parsetree)->removeType == OBJECT_EXTENSION)
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((DropStmt *) parsetree)->objects)
+			if (strcmp(strVal(lfirst(lc)), "streaming") == 0 && extension_installed())
+				stop_all_workers();
+	}
+	else if (IsA(parsetree, DropRoleStmt))
+		check_drop_role((DropRoleStmt *) parsetree);
+	else if (IsA(parsetree, DropOwnedStmt) && extension_installed())
+		drop_owned((DropOwnedStmt *) parsetree);
+	else if (IsA(parsetree, ReassignOwnedStmt) && extension_installed())
+		reassign_owned((ReassignOwnedStmt *) parsetree);
+
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
+void
+stm_utility_init(void)
+{
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = stm_process_utility;
+}
