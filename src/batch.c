@@ -525,11 +525,31 @@ stm_batch_run(StmRuntime *rt)
 	return batch_id;
 }
 
+/*
+ * Errors in the stored query (a function or table gone, say) point into
+ * the query's text and name the stream, not the statement that ran it.
+ */
+static void
+query_error_callback(void *arg)
+{
+	StmStreamDef *def = arg;
+	int			pos = geterrposition();
+
+	if (pos > 0)
+	{
+		errposition(0);
+		internalerrposition(pos);
+		internalerrquery(def->query);
+	}
+	errcontext("query of stream \"%s\"", def->name);
+}
+
 /* stm_batch_run, once the stream's row is locked and its owner in charge */
 static int64
 run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 {
 	BatchContext bc = {0};
+	ErrorContextCallback errcb;
 	StmSourceDef *src;
 	StmQueryInfo *qi;
 	Relation	view;
@@ -585,11 +605,16 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	start_json = stm_kafka_positions_json(bc.kc, false);
 	end_json = stm_kafka_positions_json(bc.kc, true);
 
-	/* the query is analysed as its creator wrote it */
+	/* the query is analysed as its creator wrote it, "$user" being the owner */
 	nest = NewGUCNestLevel();
 	(void) set_config_option("search_path", def->search_path, PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	errcb.callback = query_error_callback;
+	errcb.arg = def;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
 	qi = stm_query_analyze(def->query);
+	error_context_stack = errcb.previous;
 	if (qi->source_view != src->view)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -666,7 +666,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 	int64		total = 0;
 	Oid			argtype = INT4OID;
 	Datum		arg = Int32GetDatum(stream_id);
-	int			nest;
+	StmCatalogScope scope;
 
 	resetStringInfo(&kc->data_loss);
 	if (kc->rk)
@@ -676,7 +676,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 
 	foreach(lc, kc->partitions)
 		((StmKafkaPartition *) lfirst(lc))->stored = false;
-	nest = stm_catalog_pin_search_path();
+	scope = stm_catalog_begin();
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT topic, partition, next_offset FROM streaming.offsets WHERE stream_id = $1",
 							  1, &argtype, &arg, NULL, false, 0) != SPI_OK_SELECT)
@@ -699,7 +699,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 		}
 	}
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 
 	stm_kafka_query_watermarks(kc);
 	foreach(lc, kc->partitions)
@@ -999,7 +999,7 @@ stm_kafka_save_positions(StmKafka *kc, int32 stream_id)
 	Oid			types[5] = {INT4OID, TEXTOID, INT4OID, INT8OID, INT8OID};
 	ListCell   *lc;
 	SPIPlanPtr	plan;
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 
 	SPI_connect();
 	plan = SPI_prepare("INSERT INTO streaming.offsets AS o (stream_id, topic, partition, next_offset, high_watermark) "
@@ -1022,7 +1022,7 @@ stm_kafka_save_positions(StmKafka *kc, int32 stream_id)
 			elog(ERROR, "could not write streaming.offsets");
 	}
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 }
 
 /* {"topic":{"0":offset,...},...} of the batch's start or end (Spark's shape) */
