@@ -22,7 +22,7 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation/results \
 TAP_TESTS      = 1
 PROVE_TESTS   ?= test/t/*.pl
 
-EXTRA_CLEAN = test/mock_broker tmp_check tmp_check_iso test/isolation/results \
+EXTRA_CLEAN = test/mock_broker test/plugin_marker.so tmp_check tmp_check_iso test/isolation/results \
               test/isolation/output_iso results regression.diffs regression.out \
               tmp_install
 
@@ -45,7 +45,11 @@ $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
 test/mock_broker: test/mock_broker.c
 	$(CC) -O2 -Wall -o $@ $< $(shell pkg-config --cflags --libs rdkafka)
 
-all: test/mock_broker
+# A librdkafka plugin that leaves a marker file when loaded (test/t/009_security.pl).
+test/plugin_marker.so: test/plugin_marker.c
+	$(CC) -O2 -Wall -shared -fPIC -o $@ $< $(shell pkg-config --cflags rdkafka) -ldl
+
+all: test/mock_broker test/plugin_marker.so
 else
 all:
 	@echo "The PostgreSQL 15 development files are missing: run test/prereqs.sh (or make demo, make test), which installs them." >&2; exit 1

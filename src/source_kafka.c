@@ -397,6 +397,13 @@ open_consumer(StmKafka *kc, int npartitions)
 	set_conf(kc->consumer_conf, "fetch.message.max.bytes", psprintf(INT64_FORMAT, fetch_bytes));
 	set_conf(kc->consumer_conf, "fetch.max.bytes", psprintf(INT64_FORMAT, fetch_max_bytes));
 	set_conf(kc->consumer_conf, "receive.message.max.bytes", psprintf(INT64_FORMAT, receive_max_bytes));
+	/* only these four values: the configuration also holds credentials */
+	ereport(DEBUG1,
+			(errmsg_internal("Kafka client of source \"%s\" for %d partitions: queued.max.messages.kbytes="
+							 INT64_FORMAT ", fetch.message.max.bytes=" INT64_FORMAT
+							 ", fetch.max.bytes=" INT64_FORMAT ", receive.message.max.bytes=" INT64_FORMAT,
+							 kc->source, npartitions, queue_kb, fetch_bytes, fetch_max_bytes,
+							 receive_max_bytes)));
 	kc->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc->consumer_conf, errstr, sizeof(errstr));
 	if (kc->rk == NULL)
 		ereport(ERROR,
