@@ -270,10 +270,11 @@ LANGUAGE C VOLATILE;
 
 /* Monitoring --------------------------------------------------------------- */
 
-CREATE FUNCTION streaming.worker_pids(OUT stream_id integer, OUT pid integer)
+CREATE FUNCTION streaming.worker_pids(OUT stream_id integer, OUT pid integer, OUT problem text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'streaming_worker_pids'
 LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION streaming.worker_pids IS 'The caller''s streams that should run: their worker (NULL while none) and why none runs.';
 
 CREATE VIEW streaming.source_lag WITH (security_invoker = true) AS
 SELECT s.name AS stream, o.topic, o.partition,
@@ -282,11 +283,14 @@ SELECT s.name AS stream, o.topic, o.partition,
 FROM streaming.offsets o JOIN streaming.stream_defs s ON s.id = o.stream_id;
 
 CREATE VIEW streaming.streams WITH (security_invoker = true) AS
-SELECT s.name, s.source, s.sink, s.output_mode, s.trigger, s.status,
+SELECT s.name, s.source, s.sink, s.output_mode, s.trigger,
+       -- running without a worker: waiting for one, and source_error says why
+       CASE WHEN s.status = 'running' AND w.pid IS NULL AND w.problem IS NOT NULL
+            THEN 'waiting' ELSE s.status END AS status,
        w.pid AS worker_pid, s.last_batch_id,
        CASE WHEN s.watermark_delay IS NOT NULL
             THEN coalesce(s.watermark, 'epoch'::timestamptz) END AS watermark,
-       s.last_error, s.source_error,
+       s.last_error, coalesce(s.source_error, w.problem) AS source_error,
        (SELECT sum(l.lag)::bigint FROM streaming.source_lag l WHERE l.stream = s.name) AS lag
 FROM streaming.stream_defs s
 LEFT JOIN streaming.worker_pids() w ON w.stream_id = s.id;

@@ -1372,7 +1372,12 @@ streaming_process_available(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* (stream_id, pid) of every running worker of this database that the caller may see */
+/*
+ * (stream_id, pid, problem) of every stream of this database that should
+ * run and that the caller may see (SPEC 7): pid is NULL while it has no
+ * worker, and problem says why (the launcher could not start one, or it
+ * keeps exiting).
+ */
 Datum
 streaming_worker_pids(PG_FUNCTION_ARGS)
 {
@@ -1385,15 +1390,19 @@ streaming_worker_pids(PG_FUNCTION_ARGS)
 	for (int i = 0; i < stm_shared->nslots; i++)
 	{
 		StmWorkerSlot *slot = &stm_shared->slots[i];
-		Datum		values[2];
-		bool		nulls[2] = {false, false};
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
 
-		/* only the caller's streams (SPEC 7), as the views show them */
-		if (!slot->in_use || slot->pid == 0 || slot->dboid != MyDatabaseId ||
+		/* only the caller's streams, as the views show them */
+		if (!slot->in_use || slot->dboid != MyDatabaseId ||
+			(slot->pid == 0 && (!slot->wanted || slot->problem[0] == '\0')) ||
 			!has_privs_of_role(GetUserId(), slot->owner))
 			continue;
 		values[0] = Int32GetDatum(slot->stream_id);
 		values[1] = Int32GetDatum(slot->pid);
+		nulls[1] = slot->pid == 0;
+		values[2] = CStringGetTextDatum(slot->problem);
+		nulls[2] = slot->problem[0] == '\0';
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(stm_shared->lock);

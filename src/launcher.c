@@ -77,6 +77,7 @@ register_dynamic(const char *function, const char *name, Datum arg,
 static void
 discover_all_databases(void)
 {
+	static bool warned = false;
 	List	   *dbs = NIL;
 	Relation	rel;
 	TableScanDesc scan;
@@ -111,13 +112,18 @@ discover_all_databases(void)
 		if (!register_dynamic("streaming_discovery_main", "streaming discovery",
 							  ObjectIdGetDatum(lfirst_oid(lc)), &handle))
 		{
-			ereport(WARNING,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("could not start streaming discovery worker"),
-					 errhint("Raise max_worker_processes.")));
+			/* retried every naptime until it works: said once, not each time */
+			if (!warned)
+				ereport(WARNING,
+						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+						 errmsg("could not start streaming discovery worker"),
+						 errdetail("The streams of some databases are not started until it can run."),
+						 errhint("Raise max_worker_processes.")));
+			warned = true;
 			stm_shared->rescan_requested = true;
 			break;
 		}
+		warned = false;
 		/* one at a time, so discovery never takes many worker slots */
 		(void) WaitForBackgroundWorkerShutdown(handle);
 		pfree(handle);
@@ -194,6 +200,9 @@ streaming_launcher_main(Datum main_arg)
 
 					slot->crashes++;
 					slot->next_start = TimestampTzPlusMilliseconds(now, delay);
+					snprintf(slot->problem, sizeof(slot->problem),
+							 "the worker exited %d time(s) without finishing a batch (see the server log); it restarts in %d ms",
+							 slot->crashes, delay);
 					ereport(LOG,
 							(errmsg("streaming worker for stream %d exited, restarting in %d ms",
 									slot->stream_id, delay)));
@@ -216,10 +225,19 @@ streaming_launcher_main(Datum main_arg)
 					{
 						generations[i] = slot->generation;
 						warned_full = false;
+						LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+						if (strncmp(slot->problem, "no background worker", 20) == 0)
+							slot->problem[0] = '\0';
+						LWLockRelease(stm_shared->lock);
 					}
 					else
 					{
 						handles[i] = NULL;
+						LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+						snprintf(slot->problem, sizeof(slot->problem),
+								 "no background worker could be started (max_worker_processes = %d); it starts when one is free",
+								 max_worker_processes);
+						LWLockRelease(stm_shared->lock);
 						if (!warned_full)
 							ereport(WARNING,
 									(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),

@@ -123,6 +123,7 @@ stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner)
 				slot->pid = 0;
 				slot->crashes = 0;
 				slot->next_start = 0;
+				slot->problem[0] = '\0';
 				slot->generation++;
 				break;
 			}

@@ -23,6 +23,7 @@ typedef struct StmWorkerSlot
 	int			crashes;		/* consecutive abnormal exits, for backoff */
 	TimestampTz next_start;		/* launcher waits until then */
 	uint64		generation;		/* bumped whenever the slot is reused */
+	char		problem[160];	/* why no worker runs ('' when none): shown in streams */
 } StmWorkerSlot;
 
 typedef struct StmShared

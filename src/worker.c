@@ -250,12 +250,12 @@ streaming_worker_main(Datum main_arg)
 		MemoryContextSwitchTo(worker_cxt);
 		pgstat_report_activity(STATE_IDLE, NULL);
 
+		/* the worker runs: nothing to explain in streams any more */
+		LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
 		if (batch_id >= 0)
-		{
-			LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
 			slot->crashes = 0;
-			LWLockRelease(stm_shared->lock);
-		}
+		slot->problem[0] = '\0';
+		LWLockRelease(stm_shared->lock);
 
 		/* once / available_now: the stream is done when it has nothing left */
 		if (def->trigger_kind == STM_TRIGGER_ONCE ||

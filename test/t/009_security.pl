@@ -15,7 +15,9 @@
 #   librdkafka's debug output and log_min_messages = debug5 on;
 # - DROP ROLE of an owner of running streams in another database is
 #   refused; one of stopped streams there leaves a stream that fails with a
-#   clear error when started, and never runs without its owner.
+#   clear error when started, and never runs without its owner;
+# - a stream that cannot get a background worker shows as waiting, with
+#   the reason in source_error.
 use strict;
 use warnings;
 
@@ -235,6 +237,34 @@ is($node->safe_psql('other', "SELECT failures FROM streaming.stream_defs WHERE n
 $node->safe_psql('other', "SELECT streaming.drop_stream('regress_dave_all')");
 is($node->safe_psql('other', "SELECT count(*) FROM streaming.stream_defs WHERE name = 'regress_dave_all'"),
 	'0', 'a superuser can drop it');
+
+#
+# A stream that should run but cannot get a worker is never "running"
+# without one: it is waiting, and source_error says why
+#
+$node->safe_psql('other', "SELECT streaming.stop('regress_carol_all')");
+$node->append_conf('postgresql.conf', "max_worker_processes = 3\n");	# two launchers (streaming, logical replication) and one worker
+$node->restart;
+$node->safe_psql('postgres', "SELECT streaming.drop_stream('su_all'); SELECT streaming.stop('alice_all')");
+for my $i (1, 2)
+{
+	$node->safe_psql('postgres',
+		"SELECT streaming.create_stream('one_of_two_$i', 'SELECT order_id FROM su_src')");
+	wait_for($node, "SELECT count(*) = $i FROM streaming.streams WHERE name LIKE 'one_of_two_%' "
+		  . "AND (worker_pid IS NOT NULL OR status = 'waiting')",
+		't', "stream $i has a worker or waits for one");
+}
+is( $node->safe_psql('postgres',
+		"SELECT count(*) FROM streaming.streams WHERE name LIKE 'one_of_two_%' AND status = 'waiting' "
+		  . "AND worker_pid IS NULL AND source_error LIKE 'no background worker could be started (max_worker_processes = 3)%'"),
+	'1', 'the stream without a worker is waiting, and source_error says why');
+my $waiting = $node->safe_psql('postgres',
+	"SELECT name FROM streaming.streams WHERE name LIKE 'one_of_two_%' AND worker_pid IS NULL");
+my $other = $waiting eq 'one_of_two_1' ? 'one_of_two_2' : 'one_of_two_1';
+$node->safe_psql('postgres', "SELECT streaming.stop('$other')");
+wait_for($node, "SELECT status = 'running' AND worker_pid IS NOT NULL AND source_error IS NULL "
+	  . "FROM streaming.streams WHERE name = '$waiting'",
+	't', 'once a worker is free, the waiting stream runs', $waiting);
 
 $node->stop;
 done_testing();
