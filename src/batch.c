@@ -495,6 +495,7 @@ stm_batch_run(StmRuntime *rt)
 	MemoryContext oldcxt;
 	ListCell   *lc;
 
+	(void) stm_catalog_check_version(ERROR);
 	/* the row lock serialises batches with drop, reset and other batches */
 	def = stm_catalog_get_stream_by_id(rt->stream_id, true);
 	if (def == NULL)

@@ -6,20 +6,35 @@
  * return into the caller's memory context, and never keep SPI connected.
  * Reads are not read-only SPI calls, so under READ COMMITTED each takes a
  * fresh snapshot: a batch that waited for another one sees its commit.
+ *
+ * The catalog has a version, the extension's (pg_extension.extversion), and
+ * the library needs the one it was built for (STM_EXTVERSION, the Makefile's
+ * EXTVERSION): stm_catalog_check_version() tells them apart before anything
+ * reads or writes these tables.
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/timestamp.h"
 
 #include "catalog.h"
+
+#ifndef STM_EXTVERSION
+#error "STM_EXTVERSION (the Makefile's EXTVERSION) must be defined"
+#endif
 
 int
 stm_catalog_pin_search_path(void)
@@ -36,6 +51,66 @@ void
 stm_catalog_unpin_search_path(int nestlevel)
 {
 	AtEOXact_GUC(true, nestlevel);
+}
+
+/*
+ * The installed version of the extension in this database, or NULL when it
+ * is not installed: one index lookup in pg_extension (no SPI, no cache).
+ */
+static char *
+installed_version(void)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	char	   *version = NULL;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("streaming"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = TextDatumGetCString(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/*
+ * Is the catalog at the version this library was built for?  Between a new
+ * package's restart and ALTER EXTENSION streaming UPDATE it is not: then
+ * this reports at elevel (ERROR for SQL functions and run_batch; a waiting
+ * worker logs once, then DEBUG1) and returns false.  Called in a
+ * transaction, before the catalog is read.
+ */
+bool
+stm_catalog_check_version(int elevel)
+{
+	char	   *installed = installed_version();
+
+	if (installed != NULL && strcmp(installed, STM_EXTVERSION) == 0)
+		return true;
+	if (installed == NULL)
+		ereport(elevel,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"streaming\" is not installed in this database")));
+	else
+		ereport(elevel,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the streaming catalog is at version %s but the library is version %s",
+						installed, STM_EXTVERSION),
+				 errdetail("Streams run no batches until the catalog is at the library's version."),
+				 errhint("Run ALTER EXTENSION streaming UPDATE.")));
+	return false;
 }
 
 static char *
