@@ -17,6 +17,10 @@
 # unless set, is a suffix unique to this run, for topic names), or else the
 # embedded mock broker (test/kafka_env.sh).
 #
+# When an upgrade test (test/t/*_upgrade.pl) is among the TAP tests, the
+# newest release in test/releases is built from the checkout's git history
+# into a private installation of its own first (old_release below).
+#
 # Failures print their diffs and logs; the output of the last run is copied
 # back into the checkout (regression.diffs, results/, log/ (server logs),
 # test/isolation/results/, tmp_check/log/ (TAP)).  The last line of output is
