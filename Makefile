@@ -8,7 +8,8 @@ DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql \
 PGFILEDESC  = "streaming - stream processing for PostgreSQL"
 
 PG_CONFIG  ?= pg_config
-PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka)
+PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka) \
+              -DSTM_EXTVERSION='"$(EXTVERSION)"'
 SHLIB_LINK  = $(shell pkg-config --libs rdkafka)
 
 # Tests (see README: "make test" runs them all on a private server).
@@ -40,6 +41,8 @@ include $(PGXS)
 
 # PGXS does not track headers: rebuild every object when any header changes.
 $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
+# The catalog version the library needs (src/catalog.c) is EXTVERSION.
+src/catalog.o src/catalog.bc: Makefile
 
 # The embedded Kafka broker for tests and the demo (librdkafka's mock cluster).
 test/mock_broker: test/mock_broker.c

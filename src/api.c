@@ -205,10 +205,14 @@ text_arg(FunctionCallInfo fcinfo, int argno)
 	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
-/* The name argument of the control functions: required. */
+/*
+ * The name argument of the control functions: required.  Their first step,
+ * so the catalog's version is checked here, before they read the catalog.
+ */
 static char *
 name_arg(FunctionCallInfo fcinfo)
 {
+	(void) stm_catalog_check_version(ERROR);
 	require_arg(fcinfo, 0, "name");
 	return text_arg(fcinfo, 0);
 }
@@ -478,6 +482,7 @@ streaming_create_kafka_source(PG_FUNCTION_ARGS)
 	Oid			types[17] = {TEXTOID, OIDOID, TEXTOID, TEXTARRAYOID, TEXTOID, JSONBOID, TEXTOID,
 		TEXTOID, TEXTOID, INT8OID, INT8OID, INTERVALOID, BOOLOID, BOOLOID, TEXTOID, JSONBOID, OIDOID};
 
+	(void) stm_catalog_check_version(ERROR);
 	require_arg(fcinfo, 0, "name");
 	require_arg(fcinfo, 1, "bootstrap_servers");
 	require_arg(fcinfo, 5, "starting_offsets");
@@ -861,6 +866,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	int32		stream_id;
 	StmCatalogScope scope;
 
+	(void) stm_catalog_check_version(ERROR);
 	require_arg(fcinfo, 0, "name");
 	require_arg(fcinfo, 1, "query");
 	require_arg(fcinfo, 3, "output_mode");

@@ -503,6 +503,7 @@ stm_batch_run(StmRuntime *rt)
 	int			save_sec_context;
 	int64		batch_id;
 
+	(void) stm_catalog_check_version(ERROR);
 	/* the row lock serialises batches with drop, reset and other batches */
 	def = stm_catalog_get_stream_by_id(rt->stream_id, true);
 	if (def == NULL)

@@ -11,6 +11,11 @@
  * connected.  Reads are not read-only SPI calls, so under READ COMMITTED
  * each takes a fresh snapshot: a batch that waited for another one sees its
  * commit.
+ *
+ * The catalog has a version, the extension's (pg_extension.extversion), and
+ * the library needs the one it was built for (STM_EXTVERSION, the Makefile's
+ * EXTVERSION): stm_catalog_check_version() tells them apart before anything
+ * reads or writes these tables.
  */
 #include "postgres.h"
 
@@ -29,11 +34,17 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/timestamp.h"
 
 #include "catalog.h"
+
+#ifndef STM_EXTVERSION
+#error "STM_EXTVERSION (the Makefile's EXTVERSION) must be defined"
+#endif
 
 int
 stm_catalog_pin_search_path(void)
@@ -53,6 +64,39 @@ stm_catalog_unpin_search_path(int nestlevel)
 }
 
 /*
+ * The extension's row in pg_extension: its owner and its installed version
+ * (NULL when it is not installed).  One index lookup, no SPI.
+ */
+static bool
+extension_row(Oid *owner, char **version)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		found;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("streaming"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	found = HeapTupleIsValid(tup);
+	if (found)
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		*owner = ((Form_pg_extension) GETSTRUCT(tup))->extowner;
+		*version = isnull ? NULL : TextDatumGetCString(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
  * The role that owns the extension (pg_extension.extowner), looked up once
  * per transaction.
  */
@@ -61,26 +105,15 @@ stm_catalog_extension_owner(void)
 {
 	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
 	static Oid	cached_owner = InvalidOid;
-	Relation	rel;
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tup;
+	char	   *version;
 
 	if (cached_lxid == MyProc->lxid && OidIsValid(cached_owner))
 		return cached_owner;
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
-				CStringGetDatum("streaming"));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tup = systable_getnext(scan);
-	if (!HeapTupleIsValid(tup))
+	if (!extension_row(&cached_owner, &version))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("extension \"streaming\" is not installed in this database"),
 				 errhint("Run CREATE EXTENSION streaming.")));
-	cached_owner = ((Form_pg_extension) GETSTRUCT(tup))->extowner;
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
 	cached_lxid = MyProc->lxid;
 	return cached_owner;
 }
@@ -109,6 +142,36 @@ stm_catalog_end(StmCatalogScope scope)
 {
 	stm_catalog_unpin_search_path(scope.nestlevel);
 	SetUserIdAndSecContext(scope.save_userid, scope.save_sec_context);
+}
+
+/*
+ * Is the catalog at the version this library was built for?  Between a new
+ * package's restart and ALTER EXTENSION streaming UPDATE it is not: then
+ * this reports at elevel (ERROR for SQL functions and run_batch; a waiting
+ * worker logs once, then DEBUG1) and returns false.  Called in a
+ * transaction, before the catalog is read.
+ */
+bool
+stm_catalog_check_version(int elevel)
+{
+	Oid			owner;
+	char	   *installed = NULL;
+
+	if (extension_row(&owner, &installed) && installed != NULL &&
+		strcmp(installed, STM_EXTVERSION) == 0)
+		return true;
+	if (installed == NULL)
+		ereport(elevel,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("extension \"streaming\" is not installed in this database")));
+	else
+		ereport(elevel,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the streaming catalog is at version %s but the library is version %s",
+						installed, STM_EXTVERSION),
+				 errdetail("Streams run no batches until the catalog is at the library's version."),
+				 errhint("Run ALTER EXTENSION streaming UPDATE.")));
+	return false;
 }
 
 static char *

@@ -62,6 +62,9 @@ typedef struct StmSourceDef
 	Oid			owner;
 } StmSourceDef;
 
+/* the catalog is at the library's version (else reported at elevel) */
+extern bool stm_catalog_check_version(int elevel);
+
 /* search_path pinned to pg_catalog, pg_temp (for SQL the extension generates) */
 extern int	stm_catalog_pin_search_path(void);
 extern void stm_catalog_unpin_search_path(int nestlevel);

@@ -86,6 +86,34 @@ sleep_ms(int64 ms)
 	ResetLatch(MyLatch);
 }
 
+/*
+ * Is the catalog at this library's version?  After a new package and a
+ * restart, until ALTER EXTENSION streaming UPDATE, it is not: the worker then
+ * runs no batch and writes nothing (not even a failure), says so once in the
+ * log and in pg_stat_activity, and looks again every naptime, so that it goes
+ * on by itself after the update.
+ */
+static bool
+catalog_ready(void)
+{
+	static bool waiting = false;
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		ready;
+
+	StartTransactionCommand();
+	ready = stm_catalog_check_version(waiting ? DEBUG1 : LOG);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+	if (!ready)
+		pgstat_report_activity(STATE_IDLE, "waiting for ALTER EXTENSION streaming UPDATE");
+	else if (waiting)
+		ereport(LOG,
+				(errmsg("the streaming catalog is at the library's version %s: batches resume",
+						STM_EXTVERSION)));
+	waiting = !ready;
+	return ready;
+}
+
 /* Write the outcome of a failed batch in a transaction of its own. */
 static int64
 record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
@@ -191,6 +219,11 @@ streaming_worker_main(Datum main_arg)
 		}
 		if (!still_wanted())
 			break;
+		if (!catalog_ready())
+		{
+			sleep_ms(stm_guc_naptime_ms);
+			continue;
+		}
 
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());

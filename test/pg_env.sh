@@ -6,6 +6,8 @@
 #
 #   stm_setup            check prerequisites, make the temp dir, install the
 #                        clean-up trap, make the private installation
+#   stm_make_installation SRC DEST LOG   a private installation of the
+#                        extension in SRC (the checkout, or an old release)
 #   stm_run CMD...       run CMD as the server user (postgres when root)
 #   stm_copy_checkout D  copy the checkout into D, owned by the server user
 #   stm_make_vars V...   print "V=value" lines for Makefile variables
@@ -87,7 +89,7 @@ stm_make_vars()
 # stm_setup: everything the callers need before they start anything.
 stm_setup()
 {
-	local d pgxs ext
+	local pgxs
 
 	umask 022
 	export LANG=C.UTF-8
@@ -125,33 +127,47 @@ stm_setup()
 		return 1
 	fi
 
-	# The private installation: a copy of the PostgreSQL tree ...
+	# The private installation, of this checkout.
 	STM_INST=$STM_TMP/inst
+	STM_BINDIR=$STM_INST$("$PG_CONFIG" --bindir)
+	stm_make_installation "$STM_SRC" "$STM_INST" "$STM_TMP/install.log" ||
+		return 1
+	export PATH="$STM_BINDIR:$PATH"
+}
+
+# stm_make_installation SRC DEST LOG: a private installation in DEST: a copy
+# of the PostgreSQL tree (bin, lib, share, at DEST + their system paths) with
+# the extension whose sources are in SRC installed into it by
+# `make install DESTDIR=DEST` (its output in LOG).  test/old_version.sh
+# makes one of an earlier release with it.
+stm_make_installation()
+{
+	local src=$1 dest=$2 log=$3 d ext bindir
+
+	# A copy of the PostgreSQL tree ...
 	for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" \
 		"$("$PG_CONFIG" --sharedir)"; do
-		mkdir -p "$(dirname "$STM_INST$d")"
-		cp -R --preserve=mode,timestamps "$d" "$STM_INST$d" || return 1
+		mkdir -p "$(dirname "$dest$d")"
+		cp -R --preserve=mode,timestamps "$d" "$dest$d" || return 1
 	done
-	STM_BINDIR=$STM_INST$("$PG_CONFIG" --bindir)
+	bindir=$dest$("$PG_CONFIG" --bindir)
 
 	# ... with the extension installed into it.
-	if ! stm_make -C "$STM_SRC" install DESTDIR="$STM_INST" \
-		>"$STM_TMP/install.log" 2>&1; then
-		cat "$STM_TMP/install.log" >&2
-		stm_err "make install DESTDIR=$STM_INST failed"
+	if ! stm_make -C "$src" install DESTDIR="$dest" >"$log" 2>&1; then
+		cat "$log" >&2
+		stm_err "make install DESTDIR=$dest failed"
 		return 1
 	fi
 
 	# The copy must look for extensions in itself, not in the system tree.
 	ext=$(stm_make_vars EXTENSION | sed -n 's/^EXTENSION=//p')
-	d=$("$STM_BINDIR/pg_config" --sharedir)
-	if [ "$d" != "$STM_INST$("$PG_CONFIG" --sharedir)" ] ||
+	d=$("$bindir/pg_config" --sharedir)
+	if [ "$d" != "$dest$("$PG_CONFIG" --sharedir)" ] ||
 		[ ! -f "$d/extension/$ext.control" ] ||
-		[ "$("$STM_BINDIR/pg_config" --pkglibdir)" != "$STM_INST$("$PG_CONFIG" --pkglibdir)" ]; then
-		stm_err "the copy of PostgreSQL in $STM_INST does not use its own share and lib directories"
+		[ "$("$bindir/pg_config" --pkglibdir)" != "$dest$("$PG_CONFIG" --pkglibdir)" ]; then
+		stm_err "the copy of PostgreSQL in $dest does not use its own share and lib directories"
 		return 1
 	fi
-	export PATH="$STM_BINDIR:$PATH"
 }
 
 # stm_copy_checkout DIR: the checkout (without .git and test output) in DIR,

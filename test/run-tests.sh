@@ -17,6 +17,10 @@
 # unless set, is a suffix unique to this run, for topic names), or else the
 # embedded mock broker (test/kafka_env.sh).
 #
+# When an upgrade test (test/t/*_upgrade.pl) is among the TAP tests, the
+# newest release in test/releases is built from the checkout's git history
+# into a private installation of its own first (old_release below).
+#
 # Failures print their diffs and logs; the output of the last run is copied
 # back into the checkout (regression.diffs, results/, log/ (server logs),
 # test/isolation/results/, tmp_check/log/ (TAP)).  The last line of output is
@@ -80,10 +84,45 @@ setup()
 	echo "Kafka broker: $BOOTSTRAP"
 
 	echo "PostgreSQL: private copy in $STM_INST, tests run as $STM_USER"
+	case " ${tap_files[*]} " in
+		*_upgrade.pl\ *) old_release ;;
+	esac
 	(cd "$STM_SRC" && rm -rf regression.diffs regression.out results log \
 		test/isolation/results tmp_check tmp_check_iso)
 	return 0
 }
+
+# old_release: the upgrade test starts from the newest release in
+# test/releases, built from git history by test/old_version.sh into a
+# private installation of its own.  The test learns the version and where
+# it is from STREAMING_UPGRADE_FROM and STREAMING_UPGRADE_FROM_INSTALL, or
+# why there is none from STREAMING_UPGRADE_FROM_SKIP (no git history: it
+# skips) or STREAMING_UPGRADE_FROM_ERROR (the build failed: it fails).
+old_release()
+{
+	local version path rc log
+
+	version=$(awk '!/^#/ && NF { v = $1 } END { print v }' "$STM_SRC/test/releases")
+	export STREAMING_UPGRADE_FROM=$version
+	log=$STM_TMP/old-$version.log
+	# the system pg_config: PATH starts with the private installation now
+	path=$(PG_CONFIG=$PG_CONFIG "$STM_SRC/test/old_version.sh" "$version" \
+		"$STM_TMP/old-$version" 2>"$log")
+	rc=$?
+	if [ $rc -eq 0 ]; then
+		export STREAMING_UPGRADE_FROM_INSTALL=$path
+		echo "Release $version (for the upgrade test): built from git history in $STM_TMP/old-$version"
+	elif [ $rc -eq 2 ]; then
+		export STREAMING_UPGRADE_FROM_SKIP=$(tail -n 1 "$log")
+		echo "Release $version (for the upgrade test): not built: $STREAMING_UPGRADE_FROM_SKIP"
+	else
+		tail -n 30 "$log" >&2
+		export STREAMING_UPGRADE_FROM_ERROR="test/old_version.sh $version failed: $(tail -n 1 "$log")"
+		stm_err "$STREAMING_UPGRADE_FROM_ERROR"
+	fi
+	return 0
+}
+
 if ! setup; then
 	stm_err "setup failed, no test was run"
 	failed=$((planned > 0 ? planned : 1))

@@ -37,6 +37,7 @@ package StreamingTest;
 use strict;
 use warnings;
 
+use Cwd qw(abs_path);
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -45,6 +46,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
   wait_for query_retry stream_row sink_stats check_sink check_offsets check_progress
+  orders_table compare_rows
   diag_stream psql_error test_seed ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
 # The declared columns of the orders sources, and what the streams select.
@@ -65,14 +67,16 @@ sub test_seed
 	return $seed;
 }
 
-# streaming_node(NAME, preload => 1, conf => '...'): an initialised and
-# started node with the test settings, and the extension created in
-# database postgres.
+# streaming_node(NAME, preload => 1, conf => '...', install_path => DIR):
+# an initialised and started node with the test settings, and the extension
+# created in database postgres; install_path runs it from another
+# installation (an earlier release, test/old_version.sh).
 sub streaming_node
 {
 	my ($name, %opts) = @_;
 	my $preload = exists $opts{preload} ? $opts{preload} : 1;
-	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $node = PostgreSQL::Test::Cluster->new($name,
+		$opts{install_path} ? (install_path => $opts{install_path}) : ());
 
 	$node->init;
 	my $conf = "max_worker_processes = 32\n"
@@ -314,6 +318,47 @@ sub check_progress
 		"$what: batch ids are consecutive and each batch starts where the previous one ended"
 	);
 	return;
+}
+
+# orders_table(NODE, TABLE, LINES): a new table TABLE (in database
+# postgres) with the orders columns, filled from the JSON lines LINES (an
+# array ref) by PostgreSQL's own JSON functions: what the records are,
+# worked out without the extension, for the expected results of a test.
+sub orders_table
+{
+	my ($node, $table, $lines) = @_;
+	my $file = abs_path(PostgreSQL::Test::Utils::tempdir()) . "/$table.json";
+
+	open my $fh, '>', $file or die "$file: $!";
+	print $fh map { "$_\n" } @$lines;
+	close $fh or die "$file: $!";
+	$node->safe_psql(
+		'postgres', qq{
+CREATE TABLE ${table}_lines (line text);
+COPY ${table}_lines FROM '$file';
+CREATE TABLE $table (${\ ORDER_COLUMNS });
+INSERT INTO $table SELECT r.* FROM ${table}_lines l, jsonb_populate_record(NULL::$table, l.line::jsonb) r;
+});
+	return;
+}
+
+# compare_rows(NODE, SINK, EXPECTED, COLUMNS, WHAT): the relations SINK and
+# EXPECTED (in database postgres) hold the same rows of COLUMNS, as
+# multisets, and there are some; returns how many.
+sub compare_rows
+{
+	my ($node, $sink, $expected, $cols, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $n = $node->safe_psql('postgres', "SELECT count(*) FROM $expected");
+
+	ok($n > 0, "$what: there are expected rows ($n)");
+	is( $node->safe_psql('postgres',
+			"SELECT (SELECT count(*) FROM (SELECT $cols FROM $sink EXCEPT ALL SELECT $cols FROM $expected) d), "
+			  . "(SELECT count(*) FROM (SELECT $cols FROM $expected EXCEPT ALL SELECT $cols FROM $sink) d), "
+			  . "(SELECT count(*) FROM $sink)"),
+		"0|0|$n",
+		"$what (no differences either way, $n rows)");
+	return $n;
 }
 
 #-------------------------------------------------------------------------
