@@ -147,6 +147,9 @@ CREATE POLICY stream_owner_only ON streaming.dead_letters FOR SELECT
 GRANT USAGE ON SCHEMA streaming TO PUBLIC;
 GRANT SELECT ON streaming.sources, streaming.stream_defs, streaming.offsets,
     streaming.batches, streaming.dead_letters, streaming.late_rows TO PUBLIC;
+-- the sequences are the owner's alone (explicitly, as in an upgraded install)
+REVOKE ALL ON SEQUENCE streaming.stream_defs_id_seq, streaming.dead_letters_id_seq,
+    streaming.late_rows_id_seq FROM PUBLIC;
 
 /* Sources ------------------------------------------------------------------ */
 
