@@ -3,11 +3,18 @@
  * PostgreSQL can compute in partial mode").
  *
  * The transition, combine, serialize, deserialize and final functions come
- * from pg_aggregate and are called as the executor's Agg node calls them,
- * with an AggState as context so that AggCheckCallContext() finds the memory
- * context the states live in.  The rules for strict functions and for
- * by-reference states follow nodeAgg.c (advance_transition_function,
- * advance_combine_function).
+ * from pg_aggregate and are called as the executor's Agg nodes call them in
+ * a partial aggregation: transition and serialize as the partial Agg
+ * (AGGSPLIT_INITIAL_SERIAL), deserialize, combine and final as the Finalize
+ * Agg (AGGSPLIT_FINAL_DESERIAL).  Aggregates of other extensions rely on
+ * what those nodes give: the AggState's aggregate API (StmAggRuntime), each
+ * call's collation and fn_expr, and states that are in memory, never
+ * toasted.  A state read back from the state table may be compressed or out
+ * of line; it is detoasted before its deserialize function sees it (tdigest's
+ * reads its argument without detoasting, as a Finalize Agg's input never
+ * needs it).  The rules for strict functions and for by-reference states
+ * follow nodeAgg.c (advance_transition_function, advance_combine_function,
+ * finalize_aggregate).
  */
 #include "postgres.h"
 
@@ -15,8 +22,11 @@
 #include "catalog/pg_aggregate.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
+#include "executor/nodeAgg.h"
+#include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/planner.h"
 #include "parser/parse_agg.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -25,7 +35,13 @@
 
 #include "aggregate.h"
 
-#define MAX_AGG_ARGS 8
+/* The steps of a partial aggregation, as AggGetAggref() tells them apart. */
+typedef enum StmAggStep
+{
+	STEP_PARTIAL,				/* transition, serialize: the partial Agg */
+	STEP_COMBINE,				/* deserialize, combine: the Finalize Agg */
+	STEP_FINAL					/* final function: the Finalize Agg */
+} StmAggStep;
 
 /* The state type of an aggregate call, polymorphism resolved (as the planner does). */
 Oid
@@ -54,31 +70,81 @@ stm_agg_storedtype(Aggref *agg)
 	return transtype == INTERNALOID ? BYTEAOID : transtype;
 }
 
-StmAggRuntime *
-stm_agg_init(List *aggrefs, MemoryContext state_cxt)
+/*
+ * The Aggrefs of the two steps, as the planner makes them for a partial
+ * aggregation (convert_combining_aggrefs): the partial step's, and the final
+ * step's, whose argument is the partial step's result.
+ */
+static void
+split_aggref(Aggref *agg, Oid transtype, Aggref **partial, Aggref **final)
 {
+	Aggref	   *p = copyObject(agg);
+	Aggref	   *f = makeNode(Aggref);
+
+	p->aggtranstype = transtype;
+	memcpy(f, p, sizeof(Aggref));
+	mark_partial_aggref(p, AGGSPLIT_INITIAL_SERIAL);
+	f->args = list_make1(makeTargetEntry((Expr *) p, 1, NULL, false));
+	mark_partial_aggref(f, AGGSPLIT_FINAL_DESERIAL);
+	*partial = p;
+	*final = f;
+}
+
+/* Point the AggState at aggregate i in a step, as nodeAgg.c sets curpertrans and curperagg. */
+static Node *
+enter_step(StmAggRuntime *rt, int i, StmAggStep step)
+{
+	AggState   *as = rt->aggstate;
+
+	as->curpertrans = step == STEP_PARTIAL ? &rt->partial[i] : &rt->final[i];
+	as->curperagg = step == STEP_FINAL ? &rt->peragg[i] : NULL;
+	as->aggsplit = as->curpertrans->aggref->aggsplit;
+	return (Node *) as;
+}
+
+/*
+ * The aggregates' support functions, their AggState and contexts, for one
+ * batch; everything lives in cxt, the states in aggcontext's memory below it.
+ */
+StmAggRuntime *
+stm_agg_init(List *aggrefs, MemoryContext cxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
 	StmAggRuntime *rt = palloc0(sizeof(StmAggRuntime));
+	int			n = Max(list_length(aggrefs), 1);
+	int			maxargs = 2;	/* combine and deserialize */
 	ListCell   *lc;
 	int			i = 0;
-	ExprContext *econtext = makeNode(ExprContext);
 
 	rt->naggs = list_length(aggrefs);
-	rt->fns = palloc0(sizeof(StmAggFn) * Max(rt->naggs, 1));
-	rt->state_cxt = state_cxt;
-	/* only curaggcontext is read by AggCheckCallContext */
-	econtext->ecxt_per_tuple_memory = state_cxt;
+	rt->fns = palloc0(sizeof(StmAggFn) * n);
+	rt->partial = palloc0(sizeof(AggStatePerTransData) * n);
+	rt->final = palloc0(sizeof(AggStatePerTransData) * n);
+	rt->peragg = palloc0(sizeof(AggStatePerAggData) * n);
+	rt->aggcontext = CreateStandaloneExprContext();
+	rt->state_cxt = rt->aggcontext->ecxt_per_tuple_memory;
+	rt->tmpcontext = CreateStandaloneExprContext();
+	/* what fmgr.h's aggregate API reads (nodeAgg.c), for hashed grouping */
 	rt->aggstate = makeNode(AggState);
-	rt->aggstate->curaggcontext = econtext;
-	rt->fcinfo = palloc0(SizeForFunctionCallInfo(MAX_AGG_ARGS + 1));
+	rt->aggstate->numaggs = rt->aggstate->numtrans = rt->naggs;
+	rt->aggstate->peragg = rt->peragg;
+	rt->aggstate->pertrans = rt->final;
+	rt->aggstate->hashcontext = rt->aggcontext;
+	rt->aggstate->aggcontexts = &rt->aggcontext;
+	rt->aggstate->curaggcontext = rt->aggcontext;
+	rt->aggstate->tmpcontext = rt->tmpcontext;
 
 	foreach(lc, aggrefs)
 	{
 		Aggref	   *agg = lfirst_node(Aggref, lc);
-		StmAggFn   *fn = &rt->fns[i++];
+		StmAggFn   *fn = &rt->fns[i];
+		Oid			inputtypes[FUNC_MAX_ARGS];
+		int			ninputs = get_aggregate_argtypes(agg, inputtypes);
 		HeapTuple	tup;
 		Form_pg_aggregate form;
 		Datum		d;
 		bool		isnull;
+		Expr	   *expr;
 		ListCell   *la;
 		int			a = 0;
 
@@ -87,20 +153,38 @@ stm_agg_init(List *aggrefs, MemoryContext state_cxt)
 			elog(ERROR, "cache lookup failed for aggregate %u", agg->aggfnoid);
 		form = (Form_pg_aggregate) GETSTRUCT(tup);
 		fn->aggfnoid = agg->aggfnoid;
+		fn->collation = agg->inputcollid;
+		fn->transtype = stm_agg_transtype(agg);
+		fn->final_extra = form->aggfinalextra;
+		fn->nfinalargs = fn->final_extra ? ninputs + 1 : 1;
+
+		/* fn_expr too, so that polymorphic functions learn their argument types */
 		fmgr_info(form->aggtransfn, &fn->transfn);
+		build_aggregate_transfn_expr(inputtypes, ninputs, 0, agg->aggvariadic, fn->transtype,
+									 fn->collation, form->aggtransfn, InvalidOid, &expr, NULL);
+		fn->transfn.fn_expr = (Node *) expr;
 		fmgr_info(form->aggcombinefn, &fn->combinefn);
+		build_aggregate_transfn_expr(&fn->transtype, 1, 0, false, fn->transtype,
+									 fn->collation, form->aggcombinefn, InvalidOid, &expr, NULL);
+		fn->combinefn.fn_expr = (Node *) expr;
 		fn->has_serial = OidIsValid(form->aggserialfn);
 		if (fn->has_serial)
 		{
 			fmgr_info(form->aggserialfn, &fn->serialfn);
+			build_aggregate_serialfn_expr(form->aggserialfn, &expr);
+			fn->serialfn.fn_expr = (Node *) expr;
 			fmgr_info(form->aggdeserialfn, &fn->deserialfn);
+			build_aggregate_deserialfn_expr(form->aggdeserialfn, &expr);
+			fn->deserialfn.fn_expr = (Node *) expr;
 		}
 		fn->has_final = OidIsValid(form->aggfinalfn);
 		if (fn->has_final)
+		{
 			fmgr_info(form->aggfinalfn, &fn->finalfn);
-		fn->final_extra = form->aggfinalextra;
-		fn->nfinalargs = fn->final_extra ? list_length(agg->args) + 1 : 1;
-		fn->transtype = stm_agg_transtype(agg);
+			build_aggregate_finalfn_expr(inputtypes, fn->nfinalargs, fn->transtype, agg->aggtype,
+										 fn->collation, form->aggfinalfn, &expr);
+			fn->finalfn.fn_expr = (Node *) expr;
+		}
 		get_typlenbyval(fn->transtype, &fn->translen, &fn->transbyval);
 		fn->storedtype = fn->transtype == INTERNALOID ? BYTEAOID : fn->transtype;
 		d = SysCacheGetAttr(AGGFNOID, tup, Anum_pg_aggregate_agginitval, &isnull);
@@ -116,12 +200,13 @@ stm_agg_init(List *aggrefs, MemoryContext state_cxt)
 		}
 		ReleaseSysCache(tup);
 
+		/* what AggGetAggref() and AggStateIsShared() return in each step */
+		split_aggref(agg, fn->transtype, &rt->partial[i].aggref, &rt->final[i].aggref);
+		rt->peragg[i].aggref = rt->final[i].aggref;
+		rt->peragg[i].transno = i;
+
 		fn->nargs = list_length(agg->args);
-		if (fn->nargs > MAX_AGG_ARGS)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("aggregates with more than %d arguments are not supported in a stream query",
-							MAX_AGG_ARGS)));
+		maxargs = Max(maxargs, Max(fn->nargs + 1, fn->nfinalargs));
 		fn->args = palloc0(sizeof(ExprState *) * Max(fn->nargs, 1));
 		foreach(la, agg->args)
 		{
@@ -129,8 +214,24 @@ stm_agg_init(List *aggrefs, MemoryContext state_cxt)
 
 			fn->args[a++] = ExecInitExpr(expression_planner(tle->expr), NULL);
 		}
+		i++;
 	}
+	rt->fcinfo = palloc0(SizeForFunctionCallInfo(maxargs));
+	MemoryContextSwitchTo(old);
 	return rt;
+}
+
+/*
+ * The end of the batch's aggregation, as ExecEndAgg: the callbacks that
+ * support functions registered with AggRegisterCallback() run, then the
+ * states and the short-term memory go.  As in nodeAgg.c, callbacks do not
+ * run on error: the batch's memory goes then with everything in it.
+ */
+void
+stm_agg_end(StmAggRuntime *rt)
+{
+	FreeExprContext(rt->aggcontext, true);
+	FreeExprContext(rt->tmpcontext, true);
 }
 
 /* A new group: every state starts at its initial value. */
@@ -180,6 +281,8 @@ stm_agg_advance(StmAggRuntime *rt, StmAggValue *vals, ExprContext *econtext)
 {
 	FunctionCallInfo fcinfo = rt->fcinfo;
 
+	/* short-term memory lasts one input row, as nodeAgg.c's tmpcontext */
+	ResetExprContext(rt->tmpcontext);
 	for (int i = 0; i < rt->naggs; i++)
 	{
 		StmAggFn   *fn = &rt->fns[i];
@@ -211,8 +314,8 @@ stm_agg_advance(StmAggRuntime *rt, StmAggValue *vals, ExprContext *econtext)
 			if (v->isnull)
 				continue;
 		}
-		InitFunctionCallInfoData(*fcinfo, &fn->transfn, fn->nargs + 1, InvalidOid,
-								 (Node *) rt->aggstate, NULL);
+		InitFunctionCallInfoData(*fcinfo, &fn->transfn, fn->nargs + 1, fn->collation,
+								 enter_step(rt, i, STEP_PARTIAL), NULL);
 		fcinfo->args[0].value = v->value;
 		fcinfo->args[0].isnull = v->isnull;
 		old = MemoryContextSwitchTo(econtext->ecxt_per_tuple_memory);
@@ -234,7 +337,8 @@ stm_agg_store(StmAggRuntime *rt, int i, StmAggValue *v, bool *isnull)
 	*isnull = v->isnull;
 	if (v->isnull || !fn->has_serial)
 		return v->value;
-	InitFunctionCallInfoData(*fcinfo, &fn->serialfn, 1, InvalidOid, (Node *) rt->aggstate, NULL);
+	InitFunctionCallInfoData(*fcinfo, &fn->serialfn, 1, InvalidOid,
+							 enter_step(rt, i, STEP_PARTIAL), NULL);
 	fcinfo->args[0].value = v->value;
 	fcinfo->args[0].isnull = false;
 	result = FunctionCallInvoke(fcinfo);
@@ -256,13 +360,25 @@ stm_agg_load(StmAggRuntime *rt, int i, Datum stored, bool isnull, StmAggValue *v
 		v->value = (Datum) 0;
 	else if (fn->has_serial)
 	{
-		InitFunctionCallInfoData(*fcinfo, &fn->deserialfn, 2, InvalidOid, (Node *) rt->aggstate, NULL);
-		fcinfo->args[0].value = stored;
+		/* in memory, as a Finalize Agg's input: the table may have toasted it */
+		struct varlena *ser = PG_DETOAST_DATUM(stored);
+
+		InitFunctionCallInfoData(*fcinfo, &fn->deserialfn, 2, InvalidOid,
+								 enter_step(rt, i, STEP_COMBINE), NULL);
+		fcinfo->args[0].value = PointerGetDatum(ser);
 		fcinfo->args[0].isnull = false;
-		fcinfo->args[1].value = (Datum) 0;
-		fcinfo->args[1].isnull = true;
+		/* the dummy second argument that nodeAgg.c passes */
+		fcinfo->args[1].value = PointerGetDatum(NULL);
+		fcinfo->args[1].isnull = false;
 		v->value = FunctionCallInvoke(fcinfo);
 		v->isnull = fcinfo->isnull;
+		if ((Pointer) ser != DatumGetPointer(stored))
+			pfree(ser);
+	}
+	else if (fn->translen == -1)
+	{
+		/* a plain copy, as transition values are */
+		v->value = PointerGetDatum(PG_DETOAST_DATUM_COPY(stored));
 	}
 	else
 		v->value = datumCopy(stored, fn->transbyval, fn->translen);
@@ -292,7 +408,8 @@ stm_agg_combine(StmAggRuntime *rt, int i, StmAggValue *into, StmAggValue *from)
 			return;
 		}
 	}
-	InitFunctionCallInfoData(*fcinfo, &fn->combinefn, 2, InvalidOid, (Node *) rt->aggstate, NULL);
+	InitFunctionCallInfoData(*fcinfo, &fn->combinefn, 2, fn->collation,
+							 enter_step(rt, i, STEP_COMBINE), NULL);
 	fcinfo->args[0].value = into->value;
 	fcinfo->args[0].isnull = into->isnull;
 	fcinfo->args[1].value = from->value;
@@ -304,34 +421,44 @@ stm_agg_combine(StmAggRuntime *rt, int i, StmAggValue *into, StmAggValue *from)
 	into->notrans = false;
 }
 
-/* The aggregate's result for a group. */
+/*
+ * The aggregate's result for a group, as finalize_aggregate: with
+ * finalfunc_extra the arguments after the state are NULLs, and a strict
+ * final function is not called with a NULL.
+ */
 Datum
 stm_agg_finalize(StmAggRuntime *rt, int i, StmAggValue *v, bool *isnull)
 {
 	StmAggFn   *fn = &rt->fns[i];
 	FunctionCallInfo fcinfo = rt->fcinfo;
-	Datum		result;
+	bool		anynull = v->isnull;
+	Datum		result = (Datum) 0;
 
 	if (!fn->has_final)
 	{
 		*isnull = v->isnull;
 		return v->value;
 	}
-	InitFunctionCallInfoData(*fcinfo, &fn->finalfn, fn->nfinalargs, InvalidOid,
-							 (Node *) rt->aggstate, NULL);
+	/* the final function may reset the short-term memory as it likes */
+	ResetExprContext(rt->tmpcontext);
+	InitFunctionCallInfoData(*fcinfo, &fn->finalfn, fn->nfinalargs, fn->collation,
+							 enter_step(rt, i, STEP_FINAL), NULL);
 	fcinfo->args[0].value = v->value;
 	fcinfo->args[0].isnull = v->isnull;
 	for (int a = 1; a < fn->nfinalargs; a++)
 	{
 		fcinfo->args[a].value = (Datum) 0;
 		fcinfo->args[a].isnull = true;
+		anynull = true;
 	}
-	if (fn->finalfn.fn_strict && v->isnull)
-	{
+	if (fn->finalfn.fn_strict && anynull)
 		*isnull = true;
-		return (Datum) 0;
+	else
+	{
+		result = FunctionCallInvoke(fcinfo);
+		*isnull = fcinfo->isnull;
 	}
-	result = FunctionCallInvoke(fcinfo);
-	*isnull = fcinfo->isnull;
+	/* AggGetAggref() names the final step only in final functions */
+	rt->aggstate->curperagg = NULL;
 	return result;
 }

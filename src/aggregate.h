@@ -17,6 +17,7 @@
 typedef struct StmAggFn
 {
 	Oid			aggfnoid;
+	Oid			collation;		/* input collation: transfn, combinefn, finalfn */
 	FmgrInfo	transfn;
 	FmgrInfo	combinefn;
 	FmgrInfo	serialfn;
@@ -44,18 +45,34 @@ typedef struct StmAggValue
 	bool		notrans;		/* strict transfn, no initval: first input becomes the state */
 } StmAggValue;
 
+/*
+ * The aggregates of a stream for one batch.  The AggState passed as the
+ * support functions' context is set up as far as the aggregate API of
+ * fmgr.h reads it, as a partial Agg (transition, serialize) and a Finalize
+ * Agg (deserialize, combine, final) set it up: AggCheckCallContext() finds
+ * aggcontext, AggGetAggref() the Aggref of the current step,
+ * AggGetTempMemoryContext() tmpcontext, AggStateIsShared() false, and
+ * AggRegisterCallback() registers on aggcontext, whose callbacks
+ * stm_agg_end() runs.
+ */
 typedef struct StmAggRuntime
 {
 	int			naggs;
 	StmAggFn   *fns;
-	MemoryContext state_cxt;	/* transition states live here */
-	AggState   *aggstate;		/* passed as context: AggCheckCallContext works */
+	MemoryContext state_cxt;	/* transition states: aggcontext's memory */
+	ExprContext *aggcontext;
+	ExprContext *tmpcontext;
+	AggStatePerTrans partial;	/* per aggregate: the partial step's Aggref */
+	AggStatePerTrans final;		/* per aggregate: the final step's Aggref */
+	AggStatePerAgg peragg;		/* per aggregate: its final function's */
+	AggState   *aggstate;
 	FunctionCallInfo fcinfo;
 } StmAggRuntime;
 
 extern Oid	stm_agg_transtype(Aggref *agg);
 extern Oid	stm_agg_storedtype(Aggref *agg);
-extern StmAggRuntime *stm_agg_init(List *aggrefs, MemoryContext state_cxt);
+extern StmAggRuntime *stm_agg_init(List *aggrefs, MemoryContext cxt);
+extern void stm_agg_end(StmAggRuntime *rt);
 extern void stm_agg_group_init(StmAggRuntime *rt, StmAggValue *vals);
 extern void stm_agg_advance(StmAggRuntime *rt, StmAggValue *vals, ExprContext *econtext);
 extern Datum stm_agg_store(StmAggRuntime *rt, int i, StmAggValue *v, bool *isnull);

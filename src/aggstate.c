@@ -948,6 +948,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 	*num_state_rows = stm_statetable_rows(ab->table);
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
+	stm_agg_end(ab->rt);
 	MemoryContextDelete(ab->cxt);
 	FreeExprContext(ab->out_econtext, true);
 	return written;

@@ -13,8 +13,12 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tupdesc.h"
+#include "catalog/dependency.h"
 #include "catalog/pg_aggregate.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
@@ -30,6 +34,7 @@
 #include "nodes/bitmapset.h"
 #include "parser/parse_relation.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/regproc.h"
@@ -99,6 +104,81 @@ check_window_calls(Node *node, Node *allowed)
 	(void) window_call_walker(node, &ctx);
 }
 
+/* An installed extension's version, pg_extension.extversion. */
+static char *
+extension_version(Oid ext)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	char	   *version = "";
+
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ext));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = TextDatumGetCString(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/*
+ * tdigest before 1.4.4 writes past a digest's buffer when its combine
+ * function merges digests of different compressions (fixed upstream in
+ * 1.4.4).  A stream combines the states of different batches, and each
+ * batch's state takes its compression from its first row: with such a
+ * tdigest the compression must be a constant, and aggregates of digests,
+ * whose compressions cannot be known in advance, are refused.
+ */
+static void
+check_tdigest(Aggref *agg, const char *name)
+{
+	Oid			ext = getExtensionOfObject(ProcedureRelationId, agg->aggfnoid);
+	char	   *version;
+	int			major = 0,
+				minor = 0,
+				patch = 0;
+	ListCell   *lc;
+
+	if (!OidIsValid(ext) || strcmp(get_extension_name(ext), "tdigest") != 0)
+		return;
+	version = extension_version(ext);
+	if (sscanf(version, "%d.%d.%d", &major, &minor, &patch) >= 2 &&
+		major * 10000 + minor * 100 + patch >= 10404)
+		return;
+	/* the value aggregates take double precision, the others digests */
+	if (linitial_oid(agg->aggargtypes) != FLOAT8OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("aggregate %s cannot be used in a stream query", name),
+				 errdetail("The installed tdigest %s corrupts memory when it combines digests of different compressions, and a stream cannot know the compressions of the digests it reads.",
+						   version),
+				 errhint("Aggregate the values themselves, or update the extension tdigest to version 1.4.4 or later.")));
+	/* its integer argument is the compression */
+	foreach(lc, agg->args)
+	{
+		Node	   *arg = (Node *) lfirst_node(TargetEntry, lc)->expr;
+
+		if (exprType(arg) == INT4OID && !IsA(eval_const_expressions(NULL, arg), Const))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("aggregate %s needs a constant compression in a stream query", name),
+					 errdetail("The installed tdigest %s corrupts memory when it combines digests of different compressions, as a stream does with the states of different batches.",
+							   version),
+					 errhint("Give the compression as a constant, or update the extension tdigest to version 1.4.4 or later.")));
+	}
+}
+
 /* An aggregate must be computable in partial mode: its state is merged across batches. */
 static bool
 aggregate_walker(Node *node, void *context)
@@ -147,6 +227,7 @@ aggregate_walker(Node *node, void *context)
 					 errmsg("aggregate %s cannot be used in a stream query", name),
 					 errdetail("Its state is of type internal and it has no serialization functions, so the state cannot be stored.")));
 		ReleaseSysCache(tup);
+		check_tdigest(agg, name);
 		return false;			/* arguments hold no aggregates */
 	}
 	return expression_tree_walker(node, aggregate_walker, context);
