@@ -131,6 +131,17 @@ SET streaming.max_record_size = '100MB';
 SET streaming.kafka_timeout = '1h';
 SET streaming.progress_history = 1000000;
 ALTER ROLE regress_sec_mallory SET streaming.max_record_size = '100MB';
+-- an aggregate mallory may not execute is refused, at create time and
+-- in every batch
+RESET ROLE;
+CREATE FUNCTION sec_sum_trans(bigint, bigint) RETURNS bigint LANGUAGE sql IMMUTABLE RETURN $1 + $2;
+CREATE AGGREGATE sec_sum(bigint) (sfunc = sec_sum_trans, stype = bigint, combinefunc = sec_sum_trans);
+REVOKE EXECUTE ON FUNCTION sec_sum(bigint) FROM PUBLIC;
+SET ROLE regress_sec_mallory;
+SELECT streaming.create_kafka_source('sec_msrc', :'bs', topics => ARRAY[:'t'], columns => 'id bigint, v text');
+SELECT streaming.create_stream('sec_msum', 'SELECT v, sec_sum(id) FROM sec_msrc GROUP BY v',
+    output_mode => 'complete', start => false);
+SELECT streaming.drop_source('sec_msrc');
 -- and properties that load code or read files are the superuser's
 SELECT streaming.create_kafka_source('sec_evil', :'bs', topics => ARRAY[:'t'],
     kafka_options => '{"plugin.library.paths": "/tmp/evil.so"}');
@@ -227,3 +238,5 @@ DROP OWNED BY "regress_sec Rôle ""Q""";
 DROP ROLE "regress_sec Rôle ""Q""";
 DROP OWNED BY regress_sec_mallory;
 DROP ROLE regress_sec_mallory;
+DROP AGGREGATE sec_sum(bigint);
+DROP FUNCTION sec_sum_trans(bigint, bigint);

@@ -20,6 +20,9 @@
 
 #include "access/htup_details.h"
 #include "catalog/pg_aggregate.h"
+#include "catalog/pg_proc.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/nodeAgg.h"
@@ -100,6 +103,40 @@ enter_step(StmAggRuntime *rt, int i, StmAggStep step)
 	as->curperagg = step == STEP_FINAL ? &rt->peragg[i] : NULL;
 	as->aggsplit = as->curpertrans->aggref->aggsplit;
 	return (Node *) as;
+}
+
+
+/*
+ * As nodeAgg.c's ExecInitAgg: the current user (the stream's owner, in a
+ * batch) may execute the aggregate, and the aggregate's owner its support
+ * functions.  Checked when the stream's query is analysed: at create time
+ * and in every batch.
+ */
+void
+stm_agg_check_permissions(Form_pg_aggregate form)
+{
+	Oid			fns[5] = {form->aggtransfn, form->aggcombinefn, form->aggserialfn,
+	form->aggdeserialfn, form->aggfinalfn};
+	Oid			agg_owner;
+	HeapTuple	proc;
+	AclResult	aclresult;
+
+	aclresult = pg_proc_aclcheck(form->aggfnoid, GetUserId(), ACL_EXECUTE);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_AGGREGATE, get_func_name(form->aggfnoid));
+	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(form->aggfnoid));
+	if (!HeapTupleIsValid(proc))
+		elog(ERROR, "cache lookup failed for function %u", form->aggfnoid);
+	agg_owner = ((Form_pg_proc) GETSTRUCT(proc))->proowner;
+	ReleaseSysCache(proc);
+	for (int i = 0; i < (int) lengthof(fns); i++)
+	{
+		if (!OidIsValid(fns[i]))
+			continue;
+		aclresult = pg_proc_aclcheck(fns[i], agg_owner, ACL_EXECUTE);
+		if (aclresult != ACLCHECK_OK)
+			aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(fns[i]));
+	}
 }
 
 /*

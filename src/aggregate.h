@@ -10,6 +10,8 @@
 #ifndef STM_AGGREGATE_H
 #define STM_AGGREGATE_H
 
+#include "catalog/pg_aggregate.h"
+
 #include "fmgr.h"
 #include "nodes/execnodes.h"
 #include "nodes/primnodes.h"
@@ -69,6 +71,7 @@ typedef struct StmAggRuntime
 	FunctionCallInfo fcinfo;
 } StmAggRuntime;
 
+extern void stm_agg_check_permissions(Form_pg_aggregate form);
 extern Oid	stm_agg_transtype(Aggref *agg);
 extern Oid	stm_agg_storedtype(Aggref *agg);
 extern StmAggRuntime *stm_agg_init(List *aggrefs, MemoryContext cxt);

@@ -41,6 +41,7 @@
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
+#include "aggregate.h"
 #include "query.h"
 #include "window.h"
 
@@ -215,6 +216,7 @@ aggregate_walker(Node *node, void *context)
 		if (!HeapTupleIsValid(tup))
 			elog(ERROR, "cache lookup failed for aggregate %u", agg->aggfnoid);
 		form = (Form_pg_aggregate) GETSTRUCT(tup);
+		stm_agg_check_permissions(form);
 		if (!OidIsValid(form->aggcombinefn))
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
