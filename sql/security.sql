@@ -67,16 +67,19 @@ RESET ROLE;
 -- trigger and the sink function all run as alice, and "$user" in the
 -- stream's search_path is alice, not the superuser (whose own schema has a
 -- who() that must not be called)
-SELECT format('CREATE SCHEMA %I', current_user) \gexec
-SELECT format($$CREATE FUNCTION %I.who(v text) RETURNS text LANGUAGE sql RETURN 'the superuser''s who()'$$,
-              current_user) \gexec
+DO $$
+BEGIN
+    EXECUTE format('CREATE SCHEMA %I', current_user);
+    EXECUTE format($f$CREATE FUNCTION %I.who(v text) RETURNS text LANGUAGE sql RETURN 'the superuser''s who()'$f$,
+                   current_user);
+END $$;
 SELECT streaming.run_batch('sec_who');
 SELECT id, who, written_by FROM sec_who ORDER BY id;
 SELECT streaming.run_batch('sec_cu');
 SELECT id, by_role FROM sec_cu ORDER BY id;
 SELECT streaming.run_batch('sec_fn');
 SELECT what, by_role FROM sec_audit ORDER BY what;
-SELECT format('DROP SCHEMA %I CASCADE', current_user) \gexec
+DO $$ BEGIN EXECUTE format('DROP SCHEMA %I CASCADE', current_user); END $$;
 
 --
 -- mallory, the hostile role

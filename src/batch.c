@@ -47,7 +47,7 @@
 typedef struct BatchContext
 {
 	StmStreamDef *def;
-	StmKafka   *kc;
+	StmSource  *src;
 	StmParser	parser;
 	TupleDesc	source_desc;
 	int			ndeclared;		/* declared columns; metadata follows */
@@ -63,12 +63,31 @@ typedef struct BatchContext
 	Datum	   *out_values;
 	bool	   *out_nulls;
 	MemoryContext chunk_cxt;
-	/* counters */
+	Datum	   *error_row;		/* the row being processed, for errcontext */
+	bool	   *error_nulls;
+	/* the batch, as progress shows it */
+	int64		batch_id;
+	TimestampTz started;
+	char	   *start_positions;
+	char	   *end_positions;
+	TimestampTz idle_advance;	/* an idle batch: the watermark it sets (0: none) */
+	int64		num_input_planned;	/* what plan bounded */
 	int64		num_input;
+	int64		num_output;
 	int64		num_bad;
 	int64		num_dedup;
+	int64		num_late;
+	int64		num_state_rows;
 	bool		has_max_event_time;
 	TimestampTz max_event_time;
+	bool		has_watermark;
+	TimestampTz watermark;		/* the new one, when has_watermark */
+	/* what the batch's query reads and writes */
+	StmSourceDef *source_def;
+	StmQueryInfo *qi;
+	Relation	view;
+	Relation	sink_rel;
+	int			guc_nest;		/* the stream's search_path, set for the query */
 } BatchContext;
 
 /* A parsed record: the source row, or the error that made it bad. */
@@ -77,6 +96,7 @@ typedef struct ParsedRecord
 	Datum	   *values;
 	bool	   *nulls;
 	ErrorData  *error;
+	bool		meta_ok;		/* the metadata columns are filled */
 	bool		drop;			/* bad, late or a duplicate */
 } ParsedRecord;
 
@@ -108,17 +128,18 @@ stm_error_is_permanent(int sqlerrcode)
 }
 
 static void
-parse_one(BatchContext *bc, StmKafkaPartition *part, rd_kafka_message_t *m,
-		  ParsedRecord *rec)
+parse_one(BatchContext *bc, StmRecord *r, ParsedRecord *rec)
 {
 	int			natts = bc->source_desc->natts;
 
 	rec->values = palloc(sizeof(Datum) * natts);
 	rec->nulls = palloc(sizeof(bool) * natts);
 	rec->error = NULL;
-	stm_parse_record(&bc->parser, m->payload, (int) m->len, rec->values, rec->nulls);
-	stm_kafka_fill_metadata(bc->kc, part, m, rec->values + bc->ndeclared,
-							rec->nulls + bc->ndeclared);
+	/* metadata first: it tells the record's position if parsing fails */
+	bc->src->routine->fill_metadata(bc->src, r, rec->values + bc->ndeclared,
+									rec->nulls + bc->ndeclared);
+	rec->meta_ok = true;
+	stm_parse_record(&bc->parser, r->data, r->len, rec->values, rec->nulls);
 	if (bc->event_time_att >= 0 && rec->nulls[bc->event_time_att])
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -132,8 +153,7 @@ parse_one(BatchContext *bc, StmKafkaPartition *part, rd_kafka_message_t *m,
  * error in the record instead.
  */
 static bool
-parse_in_subxact(BatchContext *bc, StmKafkaPartition *part,
-				 rd_kafka_message_t **msgs, ParsedRecord *recs,
+parse_in_subxact(BatchContext *bc, StmRecord *records, ParsedRecord *recs,
 				 int from, int to, bool single)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
@@ -145,7 +165,7 @@ parse_in_subxact(BatchContext *bc, StmKafkaPartition *part,
 	PG_TRY();
 	{
 		for (int i = from; i < to; i++)
-			parse_one(bc, part, msgs[i], &recs[i]);
+			parse_one(bc, &records[i], &recs[i]);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
@@ -168,67 +188,79 @@ parse_in_subxact(BatchContext *bc, StmKafkaPartition *part,
 	return ok;
 }
 
+/* The position of a record as JSON text (its metadata columns are filled). */
+static char *
+record_position(BatchContext *bc, ParsedRecord *rec)
+{
+	if (!rec->meta_ok)
+		return pstrdup("{}");
+	return stm_source_position(bc->src, rec->values + bc->ndeclared, rec->nulls + bc->ndeclared);
+}
+
 static void
-write_dead_letter(BatchContext *bc, rd_kafka_message_t *m, ErrorData *edata)
+write_dead_letter(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
 {
 	Oid			types[7] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID, INT4OID};
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	StringInfoData pos;
 	bytea	   *raw;
-	StmCatalogScope scope;
 
-	initStringInfo(&pos);
-	appendStringInfoString(&pos, "{\"topic\": ");
-	escape_json(&pos, rd_kafka_topic_name(m->rkt));
-	appendStringInfo(&pos, ", \"partition\": %d, \"offset\": " INT64_FORMAT "}",
-					 m->partition, (int64) m->offset);
-	raw = palloc(m->len + VARHDRSZ);
-	SET_VARSIZE(raw, m->len + VARHDRSZ);
-	if (m->len > 0)
-		memcpy(VARDATA(raw), m->payload, m->len);
+	raw = palloc(r->len + VARHDRSZ);
+	SET_VARSIZE(raw, r->len + VARHDRSZ);
+	if (r->len > 0)
+		memcpy(VARDATA(raw), r->data, r->len);
 
 	values[0] = CStringGetTextDatum(bc->def->name);
 	values[1] = CStringGetTextDatum(bc->def->source);
-	values[2] = CStringGetTextDatum(pos.data);
+	values[2] = CStringGetTextDatum(record_position(bc, rec));
 	values[3] = PointerGetDatum(raw);
-	if (m->payload == NULL)
+	if (r->data == NULL)
 		nulls[3] = 'n';
 	values[4] = CStringGetTextDatum(edata->detail ?
 									psprintf("%s: %s", edata->message, edata->detail) :
 									edata->message);
 	values[5] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
 	values[6] = Int32GetDatum(bc->def->id);
-
-	scope = stm_catalog_begin();
-	SPI_connect();
-	if (SPI_execute_with_args("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
-							  "VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)",
-							  7, types, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not write streaming.dead_letters");
-	SPI_finish();
-	stm_catalog_end(scope);
+	stm_catalog_exec("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
+					 "VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)",
+					 7, types, values, nulls, SPI_OK_INSERT);
 }
 
 static void
-handle_bad_record(BatchContext *bc, rd_kafka_message_t *m, ErrorData *edata)
+handle_bad_record(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
 {
 	bc->num_bad++;
-	if (strcmp(bc->kc->on_bad_record, "fail") == 0)
+	if (bc->src->on_bad_record == STM_BAD_RECORD_FAIL)
 		ereport(ERROR,
 				(errcode(edata->sqlerrcode),
-				 errmsg("bad record at Kafka topic \"%s\" partition %d offset " INT64_FORMAT ": %s",
-						rd_kafka_topic_name(m->rkt), m->partition, (int64) m->offset,
-						edata->message),
+				 errmsg("bad record in source \"%s\" at %s: %s",
+						bc->def->source, record_position(bc, rec), edata->message),
 				 edata->detail ? errdetail("%s", edata->detail) : 0,
 				 errhint("The source has on_bad_record => 'fail'; use 'dead_letter' to set bad records aside.")));
-	if (strcmp(bc->kc->on_bad_record, "dead_letter") == 0)
-		write_dead_letter(bc, m, edata);
+	if (bc->src->on_bad_record == STM_BAD_RECORD_DEAD_LETTER)
+		write_dead_letter(bc, r, rec, edata);
 }
 
-/* Called by the Kafka source with each chunk of messages of the batch. */
+/*
+ * Errors while a row goes through the query and into the sink or the state
+ * name the stream and the row's position (as COPY names the line).
+ */
 static void
-process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int n)
+batch_error_callback(void *arg)
+{
+	BatchContext *bc = arg;
+
+	if (bc->error_row)
+		errcontext("stream \"%s\", source \"%s\" at %s", bc->def->name, bc->def->source,
+				   stm_source_position(bc->src, bc->error_row + bc->ndeclared,
+									   bc->error_nulls + bc->ndeclared));
+	else
+		errcontext("stream \"%s\"", bc->def->name);
+}
+
+/* Called by the source with each chunk of records of the batch. */
+static void
+process_chunk(void *arg, StmRecord *records, int n)
 {
 	BatchContext *bc = arg;
 	ParsedRecord *recs;
@@ -240,17 +272,17 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 	MemoryContextSwitchTo(oldcxt);
 	bc->num_input += n;
 
-	if (!parse_in_subxact(bc, part, msgs, recs, 0, n, false))
+	if (!parse_in_subxact(bc, records, recs, 0, n, false))
 	{
 		for (int i = 0; i < n; i++)
-			(void) parse_in_subxact(bc, part, msgs, recs, i, i + 1, true);
+			(void) parse_in_subxact(bc, records, recs, i, i + 1, true);
 	}
 
 	for (int i = 0; i < n; i++)
 	{
 		if (recs[i].error)
 		{
-			handle_bad_record(bc, msgs[i], recs[i].error);
+			handle_bad_record(bc, &records[i], &recs[i], recs[i].error);
 			recs[i].drop = true;
 		}
 		else if (bc->event_time_att >= 0)
@@ -288,6 +320,8 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 
 		if (rec->drop)
 			continue;
+		bc->error_row = rec->values;
+		bc->error_nulls = rec->nulls;
 		ExecClearTuple(slot);
 		memcpy(slot->tts_values, rec->values, sizeof(Datum) * bc->source_desc->natts);
 		memcpy(slot->tts_isnull, rec->nulls, sizeof(bool) * bc->source_desc->natts);
@@ -302,6 +336,7 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 			stm_sink_put(bc->sink, bc->out_values, bc->out_nulls);
 		ResetExprContext(bc->econtext);
 	}
+	bc->error_row = NULL;
 }
 
 /*
@@ -335,38 +370,38 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 	return result;
 }
 
+/* The batch's progress row and the stream's new state, in the batch's transaction. */
 static void
-record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
-			 char *start_json, char *end_json, int64 num_output, int64 num_state_rows,
-			 int64 num_late_rows, bool no_data_batch_due,
-			 bool has_watermark, TimestampTz watermark, TimestampTz idle_clock)
+record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 {
 	Oid			types[17] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID, INT8OID,
 	TIMESTAMPTZOID};
 	Datum		values[17];
 	char		nulls[17] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	char	   *data_loss = bc->src->routine->data_loss_json ?
+		bc->src->routine->data_loss_json(bc->src) : NULL;
 	StmCatalogScope scope;
 
 	values[0] = Int32GetDatum(bc->def->id);
-	values[1] = Int64GetDatum(batch_id);
-	values[2] = TimestampTzGetDatum(started);
+	values[1] = Int64GetDatum(bc->batch_id);
+	values[2] = TimestampTzGetDatum(bc->started);
 	values[3] = Int64GetDatum(bc->num_input);
-	values[4] = Int64GetDatum(num_output);
+	values[4] = Int64GetDatum(bc->num_output);
 	values[5] = Int64GetDatum(bc->num_bad);
 	values[6] = TimestampTzGetDatum(bc->max_event_time);
 	nulls[6] = bc->has_max_event_time ? ' ' : 'n';
-	values[7] = TimestampTzGetDatum(watermark);
-	nulls[7] = has_watermark ? ' ' : 'n';
-	values[8] = CStringGetTextDatum(start_json);
-	values[9] = CStringGetTextDatum(end_json);
-	if (bc->kc->data_loss.len > 0)
-		values[10] = CStringGetTextDatum(psprintf("[%s]", bc->kc->data_loss.data));
+	values[7] = TimestampTzGetDatum(bc->watermark);
+	nulls[7] = bc->has_watermark ? ' ' : 'n';
+	values[8] = CStringGetTextDatum(bc->start_positions);
+	values[9] = CStringGetTextDatum(bc->end_positions);
+	if (data_loss)
+		values[10] = CStringGetTextDatum(data_loss);
 	else
 		nulls[10] = 'n';
 	values[11] = Int32GetDatum(stm_guc_progress_history);
-	values[12] = Int64GetDatum(num_state_rows);
-	values[13] = Int64GetDatum(num_late_rows);
+	values[12] = Int64GetDatum(bc->num_state_rows);
+	values[13] = Int64GetDatum(bc->num_late);
 	values[14] = BoolGetDatum(no_data_batch_due);
 	values[15] = Int64GetDatum(bc->num_dedup);
 	values[16] = TimestampTzGetDatum(idle_clock);
@@ -545,203 +580,255 @@ query_error_callback(void *arg)
 	errcontext("query of stream \"%s\"", def->name);
 }
 
-/* stm_batch_run, once the stream's row is locked and its owner in charge */
-static int64
-run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
+/*
+ * The source, opened by the runtime's first batch (for a worker, once in its
+ * life): it lives in the runtime's memory context.
+ */
+static StmSource *
+open_source(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
 {
-	BatchContext bc = {0};
-	ErrorContextCallback errcb;
-	StmSourceDef *src;
-	StmQueryInfo *qi;
-	Relation	view;
-	Relation	sink_rel;
-	TimestampTz started = GetCurrentTimestamp();
-	int64		total;
-	int64		batch_id;
-	int			nest;
-	char	   *start_json;
-	char	   *end_json;
-	bool		has_watermark = false;
-	TimestampTz watermark = 0;
-	int64		num_output;
-	int64		num_state_rows = 0;
-	int64		num_late_rows = 0;
-	TimestampTz idle_advance = 0;	/* an idle batch: the watermark it sets */
-	bool		keep_late;
-	MemoryContext oldcxt;
-	ListCell   *lc;
-
-	src = stm_catalog_get_source_of_stream(def);
-	if (rt->kafka == NULL)
+	if (rt->source == NULL)
 	{
-		oldcxt = MemoryContextSwitchTo(rt->cxt);
-		rt->kafka = stm_kafka_open(src, def->owner, true);
-		rt->kafka->bounded = rt->bounded;
+		MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
+
+		rt->source = stm_source_open(source_def, def->owner, true);
+		rt->source->bounded = rt->bounded;
 		MemoryContextSwitchTo(oldcxt);
 	}
-	bc.def = def;
-	bc.kc = rt->kafka;
+	return rt->source;
+}
 
-	total = stm_kafka_plan(bc.kc, def->id, def->positions_initialized,
-						   last_trigger_time(rt, def));
+/*
+ * Fix the batch's bounds; false when there is no batch to run: nothing new,
+ * no no-data batch due after a batch that moved the watermark (SPEC 3.1),
+ * and no idle_timeout advance.
+ */
+static bool
+plan_batch(BatchContext *bc, StmRuntime *rt)
+{
+	StmStreamDef *def = bc->def;
+	StmPlanContext ctx;
+	int64		total;
+	bool		no_data_due = def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE;
+
+	ctx.stream_id = def->id;
+	ctx.initialized = def->positions_initialized;
+	ctx.last_trigger = last_trigger_time(rt, def);
+	total = bc->src->routine->plan(bc->src, &ctx);
 	if (!def->positions_initialized)
 		stm_catalog_mark_positions_initialized(def->id);
-	/* nothing new: still a batch when the last one moved the watermark (SPEC 3.1) */
-	if (total == 0 && !(def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE))
-		idle_advance = idle_watermark(def, GetCurrentTimestamp());
-	if (total == 0 && !(def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE) &&
-		idle_advance == 0)
+	bc->num_input_planned = total;
+	if (total == 0 && !no_data_due)
+		bc->idle_advance = idle_watermark(def, GetCurrentTimestamp());
+	if (total == 0 && !no_data_due && bc->idle_advance == 0)
 	{
-		bool		unsaved = bc.kc->data_loss.len > 0;
-
-		foreach(lc, bc.kc->partitions)
-			if (!((StmKafkaPartition *) lfirst(lc))->stored)
-				unsaved = true;
-		/* pin where 'latest' pointed, so later records are not skipped */
-		if (unsaved)
-			stm_kafka_save_positions(bc.kc, def->id);
-		return -1;
+		if (bc->src->routine->save_idle_positions)
+			bc->src->routine->save_idle_positions(bc->src, def->id);
+		return false;
 	}
-	batch_id = def->last_batch_id + 1;
-	start_json = stm_kafka_positions_json(bc.kc, false);
-	end_json = stm_kafka_positions_json(bc.kc, true);
+	bc->batch_id = def->last_batch_id + 1;
+	bc->start_positions = bc->src->routine->positions_json(bc->src, false);
+	bc->end_positions = bc->src->routine->positions_json(bc->src, true);
+	return true;
+}
 
-	/* the query is analysed as its creator wrote it, "$user" being the owner */
-	nest = NewGUCNestLevel();
+/*
+ * The stream's query, analysed again as its creator wrote it (with "$user"
+ * the owner), its relations opened, its projection or aggregation and its
+ * sink set up, and the operators before it (dedup).
+ */
+static void
+begin_query(BatchContext *bc)
+{
+	StmStreamDef *def = bc->def;
+	ErrorContextCallback errcb;
+	StmQueryInfo *qi;
+	bool		keep_late = strcmp(def->late_rows, "keep") == 0;
+
+	bc->guc_nest = NewGUCNestLevel();
 	(void) set_config_option("search_path", def->search_path, PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	errcb.callback = query_error_callback;
 	errcb.arg = def;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	qi = stm_query_analyze(def->query);
+	qi = bc->qi = stm_query_analyze(def->query);
 	error_context_stack = errcb.previous;
-	if (qi->source_view != src->view)
+	if (qi->source_view != bc->source_def->view)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the query of stream \"%s\" no longer reads its source \"%s\"",
 						def->name, def->source)));
 	ExecCheckRTPerms(qi->query->rtable, true);
 
-	view = relation_open(src->view, AccessShareLock);
+	bc->view = relation_open(bc->source_def->view, AccessShareLock);
 	if (OidIsValid(def->sink_function))
-		def->sink = batch_table(qi, batch_id);
-	sink_rel = OidIsValid(def->sink) ? try_relation_open(def->sink, RowExclusiveLock) : NULL;
-	if (sink_rel == NULL)
+		def->sink = batch_table(qi, bc->batch_id);
+	bc->sink_rel = OidIsValid(def->sink) ? try_relation_open(def->sink, RowExclusiveLock) : NULL;
+	if (bc->sink_rel == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("the sink table of stream \"%s\" was dropped", def->name),
 				 errhint("Drop the stream, or create the table again.")));
 
-	keep_late = strcmp(def->late_rows, "keep") == 0;
-	bc.source_desc = CreateTupleDescCopy(RelationGetDescr(view));
-	bc.ndeclared = bc.source_desc->natts - STM_KAFKA_META_COLUMNS -
-		(bc.kc->include_headers ? 1 : 0);
-	bc.event_time_att = def->event_time ? view_attno(bc.source_desc, def->event_time) : -1;
-	stm_parser_init(&bc.parser, bc.kc->format, bc.kc->has_columns, ',',
-					bc.source_desc, bc.ndeclared);
-	bc.estate = CreateExecutorState();
-	bc.econtext = GetPerTupleExprContext(bc.estate);
-	bc.source_slot = MakeSingleTupleTableSlot(bc.source_desc, &TTSOpsVirtual);
+	bc->source_desc = CreateTupleDescCopy(RelationGetDescr(bc->view));
+	bc->ndeclared = bc->source_desc->natts - bc->src->nmeta;
+	bc->event_time_att = def->event_time ? view_attno(bc->source_desc, def->event_time) : -1;
+	stm_parser_init(&bc->parser, bc->src->format, bc->src->has_columns, bc->src->csv_delimiter,
+					bc->source_desc, bc->ndeclared);
+	bc->estate = CreateExecutorState();
+	bc->econtext = GetPerTupleExprContext(bc->estate);
+	bc->source_slot = MakeSingleTupleTableSlot(bc->source_desc, &TTSOpsVirtual);
 	if (qi->agg)
 	{
-		bc.qual = stm_query_compile_qual(qi);
-		bc.aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, sink_rel,
-										 OidIsValid(def->sink_function),
-										 def->has_watermark, previous_watermark(def),
-										 bc.event_time_att,
-										 keep_late ? def->name : NULL, bc.ndeclared);
+		bc->qual = stm_query_compile_qual(qi);
+		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink_rel,
+										  OidIsValid(def->sink_function),
+										  def->has_watermark, previous_watermark(def),
+										  bc->event_time_att,
+										  keep_late ? def->name : NULL, bc->ndeclared);
 		/* a window's column is the event time; without a window, event_time's */
 		if (qi->agg->event_time_att >= 0)
-			bc.event_time_att = qi->agg->event_time_att;
+			bc->event_time_att = qi->agg->event_time_att;
 	}
 	else
 	{
-		bc.sink = stm_sink_open(sink_rel, bc.estate);
-		bc.projector = stm_query_compile(qi, sink_rel, bc.estate);
+		bc->sink = stm_sink_open(bc->sink_rel, bc->estate);
+		bc->projector = stm_query_compile(qi, bc->sink_rel, bc->estate);
 	}
-	bc.out_values = palloc(sizeof(Datum) * RelationGetDescr(sink_rel)->natts);
-	bc.out_nulls = palloc(sizeof(bool) * RelationGetDescr(sink_rel)->natts);
+	bc->out_values = palloc(sizeof(Datum) * RelationGetDescr(bc->sink_rel)->natts);
+	bc->out_nulls = palloc(sizeof(bool) * RelationGetDescr(bc->sink_rel)->natts);
 	/* a large first block survives each reset: no malloc churn per chunk */
-	bc.chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
-										 0, 4 * 1024 * 1024, 8 * 1024 * 1024);
+	bc->chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
+										  0, 4 * 1024 * 1024, 8 * 1024 * 1024);
 
 	if (def->has_dedup)
-		bc.dedup = stm_dedup_begin(def->id, bc.source_desc, stm_catalog_dedup_keys(def->id),
-								   def->has_watermark ? bc.event_time_att : -1,
-								   previous_watermark(def), def->dedup_within_watermark,
-								   def->watermark_delay.time +
-								   (int64) def->watermark_delay.day * USECS_PER_DAY,
-								   keep_late ? def->name : NULL, bc.ndeclared);
-	stm_kafka_fetch(bc.kc, process_chunk, &bc);
-	if (bc.dedup)
+		bc->dedup = stm_dedup_begin(def->id, bc->source_desc, stm_catalog_dedup_keys(def->id),
+									def->has_watermark ? bc->event_time_att : -1,
+									previous_watermark(def), def->dedup_within_watermark,
+									def->watermark_delay.time +
+									(int64) def->watermark_delay.day * USECS_PER_DAY,
+									keep_late ? def->name : NULL, bc->ndeclared);
+}
+
+/*
+ * After the last record: the stateful operators merge into their state
+ * tables and write the sink as the output mode says; the sink function is
+ * called; the query's relations are closed.
+ */
+static void
+end_query(BatchContext *bc)
+{
+	if (bc->dedup)
 	{
 		int64		dedup_late;
 		int64		dedup_state;
 
-		stm_dedup_finish(bc.dedup, &bc.num_dedup, &dedup_late, &dedup_state);
-		num_late_rows += dedup_late;
-		num_state_rows += dedup_state;
+		stm_dedup_finish(bc->dedup, &bc->num_dedup, &dedup_late, &dedup_state);
+		bc->num_late += dedup_late;
+		bc->num_state_rows += dedup_state;
 	}
-
-	if (bc.aggbatch)
+	if (bc->aggbatch)
 	{
 		int64		agg_state;
 		int64		agg_late;
 
-		num_output = stm_aggbatch_finish(bc.aggbatch, &agg_state, &agg_late);
-		num_state_rows += agg_state;
-		num_late_rows += agg_late;
+		bc->num_output = stm_aggbatch_finish(bc->aggbatch, &agg_state, &agg_late);
+		bc->num_state_rows += agg_state;
+		bc->num_late += agg_late;
 	}
 	else
 	{
-		stm_sink_close(bc.sink);
-		num_output = bc.sink->rows;
+		stm_sink_close(bc->sink);
+		bc->num_output = bc->sink->rows;
 	}
-	ExecDropSingleTupleTableSlot(bc.source_slot);
-	FreeExecutorState(bc.estate);
-	MemoryContextDelete(bc.chunk_cxt);
-	table_close(sink_rel, NoLock);
-	relation_close(view, NoLock);
-	if (OidIsValid(def->sink_function))
-		call_sink_function(def, batch_id);
-	AtEOXact_GUC(true, nest);
+	ExecDropSingleTupleTableSlot(bc->source_slot);
+	FreeExecutorState(bc->estate);
+	MemoryContextDelete(bc->chunk_cxt);
+	table_close(bc->sink_rel, NoLock);
+	relation_close(bc->view, NoLock);
+	if (OidIsValid(bc->def->sink_function))
+		call_sink_function(bc->def, bc->batch_id);
+	AtEOXact_GUC(true, bc->guc_nest);
+}
 
-	/* watermark = max event time seen - delay; it never moves back */
-	if (def->has_watermark)
+/* watermark = max event time seen - delay, or the idle advance; it never moves back */
+static void
+advance_watermark(BatchContext *bc)
+{
+	StmStreamDef *def = bc->def;
+
+	if (!def->has_watermark)
+		return;
+	bc->has_watermark = true;
+	bc->watermark = previous_watermark(def);
+	if (bc->has_max_event_time)
 	{
-		has_watermark = true;
-		watermark = previous_watermark(def);
-		if (bc.has_max_event_time)
-		{
-			TimestampTz candidate = DatumGetTimestampTz(
-				DirectFunctionCall2(timestamptz_mi_interval,
-									TimestampTzGetDatum(bc.max_event_time),
-									IntervalPGetDatum(&def->watermark_delay)));
+		TimestampTz candidate = DatumGetTimestampTz(
+			DirectFunctionCall2(timestamptz_mi_interval,
+								TimestampTzGetDatum(bc->max_event_time),
+								IntervalPGetDatum(&def->watermark_delay)));
 
-			watermark = Max(watermark, candidate);
-		}
-		if (idle_advance != 0)
-			watermark = Max(watermark, idle_advance);
+		bc->watermark = Max(bc->watermark, candidate);
 	}
+	if (bc->idle_advance != 0)
+		bc->watermark = Max(bc->watermark, bc->idle_advance);
+}
 
-	stm_kafka_save_positions(bc.kc, def->id);
+/* stm_batch_run, once the stream's row is locked and its owner in charge */
+static int64
+run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
+{
+	BatchContext bc = {0};
+	ErrorContextCallback errcb;
+	bool		stateful;
+
+	bc.def = def;
+	bc.started = GetCurrentTimestamp();
+	bc.source_def = stm_catalog_get_source_of_stream(def);
+	bc.src = open_source(rt, def, bc.source_def);
+	if (!plan_batch(&bc, rt))
+		return -1;
+
+	begin_query(&bc);
+	errcb.callback = batch_error_callback;
+	errcb.arg = &bc;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	bc.src->routine->fetch(bc.src, process_chunk, &bc);
+	end_query(&bc);
+	error_context_stack = errcb.previous;
+
+	advance_watermark(&bc);
+	bc.src->routine->save_positions(bc.src, def->id, bc.batch_id);
 	/*
 	 * a data batch of a stateful stream that moved the watermark makes a
 	 * no-data batch due (not for 'once')
 	 */
-	record_batch(&bc, batch_id, started, start_json, end_json, num_output, num_state_rows,
-				 num_late_rows,
-				 (bc.aggbatch != NULL || bc.dedup != NULL) && (bc.num_input > 0 || idle_advance != 0) &&
-				 has_watermark && watermark > previous_watermark(def) &&
+	stateful = bc.aggbatch != NULL || bc.dedup != NULL;
+	record_batch(&bc,
+				 stateful && (bc.num_input > 0 || bc.idle_advance != 0) &&
+				 bc.has_watermark && bc.watermark > previous_watermark(def) &&
 				 def->trigger_kind != STM_TRIGGER_ONCE,
-				 has_watermark, watermark,
-				 total > 0 ? started : idle_advance != 0 ? GetCurrentTimestamp() : 0);
+				 bc.num_input_planned > 0 ? bc.started :
+				 bc.idle_advance != 0 ? GetCurrentTimestamp() : 0);
 
 	if (stm_guc_log_batches)
 		ereport(LOG,
 				(errmsg("stream \"%s\" ran batch " INT64_FORMAT ": %lld input rows, %lld output rows, %lld bad rows",
-						def->name, batch_id, (long long) bc.num_input,
-						(long long) num_output, (long long) bc.num_bad)));
-	return batch_id;
+						def->name, bc.batch_id, (long long) bc.num_input,
+						(long long) bc.num_output, (long long) bc.num_bad)));
+	return bc.batch_id;
+}
+
+/*
+ * After the batch's transaction committed: the source's work that must
+ * wait for it (clean_source of files).  A crash before this only delays it:
+ * the source does it again before its next batch.
+ */
+void
+stm_batch_after_commit(StmRuntime *rt)
+{
+	if (rt->source && rt->source->routine->after_commit)
+		rt->source->routine->after_commit(rt->source, rt->stream_id);
 }

@@ -5,14 +5,14 @@
 #define STM_BATCH_H
 
 #include "catalog.h"
-#include "source_kafka.h"
+#include "source.h"
 
 /* What a stream keeps between batches (for a worker: its whole life). */
 typedef struct StmRuntime
 {
 	MemoryContext cxt;			/* lives as long as the runtime */
 	int32		stream_id;
-	StmKafka   *kafka;
+	StmSource  *source;			/* opened by the first batch, in cxt */
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 } StmRuntime;
@@ -20,5 +20,6 @@ typedef struct StmRuntime
 extern StmRuntime *stm_runtime_create(int32 stream_id);
 extern int64 stm_batch_run(StmRuntime *rt);
 extern bool stm_error_is_permanent(int sqlerrcode);
+extern void stm_batch_after_commit(StmRuntime *rt);
 
 #endif

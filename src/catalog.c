@@ -174,6 +174,21 @@ stm_catalog_check_version(int elevel)
 	return false;
 }
 
+/* Change the catalog: as the extension's owner (catalog.c), after the caller was checked. */
+void
+stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
+{
+	StmCatalogScope scope = stm_catalog_begin();
+	int			rc;
+
+	SPI_connect();
+	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	if (rc != expect)
+		elog(ERROR, "SPI failed (%s): %s", SPI_result_code_string(rc), sql);
+	SPI_finish();
+	stm_catalog_end(scope);
+}
+
 static char *
 copy_text(MemoryContext cxt, HeapTuple tup, TupleDesc desc, int col)
 {
@@ -193,7 +208,7 @@ get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 	"event_time, trigger, search_path, owner::oid, enabled, status, " \
 	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, sink_function::oid, " \
 	"dedup_keys IS NOT NULL, dedup_within_watermark, late_rows, " \
-	"(extract(epoch FROM idle_timeout) * 1000000)::bigint, idle_clock_at"
+	"(extract(epoch FROM idle_timeout) * 1000000)::bigint, idle_clock_at, last_error"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -236,6 +251,7 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	d = get_bin(tup, desc, 23, &isnull);
 	s->idle_timeout_us = isnull ? 0 : DatumGetInt64(d);
 	s->idle_clock_at = DatumGetTimestampTz(get_bin(tup, desc, 24, &isnull));
+	s->last_error = copy_text(cxt, tup, desc, 25);
 	return s;
 }
 
@@ -372,6 +388,35 @@ StmSourceDef *
 stm_catalog_get_source_by_view(Oid view)
 {
 	return get_source("view = $1::oid", OIDOID, ObjectIdGetDatum(view), InvalidOid);
+}
+
+/* A source's options, as stored (streaming.sources.options). */
+Jsonb *
+stm_catalog_source_options(const char *source)
+{
+	Oid			type = TEXTOID;
+	Datum		arg = CStringGetTextDatum(source);
+	Jsonb	   *result = NULL;
+	StmCatalogScope scope = stm_catalog_begin();
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT options FROM streaming.sources WHERE name = $1",
+							  1, &type, &arg, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.sources");
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		result = DatumGetJsonbP(SPI_datumTransfer(d, false, -1));
+	}
+	SPI_finish();
+	stm_catalog_end(scope);
+	if (result == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("source \"%s\" does not exist", source)));
+	return result;
 }
 
 /* One option of a source as text (options #>> path), or NULL. */

@@ -10,6 +10,7 @@
 
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
+#include "utils/jsonb.h"
 
 /* 1970-01-01 00:00 UTC: the first watermark, the default window origin */
 #define STM_UNIX_EPOCH \
@@ -52,6 +53,7 @@ typedef struct StmStreamDef
 	int			failures;
 	int64		idle_timeout_us;	/* 0: none */
 	TimestampTz idle_clock_at;	/* the last batch that read records, or the last idle advance */
+	char	   *last_error;		/* NULL when none */
 } StmStreamDef;
 
 typedef struct StmSourceDef
@@ -80,6 +82,8 @@ typedef struct StmCatalogScope
 extern Oid	stm_catalog_extension_owner(void);
 extern StmCatalogScope stm_catalog_begin(void);
 extern void stm_catalog_end(StmCatalogScope scope);
+extern void stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
+							 const char *nulls, int expect);
 
 extern StmStreamDef *stm_catalog_get_stream(const char *name, bool missing_ok);
 extern StmStreamDef *stm_catalog_get_stream_by_id(int32 id, bool lock);
@@ -88,6 +92,7 @@ extern StmSourceDef *stm_catalog_get_source(const char *name, bool missing_ok);
 extern bool stm_catalog_source_exists(const char *name);
 extern StmSourceDef *stm_catalog_get_source_of_stream(StmStreamDef *def);
 extern StmSourceDef *stm_catalog_get_source_by_view(Oid view);
+extern Jsonb *stm_catalog_source_options(const char *source);
 extern char *stm_catalog_source_option(const char *source, const char *path);
 extern List *stm_catalog_source_option_list(const char *source, const char *sql_expr);
 extern void stm_catalog_set_status(int32 stream_id, const char *status,

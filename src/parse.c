@@ -366,6 +366,9 @@ stm_parse_record(StmParser *p, const char *data, int len,
 	char	   *buf;
 	MemoryContext oldcxt;
 
+	/* every column of such a source is metadata (the rate source) */
+	if (p->format == STM_FORMAT_NONE)
+		return;
 	/* a tombstone (no value at all) */
 	if (data == NULL)
 	{

@@ -1,5 +1,5 @@
 /*
- * parse.h: decoding one record (a Kafka message value, a line of a file)
+ * parse.h: decoding one record (a message's value, a line of a file)
  * into the typed columns a source declares.
  */
 #ifndef STM_PARSE_H
@@ -10,6 +10,7 @@
 
 typedef enum StmFormat
 {
+	STM_FORMAT_NONE,			/* no payload: every column is metadata */
 	STM_FORMAT_JSON,
 	STM_FORMAT_CSV,
 	STM_FORMAT_TEXT,

@@ -18,7 +18,7 @@
  * callback only copies a string, and runs in rd_kafka_poll on our thread);
  * every rd_kafka_message_t is destroyed by the batch that fetched it or kept
  * in a partition's held list; the client is destroyed when the memory context
- * holding the StmKafka is deleted, also on error.
+ * holding the KafkaSource is deleted, also on error.
  */
 #include "postgres.h"
 
@@ -36,128 +36,76 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "api.h"
 #include "catalog.h"
 #include "guc.h"
+#include "kafka_conf.h"
+#include "options.h"
+#include "source.h"
 #include "source_kafka.h"
+
+PG_FUNCTION_INFO_V1(streaming_create_kafka_source);
 
 #define FETCH_CHUNK 1000
 #define FETCH_POLL_MS 10
 
-/* librdkafka properties a non-superuser may set (SPEC 7: an allowlist) */
-static const char *const user_allowed_options[] = {
-	"client.id", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
-	"sasl.username", "sasl.password", "sasl.oauthbearer.config",
-	"ssl.endpoint.identification.algorithm", "ssl.ca.pem", "ssl.certificate.pem",
-	"ssl.key.pem", "ssl.key.password", "ssl.cipher.suites",
-	"fetch.wait.max.ms", "fetch.min.bytes", "fetch.max.bytes",
-	"fetch.message.max.bytes", "fetch.error.backoff.ms", "queued.min.messages",
-	"queued.max.messages.kbytes", "receive.message.max.bytes",
-	"socket.timeout.ms", "socket.keepalive.enable", "metadata.max.age.ms",
-	"topic.metadata.refresh.interval.ms", "reconnect.backoff.ms",
-	"reconnect.backoff.max.ms", "isolation.level", "check.crcs",
-	"client.rack", "broker.address.family", "api.version.request",
-	"broker.version.fallback", "group.id", "connections.max.idle.ms",
-	NULL
-};
+/* One partition the source reads. */
+typedef struct KafkaPartition
+{
+	char	   *topic;
+	Datum		topic_text;		/* the topic as a text Datum, for kafka_topic */
+	int32		partition;
+	rd_kafka_topic_t *rkt;
+	bool		stored;			/* has a row in streaming.offsets */
+	int64		start;			/* this batch reads [start, end) */
+	int64		end;
+	int64		low;			/* log start offset, as last queried */
+	int64		high;			/* high watermark, as last queried */
+	int64		limit;			/* available_now: never read past this; -1 none */
+	bool		started;		/* consumption started at pos */
+	int64		next;			/* while fetching: next offset to hand out */
+	int64		pos;			/* next offset the local queue delivers */
+	rd_kafka_message_t **held;	/* fetched past end: first of next batch */
+	int			nheld;
+	int			held_next;
+} KafkaPartition;
+
+/* An open Kafka source. */
+typedef struct KafkaSource
+{
+	StmSource	base;			/* first: what the batch reads */
+	rd_kafka_t *rk;				/* fetches */
+	rd_kafka_t *meta;			/* metadata and offset queries */
+	rd_kafka_conf_t *consumer_conf;	/* rk's, until rk is made (open_consumer) */
+	bool		privileged;		/* superusers own source and stream: no caps */
+	int64		user_queue_kb;	/* prefetch sizes kafka_options asked for (0: none) */
+	int64		user_fetch_bytes;
+	int64		user_fetch_max_bytes;
+	int64		user_receive_max_bytes;
+	MemoryContext cxt;			/* where partitions are kept */
+	char	   *source;			/* the source's name */
+	char	   *bootstrap;
+	List	   *topics;			/* subscribe: names */
+	char	   *topic_pattern;	/* subscribePattern */
+	List	   *assign;			/* assign: (topic, partition) as KafkaPartition */
+	char	   *starting_offsets;
+	int64		max_offsets_per_trigger;	/* 0: none */
+	int64		min_offsets_per_trigger;	/* 0: none */
+	int64		max_trigger_delay_ms;
+	bool		fail_on_data_loss;
+	bool		include_headers;
+	List	   *partitions;		/* KafkaPartition, all known */
+	bool		limits_fixed;
+	char		error[STM_KAFKA_ERROR_LEN];	/* last error reported by librdkafka */
+	StringInfoData data_loss;	/* JSON array of losses found by the plan */
+	KafkaPartition *current;	/* the partition of the chunk being handed over */
+	StmRecord	records[FETCH_CHUNK];	/* the chunk, as the batch sees it */
+} KafkaSource;
+
+#define KAFKA_META_COLUMNS 5	/* without kafka_headers */
 
 static void
-kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
-{
-	StmKafka   *kc = opaque;
-
-	strlcpy(kc->error, reason, sizeof(kc->error));
-}
-
-static void
-kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-	/* librdkafka's threads must not call elog; errors reach error_cb */
-}
-
-/* True when role may set librdkafka property key (SPEC 7: an allowlist). */
-static bool
-option_allowed(const char *key, Oid role)
-{
-	if (superuser_arg(role))
-		return true;
-	for (int i = 0; user_allowed_options[i]; i++)
-		if (strcmp(user_allowed_options[i], key) == 0)
-			return true;
-	return false;
-}
-
-/*
- * Validate one kafka_options entry for the role that sets it: librdkafka
- * must know it, and roles other than superusers may only set properties on
- * the allowlist.
- */
-void
-stm_kafka_check_option(const char *key, const char *value, Oid role)
-{
-	rd_kafka_conf_t *conf;
-	char		errstr[512];
-	rd_kafka_conf_res_t res;
-
-	if (strcmp(key, "bootstrap.servers") == 0 || strcmp(key, "metadata.broker.list") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("kafka_options must not set \"%s\"", key),
-				 errhint("Give the brokers in the bootstrap_servers argument.")));
-	if (!option_allowed(key, role))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("only superusers may set the Kafka client property \"%s\"", key),
-				 errdetail("Properties that load code, run commands or read server files are reserved to superusers.")));
-	conf = rd_kafka_conf_new();
-	res = rd_kafka_conf_set(conf, key, value, errstr, sizeof(errstr));
-	rd_kafka_conf_destroy(conf);
-	if (res != RD_KAFKA_CONF_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid kafka_options entry \"%s\"", key),
-				 errdetail("%s", errstr)));
-}
-
-/*
- * A stored property is checked again whenever a client is built from it
- * (SPEC 7): a row changed behind the functions' back (by a superuser, by a
- * restore) cannot smuggle a property in.  Both the source's owner, who set
- * it, and the stream's owner, whose stream runs the client, must be allowed
- * to set it.  Values are not shown: they may be secrets.
- */
-static void
-recheck_option(StmKafka *kc, const char *key, Oid source_owner, Oid stream_owner)
-{
-	Oid			roles[2] = {source_owner, stream_owner};
-
-	for (int i = 0; i < 2; i++)
-		if (OidIsValid(roles[i]) && !option_allowed(key, roles[i]))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("Kafka client property \"%s\" of source \"%s\" is reserved to superusers",
-							key, kc->source),
-					 errdetail("Role \"%s\" may not set it; the property was not passed to the Kafka client.",
-							   GetUserNameFromId(roles[i], false)),
-					 errhint("Drop the source and create it again without the property, or let a superuser own it.")));
-}
-
-static void
-set_conf(rd_kafka_conf_t *conf, const char *key, const char *value)
-{
-	char		errstr[512];
-
-	if (rd_kafka_conf_set(conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-	{
-		rd_kafka_conf_destroy(conf);
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid Kafka client property \"%s\"", key),
-				 errdetail("%s", errstr)));
-	}
-}
-
-static void
-kafka_release_partition(StmKafkaPartition *p)
+kafka_release_partition(KafkaPartition *p)
 {
 	for (int i = p->held_next; i < p->nheld; i++)
 		rd_kafka_message_destroy(p->held[i]);
@@ -174,7 +122,7 @@ kafka_release_partition(StmKafkaPartition *p)
 static void
 kafka_destroy_cb(void *arg)
 {
-	StmKafka   *kc = arg;
+	KafkaSource *kc = arg;
 	ListCell   *lc;
 
 	if (kc->consumer_conf)
@@ -190,13 +138,13 @@ kafka_destroy_cb(void *arg)
 	/* topic handles are shared between partitions of a topic */
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 		ListCell   *lc2;
 		bool		first = true;
 
 		foreach(lc2, kc->partitions)
 		{
-			StmKafkaPartition *q = lfirst(lc2);
+			KafkaPartition *q = lfirst(lc2);
 
 			if (q == p)
 				break;
@@ -210,115 +158,82 @@ kafka_destroy_cb(void *arg)
 	kc->rk = NULL;
 }
 
-static int64
-option_int(char *v, int64 dflt)
-{
-	return v ? pg_strtoint64(v) : dflt;
-}
-
 /*
- * Open the source's client in the current memory context (it is destroyed
- * with that context), for a stream of stream_owner (InvalidOid: the
- * source's owner alone).  for_batches: also load what batches need.
+ * open: the source's clients, in the current memory context (destroyed with
+ * it).  Every stored kafka_options entry is checked again first (SPEC 7).
  */
-StmKafka *
-stm_kafka_open(StmSourceDef *src, Oid stream_owner, bool for_batches)
+static StmSource *
+kafka_open(StmSource *base, bool for_batches)
 {
-	const char *source = src->name;
-	StmKafka   *kc = palloc0(sizeof(StmKafka));
+	KafkaSource *kc = palloc0(sizeof(KafkaSource));
 	MemoryContextCallback *cb = palloc0(sizeof(MemoryContextCallback));
+	Jsonb	   *o = base->options;
 	rd_kafka_conf_t *conf;
 	rd_kafka_conf_t *meta_conf;
 	char		errstr[512];
-	List	   *rows;
 	List	   *user_options;
-	char	  **o;
 	ListCell   *lc;
 
+	kc->base = *base;
 	kc->cxt = CurrentMemoryContext;
-	kc->source = pstrdup(source);
+	kc->source = base->name;
 	initStringInfo(&kc->data_loss);
-	rows = stm_catalog_source_option_list(source,
-										  "SELECT s.options->>'bootstrap_servers', s.options->>'topic_pattern', "
-										  "s.options->>'starting_offsets', s.options->>'format', "
-										  "(s.options ? 'columns')::text, s.options->>'max_offsets_per_trigger', "
-										  "s.options->>'min_offsets_per_trigger', "
-										  "(extract(epoch FROM (s.options->>'max_trigger_delay')::interval) * 1000)::bigint, "
-										  "s.options->>'fail_on_data_loss', s.options->>'include_headers', "
-										  "s.options->>'on_bad_record'");
-	if (rows == NIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("source \"%s\" does not exist", source)));
-	o = linitial(rows);
-	kc->bootstrap = o[0];
-	kc->topic_pattern = o[1];
-	kc->starting_offsets = o[2];
-	kc->format = stm_parse_format(o[3]);
-	kc->has_columns = strcmp(o[4], "true") == 0;
-	kc->max_offsets_per_trigger = option_int(o[5], 0);
-	kc->min_offsets_per_trigger = option_int(o[6], 0);
-	kc->max_trigger_delay_ms = option_int(o[7], 15 * 60 * 1000);
-	kc->fail_on_data_loss = strcmp(o[8], "true") == 0;
-	kc->include_headers = strcmp(o[9], "true") == 0;
-	kc->on_bad_record = o[10];
-
-	rows = stm_catalog_source_option_list(source,
-										  "SELECT jsonb_array_elements_text(s.options->'topics')");
-	foreach(lc, rows)
-		kc->topics = lappend(kc->topics, ((char **) lfirst(lc))[0]);
-	rows = stm_catalog_source_option_list(source,
-										  "SELECT t.key, p.value FROM jsonb_each(s.options->'partitions') t, "
-										  "jsonb_array_elements_text(t.value) p");
-	foreach(lc, rows)
+	kc->bootstrap = stm_option_text(o, "bootstrap_servers");
+	kc->topic_pattern = stm_option_text(o, "topic_pattern");
+	kc->starting_offsets = stm_option_text(o, "starting_offsets");
+	kc->max_offsets_per_trigger = stm_option_int64(o, "max_offsets_per_trigger", 0);
+	kc->min_offsets_per_trigger = stm_option_int64(o, "min_offsets_per_trigger", 0);
+	kc->max_trigger_delay_ms = stm_option_interval_ms(o, "max_trigger_delay", 15 * 60 * 1000);
+	kc->fail_on_data_loss = stm_option_bool(o, "fail_on_data_loss", true);
+	kc->include_headers = stm_option_bool(o, "include_headers", false);
+	kc->topics = stm_option_elements(o, "topics");
+	foreach(lc, stm_option_pairs(o, "partitions"))
 	{
-		StmKafkaPartition *p = palloc0(sizeof(StmKafkaPartition));
+		StmOptionPair *pair = lfirst(lc);
+		ListCell   *lc2;
 
-		p->topic = ((char **) lfirst(lc))[0];
-		p->partition = pg_strtoint32(((char **) lfirst(lc))[1]);
-		kc->assign = lappend(kc->assign, p);
+		foreach(lc2, stm_option_elements(stm_option_jsonb(o, "partitions"), pair->key))
+		{
+			KafkaPartition *p = palloc0(sizeof(KafkaPartition));
+
+			p->topic = pair->key;
+			p->partition = pg_strtoint32(lfirst(lc2));
+			kc->assign = lappend(kc->assign, p);
+		}
 	}
 
 	/* every stored property is checked before anything is built from them */
-	user_options = stm_catalog_source_option_list(source,
-												  "SELECT key, value FROM jsonb_each_text(s.options->'kafka_options')");
-	foreach(lc, user_options)
-		recheck_option(kc, ((char **) lfirst(lc))[0], src->owner, stream_owner);
-	kc->privileged = superuser_arg(src->owner) &&
-		(!OidIsValid(stream_owner) || superuser_arg(stream_owner));
+	user_options = stm_option_pairs(o, "kafka_options");
+	stm_kafka_recheck_options(psprintf("source \"%s\"", kc->source), user_options,
+							  base->owner, base->stream_owner);
+	kc->privileged = superuser_arg(base->owner) &&
+		(!OidIsValid(base->stream_owner) || superuser_arg(base->stream_owner));
 
-	conf = rd_kafka_conf_new();
-	set_conf(conf, "bootstrap.servers", kc->bootstrap);
-	set_conf(conf, "client.id", "streaming");
-	set_conf(conf, "enable.partition.eof", "true");
-	set_conf(conf, "auto.offset.reset", "error");
-	set_conf(conf, "enable.auto.commit", "false");
-	set_conf(conf, "enable.auto.offset.store", "false");
+	conf = stm_kafka_conf_new(kc->bootstrap, kc->error);
+	stm_kafka_conf_set(conf, "enable.partition.eof", "true");
+	stm_kafka_conf_set(conf, "auto.offset.reset", "error");
+	stm_kafka_conf_set(conf, "enable.auto.commit", "false");
+	stm_kafka_conf_set(conf, "enable.auto.offset.store", "false");
 	/* as Spark: end offsets are high watermarks, read them all */
-	set_conf(conf, "isolation.level", "read_uncommitted");
+	stm_kafka_conf_set(conf, "isolation.level", "read_uncommitted");
 	/* prefetch by bytes, not by message count (open_consumer) */
-	set_conf(conf, "queued.min.messages", "1000000");
-	set_conf(conf, "fetch.wait.max.ms", "100");
-	rd_kafka_conf_set_opaque(conf, kc);
-	rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
-	rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
-
+	stm_kafka_conf_set(conf, "queued.min.messages", "1000000");
+	stm_kafka_conf_set(conf, "fetch.wait.max.ms", "100");
 	foreach(lc, user_options)
 	{
-		char	   *key = ((char **) lfirst(lc))[0];
-		char	   *value = ((char **) lfirst(lc))[1];
+		StmOptionPair *pair = lfirst(lc);
 
 		/* the prefetch sizes are capped by batch_memory in open_consumer */
-		if (strcmp(key, "queued.max.messages.kbytes") == 0)
-			kc->user_queue_kb = option_int(value, 0);
-		else if (strcmp(key, "fetch.message.max.bytes") == 0)
-			kc->user_fetch_bytes = option_int(value, 0);
-		else if (strcmp(key, "fetch.max.bytes") == 0)
-			kc->user_fetch_max_bytes = option_int(value, 0);
-		else if (strcmp(key, "receive.message.max.bytes") == 0)
-			kc->user_receive_max_bytes = option_int(value, 0);
+		if (strcmp(pair->key, "queued.max.messages.kbytes") == 0)
+			kc->user_queue_kb = pg_strtoint64(pair->value);
+		else if (strcmp(pair->key, "fetch.message.max.bytes") == 0)
+			kc->user_fetch_bytes = pg_strtoint64(pair->value);
+		else if (strcmp(pair->key, "fetch.max.bytes") == 0)
+			kc->user_fetch_max_bytes = pg_strtoint64(pair->value);
+		else if (strcmp(pair->key, "receive.message.max.bytes") == 0)
+			kc->user_receive_max_bytes = pg_strtoint64(pair->value);
 		else
-			set_conf(conf, key, value);
+			stm_kafka_conf_set(conf, pair->key, pair->value);
 	}
 
 	/*
@@ -336,9 +251,9 @@ stm_kafka_open(StmSourceDef *src, Oid stream_owner, bool for_batches)
 	if (kc->meta == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not create Kafka client for source \"%s\"", source),
+				 errmsg("could not create Kafka client for source \"%s\"", kc->source),
 				 errdetail("%s", errstr)));
-	return kc;
+	return &kc->base;
 }
 
 /*
@@ -353,7 +268,7 @@ stm_kafka_open(StmSourceDef *src, Oid stream_owner, bool for_batches)
  * administrator's).
  */
 static void
-open_consumer(StmKafka *kc, int npartitions)
+open_consumer(KafkaSource *kc, int npartitions)
 {
 	char		errstr[512];
 	int			share_kb;
@@ -393,10 +308,10 @@ open_consumer(StmKafka *kc, int npartitions)
 			receive_max_bytes = Max(Min(receive_max_bytes, kc->user_receive_max_bytes),
 									fetch_max_bytes + 512);
 	}
-	set_conf(kc->consumer_conf, "queued.max.messages.kbytes", psprintf(INT64_FORMAT, queue_kb));
-	set_conf(kc->consumer_conf, "fetch.message.max.bytes", psprintf(INT64_FORMAT, fetch_bytes));
-	set_conf(kc->consumer_conf, "fetch.max.bytes", psprintf(INT64_FORMAT, fetch_max_bytes));
-	set_conf(kc->consumer_conf, "receive.message.max.bytes", psprintf(INT64_FORMAT, receive_max_bytes));
+	stm_kafka_conf_set(kc->consumer_conf, "queued.max.messages.kbytes", psprintf(INT64_FORMAT, queue_kb));
+	stm_kafka_conf_set(kc->consumer_conf, "fetch.message.max.bytes", psprintf(INT64_FORMAT, fetch_bytes));
+	stm_kafka_conf_set(kc->consumer_conf, "fetch.max.bytes", psprintf(INT64_FORMAT, fetch_max_bytes));
+	stm_kafka_conf_set(kc->consumer_conf, "receive.message.max.bytes", psprintf(INT64_FORMAT, receive_max_bytes));
 	/* only these four values: the configuration also holds credentials */
 	ereport(DEBUG1,
 			(errmsg_internal("Kafka client of source \"%s\" for %d partitions: queued.max.messages.kbytes="
@@ -413,14 +328,14 @@ open_consumer(StmKafka *kc, int npartitions)
 	kc->consumer_conf = NULL;	/* rd_kafka_new took it */
 }
 
-void
-stm_kafka_close(StmKafka *kc)
+static void
+kafka_close(StmSource *src)
 {
-	kafka_destroy_cb(kc);
+	kafka_destroy_cb(src);
 }
 
 static bool
-topic_wanted(StmKafka *kc, const char *topic)
+topic_wanted(KafkaSource *kc, const char *topic)
 {
 	ListCell   *lc;
 
@@ -438,14 +353,14 @@ topic_wanted(StmKafka *kc, const char *topic)
 	return false;
 }
 
-static StmKafkaPartition *
-find_partition(StmKafka *kc, const char *topic, int32 partition)
+static KafkaPartition *
+find_partition(KafkaSource *kc, const char *topic, int32 partition)
 {
 	ListCell   *lc;
 
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 
 		if (p->partition == partition && strcmp(p->topic, topic) == 0)
 			return p;
@@ -456,8 +371,8 @@ find_partition(StmKafka *kc, const char *topic, int32 partition)
 static int
 partition_cmp(const ListCell *a, const ListCell *b)
 {
-	StmKafkaPartition *pa = lfirst(a);
-	StmKafkaPartition *pb = lfirst(b);
+	KafkaPartition *pa = lfirst(a);
+	KafkaPartition *pb = lfirst(b);
 	int			c = strcmp(pa->topic, pb->topic);
 
 	if (c != 0)
@@ -466,9 +381,9 @@ partition_cmp(const ListCell *a, const ListCell *b)
 }
 
 static void
-add_partition(StmKafka *kc, const char *topic, int32 partition)
+add_partition(KafkaSource *kc, const char *topic, int32 partition)
 {
-	StmKafkaPartition *p;
+	KafkaPartition *p;
 	ListCell   *lc;
 
 	MemoryContext oldcxt;
@@ -476,14 +391,14 @@ add_partition(StmKafka *kc, const char *topic, int32 partition)
 	if (find_partition(kc, topic, partition))
 		return;
 	oldcxt = MemoryContextSwitchTo(kc->cxt);
-	p = palloc0(sizeof(StmKafkaPartition));
+	p = palloc0(sizeof(KafkaPartition));
 	p->topic = pstrdup(topic);
 	p->partition = partition;
 	p->topic_text = CStringGetTextDatum(topic);
 	p->limit = -1;
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *q = lfirst(lc);
+		KafkaPartition *q = lfirst(lc);
 
 		if (strcmp(q->topic, topic) == 0)
 			p->rkt = q->rkt;
@@ -504,8 +419,8 @@ add_partition(StmKafka *kc, const char *topic, int32 partition)
  * Learn the partitions the source reads now: the assigned ones, or every
  * partition of the subscribed or matching topics (new ones are picked up).
  */
-void
-stm_kafka_refresh_partitions(StmKafka *kc)
+static void
+refresh_partitions(KafkaSource *kc)
 {
 	const struct rd_kafka_metadata *md;
 	rd_kafka_resp_err_t err;
@@ -516,7 +431,7 @@ stm_kafka_refresh_partitions(StmKafka *kc)
 		open_consumer(kc, list_length(kc->assign));
 		foreach(lc, kc->assign)
 		{
-			StmKafkaPartition *a = lfirst(lc);
+			KafkaPartition *a = lfirst(lc);
 
 			add_partition(kc, a->topic, a->partition);
 		}
@@ -561,7 +476,7 @@ stm_kafka_refresh_partitions(StmKafka *kc)
  * brokers are down; this call honours it.)
  */
 static void
-list_offsets(StmKafka *kc, int64 which)
+list_offsets(KafkaSource *kc, int64 which)
 {
 	rd_kafka_topic_partition_list_t *list;
 	rd_kafka_resp_err_t err;
@@ -573,14 +488,14 @@ list_offsets(StmKafka *kc, int64 which)
 	list = rd_kafka_topic_partition_list_new(list_length(kc->partitions));
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 
 		rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = which;
 	}
 	err = rd_kafka_offsets_for_times(kc->meta, list, stm_guc_kafka_timeout_ms);
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 		rd_kafka_topic_partition_t *tp = &list->elems[i++];
 		rd_kafka_resp_err_t perr = err != RD_KAFKA_RESP_ERR_NO_ERROR ? err : tp->err;
 
@@ -602,8 +517,8 @@ list_offsets(StmKafka *kc, int64 which)
 }
 
 /* Low and high watermarks of every known partition, as the brokers say now. */
-void
-stm_kafka_query_watermarks(StmKafka *kc)
+static void
+query_watermarks(KafkaSource *kc)
 {
 	list_offsets(kc, RD_KAFKA_OFFSET_END);
 	list_offsets(kc, RD_KAFKA_OFFSET_BEGINNING);
@@ -611,26 +526,27 @@ stm_kafka_query_watermarks(StmKafka *kc)
 
 /* starting_offsets for a partition seen in the stream's first batch */
 static int64
-starting_offset(StmKafka *kc, StmKafkaPartition *p)
+starting_offset(KafkaSource *kc, KafkaPartition *p)
 {
-	List	   *rows;
+	Jsonb	   *per_topic;
+	char	   *off_text;
 	int64		off;
 
 	if (strcmp(kc->starting_offsets, "earliest") == 0)
 		return p->low;
 	if (strcmp(kc->starting_offsets, "latest") == 0)
 		return p->high;
-	rows = stm_catalog_source_option_list(kc->source,
-										  psprintf("SELECT (s.options->>'starting_offsets')::jsonb -> %s ->> %s",
-												   quote_literal_cstr(p->topic),
-												   quote_literal_cstr(psprintf("%d", p->partition))));
-	if (rows == NIL || ((char **) linitial(rows))[0] == NULL)
+	per_topic = stm_option_jsonb(DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+																	CStringGetDatum(kc->starting_offsets))),
+								 p->topic);
+	off_text = stm_option_text(per_topic, psprintf("%d", p->partition));
+	if (off_text == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("starting_offsets of source \"%s\" gives no offset for partition %d of topic \"%s\"",
 						kc->source, p->partition, p->topic),
 				 errhint("Give every partition an offset, -2 for earliest or -1 for latest.")));
-	off = pg_strtoint64(((char **) linitial(rows))[0]);
+	off = pg_strtoint64(off_text);
 	if (off == -2)
 		return p->low;
 	if (off == -1)
@@ -639,7 +555,7 @@ starting_offset(StmKafka *kc, StmKafkaPartition *p)
 }
 
 static void
-note_data_loss(StmKafka *kc, StmKafkaPartition *p, int64 from, int64 to)
+note_data_loss(KafkaSource *kc, KafkaPartition *p, int64 from, int64 to)
 {
 	if (kc->fail_on_data_loss)
 		ereport(ERROR,
@@ -664,10 +580,13 @@ note_data_loss(StmKafka *kc, StmKafkaPartition *p, int64 from, int64 to)
  * positions and the current high watermarks.  Returns the number of offsets
  * the batch covers; 0 when there is nothing (or not yet enough) to read.
  */
-int64
-stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
-			   TimestampTz last_trigger)
+static int64
+kafka_plan(StmSource *src, StmPlanContext *ctx)
 {
+	KafkaSource *kc = (KafkaSource *) src;
+	int32		stream_id = ctx->stream_id;
+	bool		initialized = ctx->initialized;
+	TimestampTz last_trigger = ctx->last_trigger;
 	ListCell   *lc;
 	bool		any_stored;
 	int64		total = 0;
@@ -679,10 +598,10 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 	if (kc->rk)
 		rd_kafka_poll(kc->rk, 0);
 	rd_kafka_poll(kc->meta, 0);
-	stm_kafka_refresh_partitions(kc);
+	refresh_partitions(kc);
 
 	foreach(lc, kc->partitions)
-		((StmKafkaPartition *) lfirst(lc))->stored = false;
+		((KafkaPartition *) lfirst(lc))->stored = false;
 	scope = stm_catalog_begin();
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT topic, partition, next_offset FROM streaming.offsets WHERE stream_id = $1",
@@ -697,7 +616,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 		bool		isnull;
 		char	   *topic = SPI_getvalue(tup, desc, 1);
 		int32		part = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		StmKafkaPartition *p = find_partition(kc, topic, part);
+		KafkaPartition *p = find_partition(kc, topic, part);
 
 		if (p)
 		{
@@ -708,10 +627,10 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 	SPI_finish();
 	stm_catalog_end(scope);
 
-	stm_kafka_query_watermarks(kc);
+	query_watermarks(kc);
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 
 		if (!p->stored)
 			p->start = any_stored ? p->low : starting_offset(kc, p);
@@ -722,7 +641,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 		}
 		p->end = p->high;
 		/* available_now: what was there at the first plan, and no more */
-		if (kc->bounded)
+		if (kc->base.bounded)
 		{
 			if (!kc->limits_fixed)
 				p->limit = p->high;
@@ -732,7 +651,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 		}
 		total += p->end - p->start;
 	}
-	kc->limits_fixed = kc->bounded;
+	kc->limits_fixed = kc->base.bounded;
 
 	/* max_offsets_per_trigger: split over partitions by their lag (Spark's rateLimit) */
 	if (kc->max_offsets_per_trigger > 0 && total > kc->max_offsets_per_trigger)
@@ -742,7 +661,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 
 		foreach(lc, kc->partitions)
 		{
-			StmKafkaPartition *p = lfirst(lc);
+			KafkaPartition *p = lfirst(lc);
 			double		prorate = limit * ((double) (p->end - p->start) / (double) total);
 			double		step = prorate < 1 ? ceil(prorate) : floor(prorate);
 
@@ -759,7 +678,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 	{
 		foreach(lc, kc->partitions)
 		{
-			StmKafkaPartition *p = lfirst(lc);
+			KafkaPartition *p = lfirst(lc);
 
 			p->end = p->start;
 		}
@@ -770,7 +689,7 @@ stm_kafka_plan(StmKafka *kc, int32 stream_id, bool initialized,
 
 /* Keep messages fetched past the batch's end for the next batch. */
 static void
-stash_rest(StmKafkaPartition *p, rd_kafka_message_t **msgs, int from, int n)
+stash_rest(KafkaPartition *p, rd_kafka_message_t **msgs, int from, int n)
 {
 	int			keep = n - from;
 
@@ -790,7 +709,7 @@ stash_rest(StmKafkaPartition *p, rd_kafka_message_t **msgs, int from, int n)
  * every partition of the batch fetches in the background from the beginning.
  */
 static void
-position_partition(StmKafkaPartition *p)
+position_partition(KafkaPartition *p)
 {
 	if (p->end <= p->start || (p->started && p->pos == p->start))
 		return;
@@ -811,7 +730,7 @@ position_partition(StmKafkaPartition *p)
  * p->next on; returns how many messages were put in msgs.
  */
 static int
-take_messages(StmKafka *kc, StmKafkaPartition *p, rd_kafka_message_t **msgs,
+take_messages(KafkaSource *kc, KafkaPartition *p, rd_kafka_message_t **msgs,
 			  int timeout_ms)
 {
 	rd_kafka_message_t *got[FETCH_CHUNK];
@@ -891,19 +810,30 @@ take_messages(StmKafka *kc, StmKafkaPartition *p, rd_kafka_message_t **msgs,
 	return n;
 }
 
-/* Give a chunk of messages to fn; they are destroyed after, also on error. */
+/*
+ * Give a chunk of messages of partition p to fn, as StmRecord; the
+ * messages are destroyed after, also on error.
+ */
 static void
-hand_over(StmKafkaChunkFn fn, void *arg, StmKafkaPartition *p,
+hand_over(KafkaSource *kc, StmChunkFn fn, void *arg, KafkaPartition *p,
 		  rd_kafka_message_t **msgs, int n)
 {
+	for (int i = 0; i < n; i++)
+	{
+		kc->records[i].data = msgs[i]->payload;
+		kc->records[i].len = (int) msgs[i]->len;
+		kc->records[i].opaque = msgs[i];
+	}
+	kc->current = p;
 	PG_TRY();
 	{
-		fn(arg, p, msgs, n);
+		fn(arg, kc->records, n);
 	}
 	PG_FINALLY();
 	{
 		for (int i = 0; i < n; i++)
 			rd_kafka_message_destroy(msgs[i]);
+		kc->current = NULL;
 	}
 	PG_END_TRY();
 }
@@ -914,16 +844,17 @@ hand_over(StmKafkaChunkFn fn, void *arg, StmKafkaPartition *p,
  * queues hold, so parsing one partition overlaps fetching the others.
  * Messages are destroyed after fn returns (also when it raises an error).
  */
-void
-stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
+static void
+kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 {
+	KafkaSource *kc = (KafkaSource *) src;
 	rd_kafka_message_t *msgs[FETCH_CHUNK];
 	int			waited_ms = 0;
 	ListCell   *lc;
 
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 
 		position_partition(p);
 		p->next = p->start;
@@ -936,12 +867,12 @@ stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
 	{
 		bool		pending = false;
 		bool		progress = false;
-		StmKafkaPartition *waiting_on = NULL;
+		KafkaPartition *waiting_on = NULL;
 
 		CHECK_FOR_INTERRUPTS();
 		foreach(lc, kc->partitions)
 		{
-			StmKafkaPartition *p = lfirst(lc);
+			KafkaPartition *p = lfirst(lc);
 			int			n;
 
 			if (p->next >= p->end)
@@ -957,7 +888,7 @@ stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
 				continue;
 			}
 			progress = true;
-			hand_over(fn, arg, p, msgs, n);
+			hand_over(kc, fn, arg, p, msgs, n);
 			if (p->next < p->end)
 				pending = true;
 		}
@@ -977,7 +908,7 @@ stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
 			if (n > 0)
 			{
 				waited_ms = 0;
-				hand_over(fn, arg, waiting_on, msgs, n);
+				hand_over(kc, fn, arg, waiting_on, msgs, n);
 				continue;
 			}
 		}
@@ -992,7 +923,7 @@ stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
 
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 
 		if (p->end > p->start)
 			p->pos = p->end;
@@ -1000,8 +931,8 @@ stm_kafka_fetch(StmKafka *kc, StmKafkaChunkFn fn, void *arg)
 }
 
 /* Write every partition's new position (end of this batch). */
-void
-stm_kafka_save_positions(StmKafka *kc, int32 stream_id)
+static void
+save_positions(KafkaSource *kc, int32 stream_id)
 {
 	Oid			types[5] = {INT4OID, TEXTOID, INT4OID, INT8OID, INT8OID};
 	ListCell   *lc;
@@ -1017,7 +948,7 @@ stm_kafka_save_positions(StmKafka *kc, int32 stream_id)
 		elog(ERROR, "could not prepare offsets upsert");
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 		Datum		values[5];
 
 		values[0] = Int32GetDatum(stream_id);
@@ -1033,9 +964,10 @@ stm_kafka_save_positions(StmKafka *kc, int32 stream_id)
 }
 
 /* {"topic":{"0":offset,...},...} of the batch's start or end (Spark's shape) */
-char *
-stm_kafka_positions_json(StmKafka *kc, bool end)
+static char *
+kafka_positions_json(StmSource *src, bool end)
 {
+	KafkaSource *kc = (KafkaSource *) src;
 	StringInfoData buf;
 	ListCell   *lc;
 	const char *topic = NULL;
@@ -1044,7 +976,7 @@ stm_kafka_positions_json(StmKafka *kc, bool end)
 	appendStringInfoChar(&buf, '{');
 	foreach(lc, kc->partitions)
 	{
-		StmKafkaPartition *p = lfirst(lc);
+		KafkaPartition *p = lfirst(lc);
 
 		if (topic == NULL || strcmp(topic, p->topic) != 0)
 		{
@@ -1120,14 +1052,15 @@ headers_datum(rd_kafka_message_t *msg, bool *isnull)
  * Metadata columns: kafka_topic, kafka_partition, kafka_offset,
  * kafka_timestamp, kafka_key, and kafka_headers when include_headers.
  */
-void
-stm_kafka_fill_metadata(StmKafka *kc, StmKafkaPartition *part,
-						rd_kafka_message_t *msg, Datum *values, bool *nulls)
+static void
+kafka_fill_metadata(StmSource *src, StmRecord *rec, Datum *values, bool *nulls)
 {
+	KafkaSource *kc = (KafkaSource *) src;
+	rd_kafka_message_t *msg = rec->opaque;
 	rd_kafka_timestamp_type_t tstype;
 	int64_t		ts = rd_kafka_message_timestamp(msg, &tstype);
 
-	values[0] = part->topic_text;
+	values[0] = kc->current->topic_text;
 	nulls[0] = false;
 	values[1] = Int32GetDatum(msg->partition);
 	nulls[1] = false;
@@ -1140,4 +1073,305 @@ stm_kafka_fill_metadata(StmKafka *kc, StmKafkaPartition *part,
 	values[4] = nulls[4] ? (Datum) 0 : bytes_datum(msg->key, msg->key_len);
 	if (kc->include_headers)
 		values[5] = headers_datum(msg, &nulls[5]);
+}
+
+/* {"topic": t, "partition": p, "offset": o}, from kafka_topic, kafka_partition, kafka_offset */
+static void
+kafka_position_json(StmSource *src, const Datum *meta, const bool *meta_nulls, StringInfo out)
+{
+	appendStringInfoString(out, "{\"topic\": ");
+	escape_json(out, TextDatumGetCString(meta[0]));
+	appendStringInfo(out, ", \"partition\": %d, \"offset\": " INT64_FORMAT "}",
+					 DatumGetInt32(meta[1]), DatumGetInt64(meta[2]));
+}
+
+static void
+kafka_save_positions(StmSource *src, int32 stream_id, int64 batch_id)
+{
+	save_positions((KafkaSource *) src, stream_id);
+}
+
+/*
+ * Nothing to read, but partitions the stream has not stored yet (where
+ * 'latest' pointed when it began, partitions that appeared) or data loss:
+ * pinned now, so that records that arrive later are not skipped.
+ */
+static void
+kafka_save_idle_positions(StmSource *src, int32 stream_id)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+	bool		unsaved = kc->data_loss.len > 0;
+	ListCell   *lc;
+
+	foreach(lc, kc->partitions)
+		if (!((KafkaPartition *) lfirst(lc))->stored)
+			unsaved = true;
+	if (unsaved)
+		save_positions(kc, stream_id);
+}
+
+static char *
+kafka_data_loss_json(StmSource *src)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+
+	return kc->data_loss.len > 0 ? psprintf("[%s]", kc->data_loss.data) : NULL;
+}
+
+/* process_available: every partition's high watermark now, as a JSON array */
+static void *
+kafka_available(StmSource *src, int32 stream_id)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+	StringInfoData targets;
+	ListCell   *lc;
+
+	refresh_partitions(kc);
+	query_watermarks(kc);
+	initStringInfo(&targets);
+	appendStringInfoChar(&targets, '[');
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		if (p->high == 0)
+			continue;
+		appendStringInfo(&targets, "%s{\"topic\": ", targets.len > 1 ? ", " : "");
+		escape_json(&targets, p->topic);
+		appendStringInfo(&targets, ", \"partition\": %d, \"offset\": " INT64_FORMAT "}",
+						 p->partition, p->high);
+	}
+	appendStringInfoChar(&targets, ']');
+	return targets.data;
+}
+
+/* Has every partition's committed offset reached what kafka_available saw? */
+static bool
+kafka_reached(StmSource *src, int32 stream_id, void *available)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		values[2] = {Int32GetDatum(stream_id), CStringGetTextDatum(available)};
+	bool		reached = false;
+	StmCatalogScope scope = stm_catalog_begin();
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($2::jsonb) "
+							  "AS t(topic text, partition int, \"offset\" bigint) "
+							  "LEFT JOIN streaming.offsets o ON o.stream_id = $1 AND o.topic = t.topic "
+							  "AND o.partition = t.partition WHERE coalesce(o.next_offset, -1) < t.\"offset\")",
+							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.offsets");
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+
+		reached = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_finish();
+	stm_catalog_end(scope);
+	return reached;
+}
+
+/* ---- create time --------------------------------------------------------- */
+
+static List *
+kafka_metadata_columns(Jsonb *options)
+{
+	static const StmMetaColumn columns[] = {
+		{"kafka_topic", "pg_catalog.text"},
+		{"kafka_partition", "pg_catalog.int4"},
+		{"kafka_offset", "pg_catalog.int8"},
+		{"kafka_timestamp", "pg_catalog.timestamptz"},
+		{"kafka_key", "pg_catalog.bytea"},
+		{"kafka_headers", "pg_catalog.jsonb"}
+	};
+	List	   *result = NIL;
+	int			n = KAFKA_META_COLUMNS + (stm_option_bool(options, "include_headers", false) ? 1 : 0);
+
+	for (int i = 0; i < n; i++)
+		result = lappend(result, (void *) &columns[i]);
+	return result;
+}
+
+/* An argument that may not be NULL (SPEC 5). */
+static void
+require_option(Jsonb *o, const char *key)
+{
+	if (!stm_option_given(o, key))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", key)));
+}
+
+/* A bigint argument that must be greater than zero when given. */
+static void
+check_positive(Jsonb *o, const char *key)
+{
+	char	   *v = stm_option_text(o, key);
+
+	if (v != NULL && pg_strtoint64(v) <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be greater than zero", key),
+				 errdetail("The value given was %s.", v)));
+}
+
+/* create_kafka_source's arguments (SPEC 2.1) */
+static Jsonb *
+kafka_validate(Jsonb *o, Oid role)
+{
+	static const char *const formats[] = {"json", "csv", "text", "bytes", NULL};
+	static const char *const bad_record_choices[] = {"dead_letter", "skip", "fail", NULL};
+	static const char *const required[] = {"bootstrap_servers", "starting_offsets", "format",
+	"max_trigger_delay", "fail_on_data_loss", "include_headers", "on_bad_record", "kafka_options", NULL};
+	char	   *topic_pattern = stm_option_text(o, "topic_pattern");
+	char	   *starting;
+	char	   *format;
+	char	   *on_bad_record;
+	bool		has_columns = stm_option_given(o, "columns");
+	int			nmodes;
+	ListCell   *lc;
+
+	for (int i = 0; required[i]; i++)
+		require_option(o, required[i]);
+	starting = stm_option_text(o, "starting_offsets");
+	format = stm_arg_lower(stm_option_text(o, "format"));
+	on_bad_record = stm_arg_lower(stm_option_text(o, "on_bad_record"));
+	if (pg_strcasecmp(starting, "earliest") == 0 || pg_strcasecmp(starting, "latest") == 0)
+		starting = stm_arg_lower(starting);
+
+	if (stm_option_text(o, "bootstrap_servers")[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("bootstrap_servers must not be empty"),
+				 errhint("Give a comma-separated list of host:port.")));
+
+	nmodes = stm_option_given(o, "topics") + stm_option_given(o, "topic_pattern") +
+		stm_option_given(o, "partitions");
+	if (nmodes != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("exactly one of topics, topic_pattern and partitions must be given"),
+				 errdetail("%d of them were given.", nmodes)));
+	if (stm_option_given(o, "topics"))
+	{
+		List	   *topics = stm_option_elements(o, "topics");
+		bool		ok = topics != NIL;
+
+		foreach(lc, topics)
+			if (lfirst(lc) == NULL || ((char *) lfirst(lc))[0] == '\0')
+				ok = false;
+		if (!ok)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("topics must be a non-empty array of topic names"),
+					 errhint("For example ARRAY['orders'].")));
+	}
+	if (topic_pattern)
+	{
+		if (topic_pattern[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("topic_pattern must not be empty")));
+		/* compiles the pattern: an invalid one raises its own error */
+		STM_ARG_ERRCONTEXT_BEGIN("topic_pattern", topic_pattern);
+		(void) RE_compile_and_execute(cstring_to_text(topic_pattern), "", 0,
+									  REG_ADVANCED, C_COLLATION_OID, 0, NULL);
+		STM_ARG_ERRCONTEXT_END();
+	}
+	if (stm_option_given(o, "partitions") &&
+		!stm_arg_check_sql("SELECT jsonb_typeof($1) = 'object' AND $1 <> '{}' AND NOT EXISTS ("
+						   "SELECT 1 FROM jsonb_each($1) t WHERE jsonb_typeof(t.value) <> 'array' "
+						   "OR jsonb_array_length(t.value) = 0 OR EXISTS (SELECT 1 FROM jsonb_array_elements(t.value) e "
+						   "WHERE jsonb_typeof(e) <> 'number' OR e::numeric < 0 OR e::numeric <> trunc(e::numeric)))",
+						   JSONBOID, JsonbPGetDatum(stm_option_jsonb(o, "partitions"))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("partitions must map topic names to arrays of partition numbers"),
+				 errhint("For example '{\"orders\": [0, 1, 2]}'.")));
+
+	if (strcmp(starting, "earliest") != 0 && strcmp(starting, "latest") != 0)
+	{
+		if (!stm_arg_parses_as(starting, JSONBOID) ||
+			!stm_arg_check_sql("SELECT jsonb_typeof($1::jsonb) = 'object' AND NOT EXISTS ("
+							   "SELECT 1 FROM jsonb_each($1::jsonb) t WHERE jsonb_typeof(t.value) <> 'object' "
+							   "OR EXISTS (SELECT 1 FROM jsonb_each(t.value) p WHERE p.key !~ '^[0-9]+$' "
+							   "OR jsonb_typeof(p.value) <> 'number' OR p.value::numeric < -2 "
+							   "OR p.value::numeric <> trunc(p.value::numeric)))",
+							   TEXTOID, CStringGetTextDatum(starting)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for starting_offsets: \"%s\"", starting),
+					 errhint("Use 'earliest', 'latest' or JSON such as '{\"orders\": {\"0\": 42, \"1\": -2}}' (-2 is earliest, -1 latest).")));
+	}
+
+	stm_arg_check_choice("format", format, formats,
+						 "Valid formats are \"json\", \"csv\", \"text\" and \"bytes\".");
+	if (strcmp(format, "csv") == 0 && !has_columns)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("format \"csv\" needs columns"),
+				 errhint("Give the columns in order, for example columns => 'order_id bigint, amount numeric'.")));
+	if ((strcmp(format, "text") == 0 || strcmp(format, "bytes") == 0) && has_columns)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("format \"%s\" does not take columns", format),
+				 errdetail("Records of this format appear as one column named value.")));
+	check_positive(o, "max_offsets_per_trigger");
+	check_positive(o, "min_offsets_per_trigger");
+	if (!stm_arg_check_sql("SELECT $1::interval > interval '0'", TEXTOID,
+						   CStringGetTextDatum(stm_option_text(o, "max_trigger_delay"))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_trigger_delay must be greater than zero")));
+	stm_arg_check_choice("on_bad_record", on_bad_record, bad_record_choices,
+						 "Valid values are \"dead_letter\", \"skip\" and \"fail\".");
+
+	/* kafka_options: an object of scalars that librdkafka accepts */
+	if (!stm_arg_check_sql("SELECT jsonb_typeof($1) = 'object' AND NOT EXISTS ("
+						   "SELECT 1 FROM jsonb_each($1) t WHERE jsonb_typeof(t.value) IN ('object', 'array', 'null'))",
+						   JSONBOID, JsonbPGetDatum(stm_option_jsonb(o, "kafka_options"))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("kafka_options must be a JSON object of strings, numbers or booleans"),
+				 errhint("For example '{\"security.protocol\": \"SASL_SSL\"}'.")));
+	foreach(lc, stm_option_pairs(o, "kafka_options"))
+	{
+		StmOptionPair *pair = lfirst(lc);
+
+		stm_kafka_check_option(pair->key, pair->value, role);
+	}
+
+	/* keywords are stored as normalised */
+	o = stm_option_set_text(o, "starting_offsets", starting);
+	o = stm_option_set_text(o, "format", format);
+	o = stm_option_set_text(o, "on_bad_record", on_bad_record);
+	return o;
+}
+
+const StmSourceRoutine stm_kafka_source = {
+	.kind = "kafka",
+	.display_name = "Kafka",
+	.validate = kafka_validate,
+	.metadata_columns = kafka_metadata_columns,
+	.open = kafka_open,
+	.plan = kafka_plan,
+	.positions_json = kafka_positions_json,
+	.fetch = kafka_fetch,
+	.fill_metadata = kafka_fill_metadata,
+	.position_json = kafka_position_json,
+	.save_positions = kafka_save_positions,
+	.save_idle_positions = kafka_save_idle_positions,
+	.data_loss_json = kafka_data_loss_json,
+	.available = kafka_available,
+	.reached = kafka_reached,
+	.after_commit = NULL,
+	.close = kafka_close
+};
+
+/* streaming.create_kafka_source(name, bootstrap_servers, ...) */
+Datum
+streaming_create_kafka_source(PG_FUNCTION_ARGS)
+{
+	return stm_api_create_source(fcinfo, &stm_kafka_source);
 }

@@ -1,8 +1,9 @@
 /*
  * streaming.c: the library's entry point.
  *
- * Without shared_preload_libraries the SQL API and run_batch still work;
- * when preloaded, shared memory and the launcher are set up too (SPEC 1).
+ * Settings, the source kinds, the SQL API's hooks; without
+ * shared_preload_libraries the SQL API and run_batch still work; when
+ * preloaded, shared memory and the launcher are set up too (SPEC 1).
  */
 #include "postgres.h"
 
@@ -13,6 +14,7 @@
 #include "guc.h"
 #include "launcher.h"
 #include "shmem.h"
+#include "source_kafka.h"
 #include "utility.h"
 
 PG_MODULE_MAGIC;
@@ -23,6 +25,7 @@ void
 _PG_init(void)
 {
 	stm_guc_init();
+	stm_source_register(&stm_kafka_source);
 	stm_api_init();
 	stm_utility_init();
 	if (process_shared_preload_libraries_in_progress)

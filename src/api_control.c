@@ -1,0 +1,359 @@
+/*
+ * api_control.c: running streams (SPEC 4): start, stop, reset, run_batch,
+ * process_available, worker_pids, and the commit-time actions.
+ *
+ * Workers are asked for only after commit, through a transaction callback,
+ * so that a worker always sees the committed row; stop() tells the worker
+ * to finish its batch and waits for it to exit, and asks for it again if
+ * the stopping transaction aborts.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "api.h"
+#include "batch.h"
+#include "catalog.h"
+#include "shmem.h"
+#include "source.h"
+
+PG_FUNCTION_INFO_V1(streaming_start);
+PG_FUNCTION_INFO_V1(streaming_stop);
+PG_FUNCTION_INFO_V1(streaming_reset);
+PG_FUNCTION_INFO_V1(streaming_run_batch);
+PG_FUNCTION_INFO_V1(streaming_process_available);
+PG_FUNCTION_INFO_V1(streaming_worker_pids);
+
+/* ---- commit-time actions ------------------------------------------------ */
+
+typedef struct PendingWorker
+{
+	Oid			dboid;
+	int32		stream_id;
+	Oid			owner;
+} PendingWorker;
+
+static List *want_on_commit = NIL;
+static List *want_on_abort = NIL;
+
+static void
+queue_want(List **list, int32 stream_id, Oid owner)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	PendingWorker *p = palloc(sizeof(PendingWorker));
+
+	p->dboid = MyDatabaseId;
+	p->stream_id = stream_id;
+	p->owner = owner;
+	*list = lappend(*list, p);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+stm_xact_callback(XactEvent event, void *arg)
+{
+	List	   *apply = NIL;
+	ListCell   *lc;
+
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+		apply = want_on_commit;
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		apply = want_on_abort;
+	else
+		return;
+	if (stm_shmem_available())
+	{
+		foreach(lc, apply)
+		{
+			PendingWorker *p = lfirst(lc);
+
+			(void) stm_shmem_want_stream(p->dboid, p->stream_id, p->owner);
+		}
+	}
+	list_free_deep(want_on_commit);
+	list_free_deep(want_on_abort);
+	want_on_commit = want_on_abort = NIL;
+}
+
+void
+stm_api_init(void)
+{
+	RegisterXactCallback(stm_xact_callback, NULL);
+}
+
+/* Once this transaction commits, the stream's worker is wanted. */
+void
+stm_api_want_on_commit(int32 stream_id, Oid owner)
+{
+	queue_want(&want_on_commit, stream_id, owner);
+}
+
+/* If this transaction aborts, the stream's worker is wanted again. */
+void
+stm_api_want_again_on_abort(int32 stream_id, Oid owner)
+{
+	queue_want(&want_on_abort, stream_id, owner);
+}
+
+/*
+ * The lock that makes one stream run in one place: a worker holds it for its
+ * life (session), run_batch for its transaction.  Returns false if taken.
+ */
+bool
+stm_lock_stream(int32 stream_id, bool session)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
+	return LockAcquire(&tag, ExclusiveLock, session, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/* Wait for the stream's lock (held by a run_batch in another transaction). */
+void
+stm_wait_stream_lock(int32 stream_id)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+void
+stm_api_require_workers(const char *stream)
+{
+	if (!stm_shmem_available())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("streaming must be loaded via shared_preload_libraries to start stream \"%s\"", stream),
+				 errhint("Add streaming to shared_preload_libraries in postgresql.conf and restart the server, "
+						 "or create the stream with start => false and run its batches with streaming.run_batch().")));
+}
+
+/*
+ * Ask the stream's worker to finish its batch and exit, and wait until it
+ * has.  If this transaction aborts, the worker is asked for again.
+ */
+void
+stm_api_stop_worker(StmStreamDef *def)
+{
+	TimestampTz deadline;
+
+	if (!stm_shmem_available())
+		return;
+	if (def->enabled)
+		queue_want(&want_on_abort, def->id, def->owner);
+	stm_shmem_unwant_stream(MyDatabaseId, def->id);
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
+	while (stm_shmem_stream_pid(MyDatabaseId, def->id) != 0)
+	{
+		if (GetCurrentTimestamp() > deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("timed out waiting for the worker of stream \"%s\" to stop", def->name)));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+Datum
+streaming_start(PG_FUNCTION_ARGS)
+{
+	char	   *name = stm_arg_name(fcinfo);
+	StmStreamDef *def = stm_catalog_get_stream(name, false);
+	Oid			type = INT4OID;
+	Datum		value = Int32GetDatum(def->id);
+
+	stm_catalog_check_owner("stream", name, def->owner);
+	stm_api_require_workers(name);
+	stm_catalog_exec("UPDATE streaming.stream_defs SET enabled = true, status = 'running', "
+			 "failures = 0, last_error = NULL WHERE id = $1",
+			 1, &type, &value, NULL, SPI_OK_UPDATE);
+	stm_api_want_on_commit(def->id, def->owner);
+	PG_RETURN_VOID();
+}
+
+Datum
+streaming_stop(PG_FUNCTION_ARGS)
+{
+	char	   *name = stm_arg_name(fcinfo);
+	StmStreamDef *def = stm_catalog_get_stream(name, false);
+	Oid			type = INT4OID;
+	Datum		value = Int32GetDatum(def->id);
+
+	stm_catalog_check_owner("stream", name, def->owner);
+	stm_api_stop_worker(def);
+	stm_catalog_exec("UPDATE streaming.stream_defs SET enabled = false, status = 'stopped' WHERE id = $1",
+			 1, &type, &value, NULL, SPI_OK_UPDATE);
+	PG_RETURN_VOID();
+}
+
+Datum
+streaming_reset(PG_FUNCTION_ARGS)
+{
+	char	   *name = stm_arg_name(fcinfo);
+	StmStreamDef *def = stm_catalog_get_stream(name, false);
+	Oid			type = INT4OID;
+	Datum		value = Int32GetDatum(def->id);
+
+	stm_catalog_check_owner("stream", name, def->owner);
+	if (stm_shmem_stream_pid(MyDatabaseId, def->id) != 0 || !stm_lock_stream(def->id, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("stream \"%s\" is running", name),
+				 errhint("Stop it first with streaming.stop().")));
+	(void) stm_catalog_get_stream_by_id(def->id, true);
+	stm_catalog_exec("DELETE FROM streaming.offsets WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	stm_catalog_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	stm_api_clear_state_tables(def->id, false);
+	stm_catalog_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
+			 "positions_initialized = false, no_data_batch_due = false, idle_clock_at = now(), "
+			 "last_error = NULL, source_error = NULL, "
+			 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",
+			 1, &type, &value, NULL, SPI_OK_UPDATE);
+	PG_RETURN_VOID();
+}
+
+Datum
+streaming_run_batch(PG_FUNCTION_ARGS)
+{
+	char	   *name = stm_arg_name(fcinfo);
+	StmStreamDef *def = stm_catalog_get_stream(name, false);
+	StmRuntime *rt;
+	int64		batch_id;
+
+	stm_catalog_check_owner("stream", name, def->owner);
+	/* a worker holds the lock for its life: refuse; another run_batch: wait */
+	if (stm_shmem_stream_pid(MyDatabaseId, def->id) == 0)
+		stm_wait_stream_lock(def->id);
+	if (!stm_lock_stream(def->id, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("stream \"%s\" is being run by a background worker", name),
+				 errhint("Stop it with streaming.stop() to run batches by hand, or wait with streaming.process_available().")));
+	rt = stm_runtime_create(def->id);
+	rt->started_at = 0;			/* waits count from the last batch only */
+	batch_id = stm_batch_run(rt);
+	stm_source_close(rt->source);
+	if (batch_id < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(batch_id);
+}
+
+/*
+ * Wait until the stream's worker has committed every record that was in the
+ * source when the call started (Spark's processAllAvailable).
+ */
+Datum
+streaming_process_available(PG_FUNCTION_ARGS)
+{
+	char	   *name = stm_arg_name(fcinfo);
+	Interval   *timeout = (stm_arg_require(fcinfo, 1, "timeout"), PG_GETARG_INTERVAL_P(1));
+	StmStreamDef *def = stm_catalog_get_stream(name, false);
+	StmSource  *src;
+	void	   *available;
+	TimestampTz deadline;
+	int64		timeout_ms;
+
+	stm_catalog_check_owner("stream", name, def->owner);
+	timeout_ms = timeout->time / 1000 + (int64) timeout->day * 86400000 +
+		(int64) timeout->month * 30 * 86400000;
+	if (timeout_ms <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be greater than zero")));
+	if (!def->enabled && strcmp(def->status, "finished") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("stream \"%s\" is not running", name),
+				 errhint("Start it with streaming.start(), or run its batches with streaming.run_batch().")));
+
+	/* what the source holds now */
+	src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
+	available = src->routine->available(src, def->id);
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	for (;;)
+	{
+		/* each read takes a fresh snapshot: the worker's commits are seen */
+		StmStreamDef *now = stm_catalog_get_stream_by_id(def->id, false);
+
+		if (now == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("stream \"%s\" was dropped", name)));
+		if (!now->no_data_batch_due && src->routine->reached(src, def->id, available))
+			break;
+		if (strcmp(now->status, "failed") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("stream \"%s\" failed", name),
+					 now->last_error ? errdetail("%s", now->last_error) : 0));
+		if (strcmp(now->status, "stopped") == 0 || strcmp(now->status, "finished") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("stream \"%s\" stopped before it processed all available records", name)));
+		if (GetCurrentTimestamp() > deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("timed out waiting for stream \"%s\" to process the available records", name),
+					 now->last_error ? errdetail("Last error: %s", now->last_error) : 0));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 20, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	stm_source_close(src);
+	PG_RETURN_VOID();
+}
+
+/*
+ * (stream_id, pid, problem) of every stream of this database that should
+ * run and that the caller may see (SPEC 7): pid is NULL while it has no
+ * worker, and problem says why (the launcher could not start one, or it
+ * keeps exiting).
+ */
+Datum
+streaming_worker_pids(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!stm_shmem_available())
+		return (Datum) 0;
+	LWLockAcquire(stm_shared->lock, LW_SHARED);
+	for (int i = 0; i < stm_shared->nslots; i++)
+	{
+		StmWorkerSlot *slot = &stm_shared->slots[i];
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		/* only the caller's streams, as the views show them */
+		if (!slot->in_use || slot->dboid != MyDatabaseId ||
+			(slot->pid == 0 && (!slot->wanted || slot->problem[0] == '\0')) ||
+			!has_privs_of_role(GetUserId(), slot->owner))
+			continue;
+		values[0] = Int32GetDatum(slot->stream_id);
+		values[1] = Int32GetDatum(slot->pid);
+		nulls[1] = slot->pid == 0;
+		values[2] = CStringGetTextDatum(slot->problem);
+		nulls[2] = slot->problem[0] == '\0';
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(stm_shared->lock);
+	return (Datum) 0;
+}

@@ -1,0 +1,158 @@
+/*
+ * kafka_conf.c: librdkafka configuration, for every client the extension
+ * builds (the Kafka source's, the Kafka sink's).
+ *
+ * kafka_options are passed to librdkafka as they are, but roles other than
+ * superusers may set only the properties on an allowlist (SPEC 7: those
+ * that load code, run commands or read server files never are), and every
+ * stored property is checked again, for the owners, whenever a client is
+ * built from it.  librdkafka's configuration is never logged: its dump
+ * prints passwords as they are.
+ *
+ * No call into PostgreSQL from librdkafka's threads: the error callback
+ * only copies a string (and runs in rd_kafka_poll on our thread), the log
+ * callback drops everything.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/acl.h"
+
+#include "kafka_conf.h"
+#include "options.h"
+
+/* librdkafka properties a non-superuser may set (SPEC 7: an allowlist) */
+static const char *const user_allowed_options[] = {
+	"client.id", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
+	"sasl.username", "sasl.password", "sasl.oauthbearer.config",
+	"ssl.endpoint.identification.algorithm", "ssl.ca.pem", "ssl.certificate.pem",
+	"ssl.key.pem", "ssl.key.password", "ssl.cipher.suites",
+	"fetch.wait.max.ms", "fetch.min.bytes", "fetch.max.bytes",
+	"fetch.message.max.bytes", "fetch.error.backoff.ms", "queued.min.messages",
+	"queued.max.messages.kbytes", "receive.message.max.bytes",
+	"socket.timeout.ms", "socket.keepalive.enable", "metadata.max.age.ms",
+	"topic.metadata.refresh.interval.ms", "reconnect.backoff.ms",
+	"reconnect.backoff.max.ms", "isolation.level", "check.crcs",
+	"client.rack", "broker.address.family", "api.version.request",
+	"broker.version.fallback", "group.id", "connections.max.idle.ms",
+	NULL
+};
+
+static void
+kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	strlcpy((char *) opaque, reason, STM_KAFKA_ERROR_LEN);
+}
+
+static void
+kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+	/* librdkafka's threads must not call elog; errors reach error_cb */
+}
+
+/* True when role may set librdkafka property key. */
+bool
+stm_kafka_option_allowed(const char *key, Oid role)
+{
+	if (superuser_arg(role))
+		return true;
+	for (int i = 0; user_allowed_options[i]; i++)
+		if (strcmp(user_allowed_options[i], key) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Validate one kafka_options entry for the role that sets it: librdkafka
+ * must know it, and roles other than superusers may only set properties on
+ * the allowlist.
+ */
+void
+stm_kafka_check_option(const char *key, const char *value, Oid role)
+{
+	rd_kafka_conf_t *conf;
+	char		errstr[512];
+	rd_kafka_conf_res_t res;
+
+	if (strcmp(key, "bootstrap.servers") == 0 || strcmp(key, "metadata.broker.list") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("kafka_options must not set \"%s\"", key),
+				 errhint("Give the brokers in the bootstrap_servers argument.")));
+	if (!stm_kafka_option_allowed(key, role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only superusers may set the Kafka client property \"%s\"", key),
+				 errdetail("Properties that load code, run commands or read server files are reserved to superusers.")));
+	conf = rd_kafka_conf_new();
+	res = rd_kafka_conf_set(conf, key, value, errstr, sizeof(errstr));
+	rd_kafka_conf_destroy(conf);
+	if (res != RD_KAFKA_CONF_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid kafka_options entry \"%s\"", key),
+				 errdetail("%s", errstr)));
+}
+
+/*
+ * A stored property is checked again whenever a client is built from it
+ * (SPEC 7): a row changed behind the functions' back (by a superuser, by a
+ * restore) cannot smuggle a property in.  Both the owner of what holds the
+ * options (the source), who set them, and other_owner (the stream's, whose
+ * stream runs the client; InvalidOid: none) must be allowed to set each.
+ * Values are not shown: they may be secrets.
+ */
+void
+stm_kafka_recheck_options(const char *what, List *pairs, Oid owner, Oid other_owner)
+{
+	Oid			roles[2] = {owner, other_owner};
+	ListCell   *lc;
+
+	foreach(lc, pairs)
+	{
+		StmOptionPair *p = lfirst(lc);
+
+		for (int i = 0; i < 2; i++)
+			if (OidIsValid(roles[i]) && !stm_kafka_option_allowed(p->key, roles[i]))
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("Kafka client property \"%s\" of %s is reserved to superusers",
+								p->key, what),
+						 errdetail("Role \"%s\" may not set it; the property was not passed to the Kafka client.",
+								   GetUserNameFromId(roles[i], false)),
+						 errhint("Drop the source and create it again without the property, or let a superuser own it.")));
+	}
+}
+
+/* Set a property; an error destroys conf (it is not referenced anywhere else yet). */
+void
+stm_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
+{
+	char		errstr[512];
+
+	if (rd_kafka_conf_set(conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+	{
+		rd_kafka_conf_destroy(conf);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid Kafka client property \"%s\"", key),
+				 errdetail("%s", errstr)));
+	}
+}
+
+/*
+ * A new configuration for bootstrap, whose errors go to error_buf
+ * (STM_KAFKA_ERROR_LEN bytes) and whose log goes nowhere.
+ */
+rd_kafka_conf_t *
+stm_kafka_conf_new(const char *bootstrap, char *error_buf)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+
+	stm_kafka_conf_set(conf, "bootstrap.servers", bootstrap);
+	stm_kafka_conf_set(conf, "client.id", "streaming");
+	rd_kafka_conf_set_opaque(conf, error_buf);
+	rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
+	rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
+	return conf;
+}

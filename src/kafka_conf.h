@@ -1,0 +1,21 @@
+/*
+ * kafka_conf.h: librdkafka client configuration shared by the Kafka source
+ * and the Kafka sink: the allowlist of properties, and clients built from
+ * stored options.
+ */
+#ifndef STM_KAFKA_CONF_H
+#define STM_KAFKA_CONF_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "nodes/pg_list.h"
+
+#define STM_KAFKA_ERROR_LEN 512
+
+extern bool stm_kafka_option_allowed(const char *key, Oid role);
+extern void stm_kafka_check_option(const char *key, const char *value, Oid role);
+extern void stm_kafka_recheck_options(const char *what, List *pairs, Oid owner, Oid other_owner);
+extern void stm_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value);
+extern rd_kafka_conf_t *stm_kafka_conf_new(const char *bootstrap, char *error_buf);
+
+#endif

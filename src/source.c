@@ -1,0 +1,208 @@
+/*
+ * source.c: what every source kind shares (source.h): finding a kind's
+ * routine, opening a source from its catalog row, the declared columns of
+ * its view, a row's position as text.
+ */
+#include "postgres.h"
+
+#include "nodes/parsenodes.h"
+#include "parser/parse_type.h"
+#include "parser/parser.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "api.h"
+#include "options.h"
+#include "source.h"
+
+/* the kinds, registered by _PG_init (streaming.c) */
+#define MAX_SOURCE_KINDS 8
+static const StmSourceRoutine *source_kinds[MAX_SOURCE_KINDS];
+static int	nsource_kinds = 0;
+
+void
+stm_source_register(const StmSourceRoutine *routine)
+{
+	if (nsource_kinds >= MAX_SOURCE_KINDS)
+		elog(ERROR, "too many source kinds");
+	source_kinds[nsource_kinds++] = routine;
+}
+
+const StmSourceRoutine *
+stm_source_routine(const char *kind)
+{
+	for (int i = 0; i < nsource_kinds; i++)
+		if (strcmp(source_kinds[i]->kind, kind) == 0)
+			return source_kinds[i];
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unrecognized source kind \"%s\"", kind)));
+	return NULL;				/* keep compiler quiet */
+}
+
+/* What a source's options say of its records, and what to do with bad ones. */
+static void
+fill_base(StmSource *base, StmSourceDef *def, Oid stream_owner)
+{
+	char	   *format;
+	char	   *bad;
+	char	   *delimiter;
+
+	memset(base, 0, sizeof(StmSource));
+	base->routine = stm_source_routine(def->kind);
+	base->name = pstrdup(def->name);
+	base->owner = def->owner;
+	base->stream_owner = stream_owner;
+	base->options = stm_catalog_source_options(def->name);
+	format = stm_option_text(base->options, "format");
+	base->format = format ? stm_parse_format(format) : STM_FORMAT_NONE;
+	base->has_columns = stm_option_given(base->options, "columns");
+	delimiter = stm_option_text(base->options, "csv_delimiter");
+	base->csv_delimiter = delimiter ? delimiter[0] : ',';
+	bad = stm_option_text(base->options, "on_bad_record");
+	base->on_bad_record = bad == NULL || strcmp(bad, "dead_letter") == 0 ? STM_BAD_RECORD_DEAD_LETTER :
+		strcmp(bad, "skip") == 0 ? STM_BAD_RECORD_SKIP : STM_BAD_RECORD_FAIL;
+	base->nmeta = list_length(base->routine->metadata_columns(base->options));
+}
+
+/*
+ * Open a source for a stream of stream_owner (InvalidOid: for the source's
+ * owner alone), in the current memory context, which it dies with.
+ */
+StmSource *
+stm_source_open(StmSourceDef *def, Oid stream_owner, bool for_batches)
+{
+	StmSource	base;
+
+	fill_base(&base, def, stream_owner);
+	return base.routine->open(&base, for_batches);
+}
+
+void
+stm_source_close(StmSource *src)
+{
+	if (src && src->routine->close)
+		src->routine->close(src);
+}
+
+/* A row's position as JSON text, from its metadata columns. */
+char *
+stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	src->routine->position_json(src, meta, meta_nulls, &buf);
+	return buf.data;
+}
+
+/*
+ * Errors in the columns argument point into its text: it is parsed as the
+ * column list of a CREATE TABLE.
+ */
+#define COLUMNS_PREFIX_LEN ((int) sizeof("CREATE TABLE streaming_columns (") - 1)
+
+static void
+columns_error_callback(void *arg)
+{
+	StmArgErrorContext *ctx = arg;
+	int			pos = geterrposition();
+
+	if (pos > COLUMNS_PREFIX_LEN)
+	{
+		errposition(0);
+		internalerrposition(pos - COLUMNS_PREFIX_LEN);
+		internalerrquery(ctx->text);
+	}
+	else if (pos > 0)
+		errposition(0);
+	errcontext("in argument \"%s\"", ctx->argname);
+}
+
+/*
+ * The declared columns of a source's view (StmMetaColumn), before its
+ * metadata columns: 'a bigint, b numeric(10,2)' parsed with PostgreSQL's
+ * grammar (as the column list of a CREATE TABLE) and its types resolved;
+ * without columns, one value column of the format (json: jsonb, text:
+ * text, bytes: bytea); none when the source has no format (its rows are
+ * all metadata, as the rate source's).
+ */
+List *
+stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine)
+{
+	char	   *columns = stm_option_text(options, "columns");
+	char	   *format = stm_option_text(options, "format");
+	List	   *meta = routine->metadata_columns(options);
+	List	   *result = NIL;
+	ErrorContextCallback errcb;
+	StmArgErrorContext colctx;
+	List	   *raw;
+	CreateStmt *cs;
+	ListCell   *lc;
+
+	if (columns == NULL)
+	{
+		StmMetaColumn *c = palloc(sizeof(StmMetaColumn));
+
+		if (format == NULL)
+			return NIL;
+		c->name = "value";
+		c->type = strcmp(format, "json") == 0 ? "pg_catalog.jsonb" :
+			strcmp(format, "bytes") == 0 ? "pg_catalog.bytea" : "pg_catalog.text";
+		return list_make1(c);
+	}
+
+	/* positions in errors count from the start of the columns text */
+	colctx.argname = "columns";
+	colctx.text = columns;
+	errcb.callback = columns_error_callback;
+	errcb.arg = &colctx;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	raw = raw_parser(psprintf("CREATE TABLE streaming_columns (%s)", columns), RAW_PARSE_DEFAULT);
+	if (list_length(raw) != 1 || !IsA(linitial_node(RawStmt, raw)->stmt, CreateStmt))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid columns: \"%s\"", columns),
+				 errhint("Give a column list such as 'order_id bigint, amount numeric, event_time timestamptz'.")));
+	cs = (CreateStmt *) linitial_node(RawStmt, raw)->stmt;
+	if (cs->tableElts == NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("columns must name at least one column")));
+	foreach(lc, cs->tableElts)
+	{
+		ColumnDef  *col = (ColumnDef *) lfirst(lc);
+		StmMetaColumn *c;
+		Oid			typid;
+		int32		typmod;
+		ListCell   *lc2;
+
+		if (!IsA(col, ColumnDef) || col->constraints != NIL || col->raw_default ||
+			col->collClause)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("columns may only give names and types"),
+					 errdetail("The columns given were \"%s\".", columns)));
+		foreach(lc2, meta)
+			if (strcmp(col->colname, ((StmMetaColumn *) lfirst(lc2))->name) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("column name \"%s\" is reserved for %s metadata",
+								col->colname, routine->display_name)));
+		for (lc2 = list_head(cs->tableElts); lfirst(lc2) != col; lc2 = lnext(cs->tableElts, lc2))
+			if (strcmp(((ColumnDef *) lfirst(lc2))->colname, col->colname) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_DUPLICATE_COLUMN),
+						 errmsg("column \"%s\" is given more than once in columns", col->colname)));
+		typenameTypeIdAndMod(NULL, col->typeName, &typid, &typmod);
+		c = palloc(sizeof(StmMetaColumn));
+		c->name = pstrdup(col->colname);
+		c->type = format_type_extended(typid, typmod,
+									   FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY);
+		result = lappend(result, c);
+	}
+	error_context_stack = errcb.previous;
+	return result;
+}

@@ -1,0 +1,192 @@
+/*
+ * source.h: what a stream reads from, as a struct of callbacks.
+ *
+ * A source kind is one file (source_<kind>.c) holding a const
+ * StmSourceRoutine, as PostgreSQL's table access methods and foreign data
+ * wrappers are made (tableam.h, fdwapi.h), registered by _PG_init.  The batch driver (batch.c), the
+ * SQL functions and the views go through these callbacks only, so they never
+ * name a source kind.  A kind keeps its own state in a struct of its own
+ * whose first member is StmSource, private to its .c file.
+ *
+ * One batch, as batch.c drives it (see src/README.md):
+ *
+ *     open                once per runtime (a worker's life, a run_batch);
+ *                         the source lives in the memory context it was
+ *                         opened in, and goes away with it
+ *     plan                fix the batch's bounds from the stored positions
+ *     positions_json      the bounds, for progress
+ *     fetch               hand the records within the bounds, in chunks
+ *       fill_metadata     a record's metadata columns
+ *       position_json     a row's position (dead letters, late rows, errors)
+ *     save_positions      the new positions, in the batch's transaction
+ *     after_commit        clean-up that must wait for the commit (optional)
+ *
+ * Positions are the source's to store (in streaming.offsets, or a table of
+ * its own) and always in the batch's own transaction: that is what makes a
+ * batch exactly-once.
+ */
+#ifndef STM_SOURCE_H
+#define STM_SOURCE_H
+
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "parse.h"
+
+typedef struct StmSourceRoutine StmSourceRoutine;
+
+/* What to do with a record that cannot be parsed (SPEC 5). */
+typedef enum StmBadRecordPolicy
+{
+	STM_BAD_RECORD_DEAD_LETTER,
+	STM_BAD_RECORD_SKIP,
+	STM_BAD_RECORD_FAIL
+} StmBadRecordPolicy;
+
+/* The part of every open source that the batch reads. */
+typedef struct StmSource
+{
+	const StmSourceRoutine *routine;
+	char	   *name;			/* the source's name */
+	Oid			owner;			/* the source's owner */
+	Oid			stream_owner;	/* the stream it runs for (InvalidOid: none) */
+	Jsonb	   *options;		/* as stored in streaming.sources */
+	StmFormat	format;			/* how record payloads are parsed */
+	bool		has_columns;	/* declared columns (else one value column) */
+	char		csv_delimiter;
+	StmBadRecordPolicy on_bad_record;
+	int			nmeta;			/* metadata columns after the declared ones */
+	bool		bounded;		/* available_now: only what the first plan saw */
+} StmSource;
+
+/* One record a source hands to the batch. */
+typedef struct StmRecord
+{
+	const char *data;			/* the payload; NULL when there is none */
+	int			len;
+	void	   *opaque;			/* the source's own (a message, a line) */
+} StmRecord;
+
+/* The batch's function that takes each chunk of records from fetch. */
+typedef void (*StmChunkFn) (void *arg, StmRecord *records, int n);
+
+/* What plan needs to know of the stream. */
+typedef struct StmPlanContext
+{
+	int32		stream_id;
+	bool		initialized;	/* an earlier plan fixed the starting positions */
+	TimestampTz last_trigger;	/* when the last batch started */
+} StmPlanContext;
+
+/* A metadata column of a source's view. */
+typedef struct StmMetaColumn
+{
+	const char *name;
+	const char *type;			/* qualified type name, as in CAST(NULL AS type) */
+} StmMetaColumn;
+
+struct StmSourceRoutine
+{
+	const char *kind;			/* as in streaming.sources.kind */
+	const char *display_name;	/* the kind in messages */
+
+	/* ---- at create time: required ---- */
+
+	/*
+	 * Check the options a create function gathered (all its arguments by
+	 * name, NULLs left out) for the role creating the source, and return
+	 * them as they are to be stored (keywords normalised).  Errors name the
+	 * argument and what is allowed.
+	 */
+	Jsonb	   *(*validate) (Jsonb *options, Oid role);
+
+	/*
+	 * The metadata columns, after the declared ones (the record's topic,
+	 * file, offset or line); they are reserved as names of declared columns.
+	 */
+	List	   *(*metadata_columns) (Jsonb *options);
+
+	/* ---- batches: required ---- */
+
+	/*
+	 * Make the source's state, in the current memory context (it dies with
+	 * it), with base filled in from the catalog row; returns the kind's own
+	 * struct, whose first member is a copy of *base.  Every stored option is
+	 * checked again here, for the source's and the stream's owners.
+	 */
+	StmSource  *(*open) (StmSource *base, bool for_batches);
+
+	/*
+	 * Fix the next batch's bounds from the stored positions; returns how
+	 * many records it covers (an upper bound is fine), 0 when there is
+	 * nothing (or not yet enough) to read.
+	 */
+	int64		(*plan) (StmSource *src, StmPlanContext *ctx);
+
+	/* The batch's start or end positions, as progress shows them (jsonb text). */
+	char	   *(*positions_json) (StmSource *src, bool end);
+
+	/*
+	 * Read exactly what plan bounded, handing chunks of records to fn (also
+	 * where a chunk's records stay valid: until fn returns).  Errors when the
+	 * source cannot be read are raised with a class 08 SQLSTATE: the stream
+	 * then waits and retries.
+	 */
+	void		(*fetch) (StmSource *src, StmChunkFn fn, void *arg);
+
+	/* A record's metadata columns (src->nmeta values). */
+	void		(*fill_metadata) (StmSource *src, StmRecord *rec, Datum *values, bool *nulls);
+
+	/*
+	 * A row's position as a JSON object, from its metadata columns:
+	 * where the record can be found again, in the source's own terms; used
+	 * for dead letters, late rows and error messages.
+	 */
+	void		(*position_json) (StmSource *src, const Datum *meta, const bool *meta_nulls,
+								  StringInfo out);
+
+	/* Write the positions at the batch's end, in the batch's transaction. */
+	void		(*save_positions) (StmSource *src, int32 stream_id, int64 batch_id);
+
+	/* ---- optional: set the pointer to NULL if not provided ---- */
+
+	/*
+	 * When plan found nothing to read: write what must be kept anyway (where
+	 * the stream began reading, parts that appeared), in the transaction of
+	 * that empty plan.
+	 */
+	void		(*save_idle_positions) (StmSource *src, int32 stream_id);
+
+	/* Data lost since the last batch (SPEC 2.1 fail_on_data_loss), as a JSON array, or NULL. */
+	char	   *(*data_loss_json) (StmSource *src);
+
+	/*
+	 * process_available: what the source holds now (opaque), and whether
+	 * the stream's committed positions have reached it (read in a fresh
+	 * snapshot, as the extension's owner).
+	 */
+	void	   *(*available) (StmSource *src, int32 stream_id);
+	bool		(*reached) (StmSource *src, int32 stream_id, void *available);
+
+	/* Work that must wait for the batch's commit (removing what was read). */
+	void		(*after_commit) (StmSource *src, int32 stream_id);
+
+	/* Give resources back before the memory context goes (else it does). */
+	void		(*close) (StmSource *src);
+};
+
+extern void stm_source_register(const StmSourceRoutine *routine);
+extern const StmSourceRoutine *stm_source_routine(const char *kind);
+extern StmSource *stm_source_open(StmSourceDef *def, Oid stream_owner, bool for_batches);
+extern void stm_source_close(StmSource *src);
+extern List *stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine);
+extern char *stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls);
+
+/* api_source.c: the create function of every kind */
+extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);
+
+#endif
