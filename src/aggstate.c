@@ -526,12 +526,42 @@ typedef struct StatePlans
 	SPIPlanPtr	delete;			/* session windows: a merged-away session's state row */
 	SPIPlanPtr	sink_upsert;	/* update mode: a changed group's sink row */
 	SPIPlanPtr	sink_delete;	/* update mode, session windows: a merged-away session's sink row */
+	Oid			delete_types[FUNC_MAX_ARGS + 1];	/* its parameters' types */
 	int			nstate;			/* columns of the state table */
 	Datum	   *vals;			/* room for a state row */
 	char	   *nulls;
 	Datum	   *out;			/* room for a sink row */
 	bool	   *outnulls;
 } StatePlans;
+
+/*
+ * DELETE of a session's sink row, by the window start ($1) and the group
+ * values ($2...).  A NULL group value is matched with IS NULL, so that the
+ * sink's unique index still finds the row (IS NOT DISTINCT FROM would not
+ * use it).  Fills types[] with the parameters' types.
+ */
+static char *
+sink_delete_sql(StmAggBatch *ab, bool *keynulls, Oid *types)
+{
+	StmAggQuery *agg = ab->agg;
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s WHERE true", sink_name(ab));
+	for (int n = 0; n < list_length(agg->outputs); n++)
+	{
+		int			k = agg->out_group_col[n];
+
+		if (k < 0)
+			continue;
+		types[k] = k == 0 ? TIMESTAMPTZOID : agg->key_types[k - 1];
+		if (k > 0 && keynulls[k - 1])
+			appendStringInfo(&sql, " AND %s IS NULL", quote_identifier(agg->out_names[n]));
+		else
+			appendStringInfo(&sql, " AND %s = $%d", quote_identifier(agg->out_names[n]), k + 1);
+	}
+	return sql.data;
+}
 
 static void
 prepare_state_plans(StmAggBatch *ab, StatePlans *p)
@@ -612,18 +642,10 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	/* update mode: a session's sink row is found by the window and group columns */
 	if (p->sink_upsert)
 	{
-		resetStringInfo(&sql);
-		appendStringInfo(&sql, "DELETE FROM %s WHERE true", sink_name(ab));
-		for (int n = 0; n < nout; n++)
-		{
-			int			k = agg->out_group_col[n];
+		bool		nonulls[FUNC_MAX_ARGS] = {0};
 
-			if (k < 0)
-				continue;
-			argtypes[k] = k == 0 ? TIMESTAMPTZOID : agg->key_types[k - 1];
-			appendStringInfo(&sql, " AND %s = $%d", quote_identifier(agg->out_names[n]), k + 1);
-		}
-		p->sink_delete = SPI_prepare(sql.data, nkeys + 1, argtypes);
+		p->sink_delete = SPI_prepare(sink_delete_sql(ab, nonulls, p->delete_types),
+									 nkeys + 1, p->delete_types);
 		if (p->sink_delete == NULL)
 			elog(ERROR, "could not prepare the sink delete of stream %d", ab->stream_id);
 	}
@@ -803,14 +825,23 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 				elog(ERROR, "could not delete a merged session of stream %d", ab->stream_id);
 			if (p->sink_delete)
 			{
+				bool		any_null = false;
+				int			rc;
+
 				args[0] = TimestampTzGetDatum(ref->start);
 				nulls[0] = ' ';
 				for (int k = 0; k < nkeys; k++)
 				{
 					args[1 + k] = e->keyvals[k];
 					nulls[1 + k] = e->keynulls[k] ? 'n' : ' ';
+					any_null |= e->keynulls[k];
 				}
-				if (SPI_execute_plan(p->sink_delete, args, nulls, false, 0) != SPI_OK_DELETE)
+				/* a NULL group (rare): a statement of its own */
+				rc = any_null ?
+					SPI_execute_with_args(sink_delete_sql(ab, e->keynulls, p->delete_types),
+										  nkeys + 1, p->delete_types, args, nulls, false, 0) :
+					SPI_execute_plan(p->sink_delete, args, nulls, false, 0);
+				if (rc != SPI_OK_DELETE)
 					elog(ERROR, "could not delete a merged session's sink row of stream %d",
 						 ab->stream_id);
 			}
