@@ -255,12 +255,12 @@ process_chunk(void *arg, StmKafkaPartition *part, rd_kafka_message_t **msgs, int
 			bc->has_max_event_time = true;
 		}
 	}
-	/* dedup_keys: before the query */
+	/* dedup_keys: before the query (in the chunk's memory, as the records) */
 	if (bc->dedup)
 	{
-		Datum	  **values = palloc(sizeof(Datum *) * n);
-		bool	  **nulls = palloc(sizeof(bool *) * n);
-		bool	   *drop = palloc(sizeof(bool) * n);
+		Datum	  **values = MemoryContextAlloc(bc->chunk_cxt, sizeof(Datum *) * n);
+		bool	  **nulls = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool *) * n);
+		bool	   *drop = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool) * n);
 
 		for (int i = 0; i < n; i++)
 		{
