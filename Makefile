@@ -12,7 +12,7 @@ PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka)
 SHLIB_LINK  = $(shell pkg-config --libs rdkafka)
 
 # Tests (see README: "make test" runs them all on a private server).
-REGRESS        = init kafka_source api_errors stateless bad_records aggregates sessions null_groups watermarks idle_timeout
+REGRESS        = init kafka_source api_errors stateless bad_records aggregates sessions null_groups batch_memory watermarks idle_timeout
 REGRESS_OPTS   = --temp-instance=tmp_check --temp-config=test/streaming.conf \
                  --load-extension=$(EXTENSION)
 ISOLATION      = concurrent_batches

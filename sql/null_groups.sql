@@ -16,15 +16,14 @@
 \getenv bs KAFKA_BOOTSTRAP
 \set t nl:run
 SELECT set_config('nl.topic', :'t', false);
+\i test/regress_helpers.sql
 
 -- every record is also kept here, to compute what the sinks must hold
 CREATE TABLE nl_input (id serial, g text, n int, v int, ts timestamptz, sent boolean DEFAULT false);
-CREATE FUNCTION nl_send() RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE format('COPY (SELECT json_build_object(''g'', g, ''n'', n, ''v'', v, ''ts'', ts) FROM nl_input WHERE NOT sent ORDER BY id) TO PROGRAM %L',
-                   'kcat -P -b "$KAFKA_BOOTSTRAP" -t ' || current_setting('nl.topic') || ' -p 0');
+CREATE FUNCTION nl_send() RETURNS void LANGUAGE sql AS $$
+    SELECT stm_produce(current_setting('nl.topic'),
+        'SELECT json_build_object(''g'', g, ''n'', n, ''v'', v, ''ts'', ts) FROM nl_input WHERE NOT sent ORDER BY id');
     UPDATE nl_input SET sent = true WHERE NOT sent;
-END
 $$;
 -- rows every 80 seconds from 10:00; g is NULL in every third, n in every fourth
 CREATE FUNCTION nl_rows(lo int, hi int) RETURNS void LANGUAGE sql AS $$
@@ -76,41 +75,14 @@ SELECT streaming.create_stream('nl_ses',
       FROM nl_src GROUP BY streaming.session(ts, '5 minutes'), g$$,
     output_mode => 'update', start => false);
 CREATE VIEW nl_ses_expected AS
-WITH marked AS (
-    SELECT g, v, ts,
-           CASE WHEN ts <= lag(ts) OVER w + interval '5 minutes' THEN 0 ELSE 1 END AS starts
-    FROM nl_input WHERE sent WINDOW w AS (PARTITION BY g ORDER BY ts)),
-numbered AS (
-    SELECT g, v, ts, sum(starts) OVER (PARTITION BY g ORDER BY ts ROWS UNBOUNDED PRECEDING) AS session
-    FROM marked)
-SELECT min(ts) AS ws, max(ts) + interval '5 minutes' AS we, g, count(*) AS c, sum(v) AS total
-FROM numbered GROUP BY g, session;
+SELECT ws, we, k AS g, n AS c, total FROM stm_sessions('SELECT g AS k, v, ts FROM nl_input WHERE sent', '5 minutes');
 \d nl_upd
 \d nl_upd_w
 \d nl_app
 
--- run every stream's due batches, then compare each sink with its
--- expected rows (EXCEPT treats NULLs as equal, as GROUP BY does)
-CREATE FUNCTION nl_check() RETURNS TABLE (stream text, batches int, missing_from_expected bigint,
-                                          missing_from_sink bigint, rows bigint, null_rows bigint)
-LANGUAGE plpgsql AS $$
-BEGIN
-    FOREACH stream IN ARRAY ARRAY['nl_upd', 'nl_all', 'nl_upd_w', 'nl_all_w', 'nl_app', 'nl_ses']
-    LOOP
-        batches := 0;
-        WHILE streaming.run_batch(stream) IS NOT NULL LOOP
-            batches := batches + 1;
-        END LOOP;
-        EXECUTE format('SELECT (SELECT count(*) FROM (TABLE %1$I EXCEPT ALL TABLE %2$I) d),
-                               (SELECT count(*) FROM (TABLE %2$I EXCEPT ALL TABLE %1$I) d),
-                               (SELECT count(*) FROM %1$I),
-                               (SELECT count(*) FROM %1$I s WHERE NOT (s IS NOT NULL))',
-                       stream, stream || '_expected')
-            INTO missing_from_expected, missing_from_sink, rows, null_rows;
-        RETURN NEXT;
-    END LOOP;
-END
-$$;
+-- after each batch: run every stream's due batches, then compare each
+-- sink with its expected rows (stm_check: NULLs are equal, as in GROUP BY)
+\set streams 'ARRAY[''nl_upd'', ''nl_all'', ''nl_upd_w'', ''nl_all_w'', ''nl_app'', ''nl_ses'']'
 
 -- batch 1: NULL groups from the first batch on; g's NULL sessions
 -- [10:04, 10:45), [11:00, 11:05) and [11:20, 11:25)
@@ -118,19 +90,19 @@ SELECT nl_rows(1, 30);
 INSERT INTO nl_input (g, n, v, ts) VALUES
     (NULL, NULL, 100, '2024-01-01 11:00:00+00'), (NULL, 7, 101, '2024-01-01 11:20:00+00');
 SELECT nl_send();
-SELECT * FROM nl_check();
+SELECT stream, batches, missing_from_expected, missing_from_sink, rows, null_rows FROM stm_check(:streams);
 -- batch 2: the NULL groups grow; rows every four minutes join g's NULL
 -- sessions into one [10:04, 11:25), whose start the first one keeps: the
 -- other two leave state and sink (their sink rows are found by IS NULL)
 SELECT nl_rows(31, 60);
 SELECT nl_send();
-SELECT * FROM nl_check();
+SELECT stream, batches, missing_from_expected, missing_from_sink, rows, null_rows FROM stm_check(:streams);
 SELECT to_char(ws AT TIME ZONE 'UTC', 'HH24:MI') AS ws, to_char(we AT TIME ZONE 'UTC', 'HH24:MI') AS we, c
 FROM nl_ses WHERE g IS NULL ORDER BY ws;
 -- batch 3: a late sentinel closes every window of the append stream
 INSERT INTO nl_input (g, n, v, ts) VALUES (NULL, NULL, 1000, '2024-01-01 13:00:00+00');
 SELECT nl_send();
-SELECT * FROM nl_check();
+SELECT stream, batches, missing_from_expected, missing_from_sink, rows, null_rows FROM stm_check(:streams);
 SELECT g, n, c, total FROM nl_upd ORDER BY g NULLS FIRST, n NULLS FIRST;
 -- one state row per group, NULL ones too
 SELECT format('streaming.state_%s', id) AS state FROM streaming.stream_defs WHERE name = 'nl_upd' \gset
@@ -164,4 +136,4 @@ FROM streaming.streams WHERE name LIKE 'nl\_%' ORDER BY name;
 SELECT streaming.drop_source('nl_src');
 DROP VIEW nl_upd_expected, nl_all_expected, nl_upd_w_expected, nl_all_w_expected, nl_app_expected, nl_ses_expected;
 DROP TABLE nl_sink, nl_pk, nl_input;
-DROP FUNCTION nl_send(), nl_rows(int, int), nl_check();
+DROP FUNCTION nl_send(), nl_rows(int, int), stm_produce(text, text), stm_check(text[]), stm_sessions(text, interval);

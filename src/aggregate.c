@@ -133,6 +133,22 @@ stm_agg_init(List *aggrefs, MemoryContext state_cxt)
 	return rt;
 }
 
+/*
+ * Where new and combined states are allocated from now on (the states'
+ * context and the aggregates' aggcontext); returns the previous one.  A
+ * batch merges each group into the state table in a context of its own,
+ * reset after the group.
+ */
+MemoryContext
+stm_agg_set_state_context(StmAggRuntime *rt, MemoryContext cxt)
+{
+	MemoryContext old = rt->state_cxt;
+
+	rt->state_cxt = cxt;
+	rt->aggstate->curaggcontext->ecxt_per_tuple_memory = cxt;
+	return old;
+}
+
 /* A new group: every state starts at its initial value. */
 void
 stm_agg_group_init(StmAggRuntime *rt, StmAggValue *vals)

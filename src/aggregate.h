@@ -56,6 +56,7 @@ typedef struct StmAggRuntime
 extern Oid	stm_agg_transtype(Aggref *agg);
 extern Oid	stm_agg_storedtype(Aggref *agg);
 extern StmAggRuntime *stm_agg_init(List *aggrefs, MemoryContext state_cxt);
+extern MemoryContext stm_agg_set_state_context(StmAggRuntime *rt, MemoryContext cxt);
 extern void stm_agg_group_init(StmAggRuntime *rt, StmAggValue *vals);
 extern void stm_agg_advance(StmAggRuntime *rt, StmAggValue *vals, ExprContext *econtext);
 extern Datum stm_agg_store(StmAggRuntime *rt, int i, StmAggValue *v, bool *isnull);

@@ -390,14 +390,17 @@ record_batch(BatchContext *bc, int64 batch_id, TimestampTz started,
  * transaction; the table is dropped after the call.
  */
 static Oid
-batch_table(StmQueryInfo *qi, int64 batch_id)
+batch_table(StmQueryInfo *qi, int64 batch_id, bool update)
 {
 	char	   *name = psprintf("streaming_batch_" INT64_FORMAT, batch_id);
 	Oid			relid;
 
 	SPI_connect();
-	/* no key: each group is written once per batch */
-	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name)), false),
+	/*
+	 * update mode: the sink's key, since a group merged in two parts of the
+	 * batch (aggstate.c) is upserted twice; else no key
+	 */
+	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name)), update),
 					false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create the batch table");
 	SPI_finish();
@@ -551,7 +554,7 @@ stm_batch_run(StmRuntime *rt)
 
 	view = relation_open(src->view, AccessShareLock);
 	if (OidIsValid(def->sink_function))
-		def->sink = batch_table(qi, batch_id);
+		def->sink = batch_table(qi, batch_id, strcmp(def->output_mode, "update") == 0);
 	sink_rel = OidIsValid(def->sink) ? try_relation_open(def->sink, RowExclusiveLock) : NULL;
 	if (sink_rel == NULL)
 		ereport(ERROR,

@@ -298,12 +298,13 @@ stm_kafka_open(const char *source, bool for_batches)
 
 /*
  * The fetching client, made when the first plan knows how many partitions
- * the source reads: their prefetch shares streaming.batch_memory.  Each
- * partition's local queue is kept under batch_memory / (2 * partitions),
- * and a fetch of it gets no more than that either (librdkafka overshoots
- * the queue by one fetch); librdkafka's bookkeeping of each record comes on
- * top.  Partitions added later get the same share.  kafka_options that set
- * these properties win.
+ * the source reads: their prefetch shares half of streaming.batch_memory
+ * (the batch's groups have the other half, guc.h).  Each partition's local
+ * queue is kept under batch_memory / (4 * partitions), and a fetch of it
+ * gets no more than that either (librdkafka overshoots the queue by one
+ * fetch); librdkafka's bookkeeping of each record comes on top.  Partitions
+ * added later get the same share.  kafka_options that set these properties
+ * win.
  */
 static void
 open_consumer(StmKafka *kc, int npartitions)
@@ -314,7 +315,7 @@ open_consumer(StmKafka *kc, int npartitions)
 
 	if (kc->rk != NULL)
 		return;
-	share_kb = stm_guc_batch_memory_kb / (2 * Max(npartitions, 1));
+	share_kb = stm_guc_batch_memory_kb / (4 * Max(npartitions, 1));
 	share_kb = Max(64, Min(16384, share_kb));
 	if (!kc->user_prefetch)
 	{
