@@ -187,7 +187,7 @@ SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws
 CREATE TABLE ag_nokey (ws timestamptz, status text, n bigint);
 SELECT streaming.create_stream('ag_bad', $$SELECT streaming.window_start() AS ws, status, count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
     sink => 'ag_nokey', output_mode => 'update', start => false);
-CREATE UNIQUE INDEX ON ag_nokey (status, ws);
+CREATE UNIQUE INDEX ON ag_nokey (status, ws) NULLS NOT DISTINCT;
 SELECT streaming.create_stream('ag_keyed', $$SELECT streaming.window_start() AS ws, status, count(*) AS n FROM ag_src GROUP BY streaming.tumble(ts, '1 minute'), status$$,
     sink => 'ag_nokey', output_mode => 'update', start => false);
 SELECT streaming.drop_stream('ag_keyed');

@@ -141,12 +141,12 @@ stm_agg_check_permissions(Form_pg_aggregate form)
 
 /*
  * The aggregates' support functions, their AggState and contexts, for one
- * batch; everything lives in cxt, the states in aggcontext's memory below it.
+ * batch, in the current memory context; the states live in state_cxt (the
+ * aggcontext's memory; stm_agg_set_state_context moves it).
  */
 StmAggRuntime *
-stm_agg_init(List *aggrefs, MemoryContext cxt)
+stm_agg_init(List *aggrefs, MemoryContext state_cxt)
 {
-	MemoryContext old = MemoryContextSwitchTo(cxt);
 	StmAggRuntime *rt = palloc0(sizeof(StmAggRuntime));
 	int			n = Max(list_length(aggrefs), 1);
 	int			maxargs = 2;	/* combine and deserialize */
@@ -159,7 +159,10 @@ stm_agg_init(List *aggrefs, MemoryContext cxt)
 	rt->final = palloc0(sizeof(AggStatePerTransData) * n);
 	rt->peragg = palloc0(sizeof(AggStatePerAggData) * n);
 	rt->aggcontext = CreateStandaloneExprContext();
-	rt->state_cxt = rt->aggcontext->ecxt_per_tuple_memory;
+	/* the aggcontext's memory is the states' context, the caller's */
+	MemoryContextDelete(rt->aggcontext->ecxt_per_tuple_memory);
+	rt->aggcontext->ecxt_per_tuple_memory = state_cxt;
+	rt->state_cxt = state_cxt;
 	rt->tmpcontext = CreateStandaloneExprContext();
 	/* what fmgr.h's aggregate API reads (nodeAgg.c), for hashed grouping */
 	rt->aggstate = makeNode(AggState);
@@ -254,20 +257,36 @@ stm_agg_init(List *aggrefs, MemoryContext cxt)
 		i++;
 	}
 	rt->fcinfo = palloc0(SizeForFunctionCallInfo(maxargs));
-	MemoryContextSwitchTo(old);
 	return rt;
 }
 
 /*
+ * Where new and combined states are allocated from now on (the states'
+ * context and the aggregates' aggcontext); returns the previous one.  A
+ * batch merges each group into the state table in a context of its own,
+ * reset after the group.
+ */
+MemoryContext
+stm_agg_set_state_context(StmAggRuntime *rt, MemoryContext cxt)
+{
+	MemoryContext old = rt->state_cxt;
+
+	rt->state_cxt = cxt;
+	rt->aggstate->curaggcontext->ecxt_per_tuple_memory = cxt;
+	return old;
+}
+
+/*
  * The end of the batch's aggregation, as ExecEndAgg: the callbacks that
- * support functions registered with AggRegisterCallback() run, then the
- * states and the short-term memory go.  As in nodeAgg.c, callbacks do not
- * run on error: the batch's memory goes then with everything in it.
+ * support functions registered with AggRegisterCallback() run (the states'
+ * memory is reset with them; the caller deletes it).  As in nodeAgg.c,
+ * callbacks do not run on error: the batch's memory goes then with
+ * everything in it.
  */
 void
 stm_agg_end(StmAggRuntime *rt)
 {
-	FreeExprContext(rt->aggcontext, true);
+	ReScanExprContext(rt->aggcontext);
 	FreeExprContext(rt->tmpcontext, true);
 }
 

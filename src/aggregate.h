@@ -74,7 +74,8 @@ typedef struct StmAggRuntime
 extern void stm_agg_check_permissions(Form_pg_aggregate form);
 extern Oid	stm_agg_transtype(Aggref *agg);
 extern Oid	stm_agg_storedtype(Aggref *agg);
-extern StmAggRuntime *stm_agg_init(List *aggrefs, MemoryContext cxt);
+extern StmAggRuntime *stm_agg_init(List *aggrefs, MemoryContext state_cxt);
+extern MemoryContext stm_agg_set_state_context(StmAggRuntime *rt, MemoryContext cxt);
 extern void stm_agg_end(StmAggRuntime *rt);
 extern void stm_agg_group_init(StmAggRuntime *rt, StmAggValue *vals);
 extern void stm_agg_advance(StmAggRuntime *rt, StmAggValue *vals, ExprContext *econtext);

@@ -14,6 +14,18 @@
  * group_hash (the types' 64-bit hashes, stable across restarts) and IS NOT
  * DISTINCT FROM on the window start and group columns.  A state row's
  * primary key, group_key, is the binary form of the values that created it.
+ *
+ * Memory (SPEC 7): a group in memory is its key (the hash table's tuple),
+ * its aggregates' states and, for session windows, its sessions; all of it
+ * lives in one context, and the batch's merges run in a context of their
+ * own, reset after each group.  When the groups exceed their share of
+ * streaming.batch_memory (guc.h), they are merged into the state table
+ * part-way, as at the end of the batch, and the batch goes on with none in
+ * memory (as a hash aggregate spills).  Everything stays in the batch's
+ * transaction.  A group merged in two parts of a batch combines its states
+ * twice, with the same result; in update mode its sink row is then upserted
+ * twice, ending at the batch's value, and counts twice in num_output_rows
+ * (rows written); its late rows count once per part.
  */
 #include "postgres.h"
 
@@ -44,6 +56,7 @@
 
 #include "aggstate.h"
 #include "catalog.h"
+#include "guc.h"
 #include "session.h"
 #include "statetable.h"
 
@@ -61,15 +74,22 @@ struct StmAggBatch
 	const char *keep_late_as;	/* late_rows => 'keep': the stream's name, else NULL */
 	int			meta_att;		/* the source row's kafka_topic column */
 	Relation	sink;
-	bool		batch_table;	/* sink_function's table: each group once, no key */
+	bool		batch_table;	/* sink_function's table */
 	char	   *table;
 	StmAggRuntime *rt;
-	MemoryContext cxt;			/* groups and their states */
+	MemoryContext cxt;			/* what the groups take in memory (the hash tables' buckets here) */
+	MemoryContext group_cxt;	/* below cxt: keys, states and sessions; reset by each merge */
+	MemoryContext merge_cxt;	/* below cxt: merging one group, reset after each */
 	MemoryContext hash_cxt;		/* hashing and comparing keys, reset per lookup */
-	TupleHashTable groups;		/* (window start, group values) -> GroupEntry */
+	Size		mem_limit;		/* cxt's share of streaming.batch_memory */
+	TupleHashTable groups;		/* (window start, group values) -> states, or SessionGroup */
 	TupleHashTable late;		/* the closed windows and groups that rows came for */
 	int64		nlate;
+	int64		ngroups;		/* groups merged into the state table so far */
+	int64		nwritten;		/* sink rows written so far */
+	int			nmerges;		/* merges of the groups in memory so far */
 	TupleTableSlot *key_slot;	/* the hash tables' key: window start, group values */
+	TupleTableSlot *entry_slot; /* a hash entry's key, read back */
 	ExprState **keys;
 	FmgrInfo   *key_send;
 	FmgrInfo   *key_hash;		/* 64-bit hash functions, for group_hash; fn_oid 0: none */
@@ -80,20 +100,15 @@ struct StmAggBatch
 };
 
 /*
- * A window and group of the batch; for session windows a group, with its
- * sessions (the key then leaves the window out).
+ * A hash entry's data: a window and group's aggregate states (an array of
+ * StmAggValue), or for session windows a group's sessions (the key then
+ * leaves the window out).  The key itself is the entry's tuple.
  */
-typedef struct GroupEntry
+typedef struct SessionGroup
 {
-	bool		has_window;
-	TimestampTz wstart;
-	TimestampTz wend;			/* the window's end, or the time_key's value */
-	Datum	   *keyvals;
-	bool	   *keynulls;
-	StmAggValue *vals;
-	StmSessionList sessions;	/* session windows: the batch's sessions */
-	StmSessionList late;		/* session windows: the closed sessions rows came for */
-} GroupEntry;
+	StmSessionList sessions;	/* the batch's sessions */
+	StmSessionList late;		/* the closed sessions rows came for */
+} SessionGroup;
 
 char *
 stm_aggstate_table(int32 stream_id)
@@ -154,10 +169,11 @@ build_hash_tables(StmAggBatch *ab)
 	}
 	execTuplesHashPrepare(ncols, eqops, &eqfuncs, &hashfuncs);
 	ab->groups = BuildTupleHashTableExt(NULL, desc, ncols, cols, eqfuncs, hashfuncs, collations,
-										1024, 0, ab->cxt, ab->cxt, ab->hash_cxt, false);
+										1024, 0, ab->cxt, ab->group_cxt, ab->hash_cxt, false);
 	ab->late = BuildTupleHashTableExt(NULL, desc, ncols, cols, eqfuncs, hashfuncs, collations,
-									  64, 0, ab->cxt, ab->cxt, ab->hash_cxt, false);
+									  64, 0, ab->cxt, ab->group_cxt, ab->hash_cxt, false);
 	ab->key_slot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+	ab->entry_slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
 }
 
 StmAggBatch *
@@ -190,12 +206,24 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	ab->sink = sink;
 	ab->batch_table = batch_table;
 	ab->table = stm_aggstate_table(stream_id);
+
+	/*
+	 * The groups' memory is counted as nodeAgg.c counts a hash aggregate's:
+	 * every block of cxt and its children; blocks of at most 1/16 of the
+	 * limit keep the count close to what is used.
+	 */
+	ab->mem_limit = stm_guc_groups_memory();
 	ab->cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming groups",
 									ALLOCSET_DEFAULT_SIZES);
-	ab->rt = stm_agg_init(agg->aggrefs, ab->cxt);
-
-	ab->hash_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming group keys",
+	ab->group_cxt = AllocSetContextCreate(ab->cxt, "streaming group states",
+										  ALLOCSET_DEFAULT_MINSIZE, ALLOCSET_DEFAULT_INITSIZE,
+										  Max(ALLOCSET_DEFAULT_INITSIZE,
+											  Min(ALLOCSET_DEFAULT_MAXSIZE, ab->mem_limit / 16)));
+	ab->merge_cxt = AllocSetContextCreate(ab->cxt, "streaming group merge",
+										  ALLOCSET_DEFAULT_SIZES);
+	ab->hash_cxt = AllocSetContextCreate(ab->cxt, "streaming group keys",
 										 ALLOCSET_SMALL_SIZES);
+	ab->rt = stm_agg_init(agg->aggrefs, ab->group_cxt);
 	build_hash_tables(ab);
 
 	ab->keys = palloc(sizeof(ExprState *) * Max(agg->nkeys, 1));
@@ -285,62 +313,58 @@ lookup(StmAggBatch *ab, TupleHashTable table, bool has_window, TimestampTz wstar
 	return entry;
 }
 
-/* The batch's group of (window start, group values); a new one holds copies of the values. */
-static GroupEntry *
-find_group(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, bool *nulls)
+/*
+ * A hash entry's key, read back from its tuple: whether it has a window,
+ * its start in *wstart, and the group values from column 2 of
+ * ab->entry_slot on (valid until the next entry).
+ */
+static bool
+entry_key(StmAggBatch *ab, TupleHashEntry entry, TimestampTz *wstart)
 {
-	bool		isnew;
-	TupleHashEntry entry = lookup(ab, ab->groups, has_window, wstart, vals, nulls, &isnew);
-	GroupEntry *e;
-	MemoryContext old;
+	TupleTableSlot *slot = ab->entry_slot;
 
-	if (!isnew)
-		return (GroupEntry *) entry->additional;
-	old = MemoryContextSwitchTo(ab->cxt);
-	e = palloc0(sizeof(GroupEntry));
-	e->has_window = has_window;
-	e->wstart = wstart;
-	e->keyvals = palloc(sizeof(Datum) * Max(ab->agg->nkeys, 1));
-	e->keynulls = palloc(sizeof(bool) * Max(ab->agg->nkeys, 1));
-	for (int k = 0; k < ab->agg->nkeys; k++)
-	{
-		int16		len;
-		bool		byval;
-
-		get_typlenbyval(ab->agg->key_types[k], &len, &byval);
-		e->keynulls[k] = nulls[k];
-		e->keyvals[k] = nulls[k] ? (Datum) 0 : datumCopy(vals[k], byval, len);
-	}
-	entry->additional = e;
-	MemoryContextSwitchTo(old);
-	return e;
+	ExecStoreMinimalTuple(entry->firstTuple, slot, false);
+	slot_getallattrs(slot);
+	*wstart = DatumGetTimestampTz(slot->tts_values[0]);
+	return !slot->tts_isnull[0];
 }
 
-/* A row into the window [wstart, wend) of its group; false when the window is closed. */
+/* When a window and group closes: its window's end, or its time_key's value. */
+static TimestampTz
+group_end(StmAggBatch *ab, bool has_window, TimestampTz wstart, Datum *vals, bool *nulls)
+{
+	if (has_window)
+		return wstart + ab->agg->window.size_us;
+	if (ab->time_key >= 0 && !nulls[ab->time_key])
+		return DatumGetTimestampTz(vals[ab->time_key]);
+	return DT_NOEND;
+}
+
+/* A row into the window starting at wstart of its group; false when the window is closed. */
 static bool
 add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
-			 TimestampTz wstart, TimestampTz wend, Datum *vals, bool *nulls)
+			 TimestampTz wstart, Datum *vals, bool *nulls)
 {
-	GroupEntry *e;
+	bool		isnew;
+	TupleHashEntry entry;
 
 	/* a row counts in a window only while the window is open (SPEC 3.1) */
-	if (ab->has_watermark && wend <= ab->watermark)
+	if (ab->has_watermark && group_end(ab, has_window, wstart, vals, nulls) <= ab->watermark)
 	{
-		bool		isnew;
-
 		(void) lookup(ab, ab->late, has_window, wstart, vals, nulls, &isnew);
 		if (isnew)
 			ab->nlate++;
 		return false;
 	}
-	e = find_group(ab, has_window, wstart, vals, nulls);
-	if (e->vals == NULL)
+	/* a new entry's tuple holds copies of the values; its states come next to it */
+	entry = lookup(ab, ab->groups, has_window, wstart, vals, nulls, &isnew);
+	if (isnew)
 	{
-		e->wend = wend;
-		e->vals = MemoryContextAlloc(ab->cxt, sizeof(StmAggValue) * Max(ab->rt->naggs, 1));
-		stm_agg_group_init(ab->rt, e->vals);
+		entry->additional = MemoryContextAlloc(ab->group_cxt,
+											   sizeof(StmAggValue) * Max(ab->rt->naggs, 1));
+		stm_agg_group_init(ab->rt, entry->additional);
 	}
-	stm_agg_advance(ab->rt, e->vals, econtext);
+	stm_agg_advance(ab->rt, entry->additional, econtext);
 	return true;
 }
 
@@ -353,22 +377,30 @@ static bool
 add_to_session(StmAggBatch *ab, ExprContext *econtext, TimestampTz ts,
 			   Datum *vals, bool *nulls)
 {
-	GroupEntry *e = find_group(ab, false, 0, vals, nulls);
+	bool		isnew;
+	TupleHashEntry entry = lookup(ab, ab->groups, false, 0, vals, nulls, &isnew);
+	SessionGroup *group;
 	TimestampTz end = ts + ab->agg->window.size_us;
 	StmSession *s;
-	MemoryContext old = MemoryContextSwitchTo(ab->cxt);
+	MemoryContext old;
 
+	if (isnew)
+		entry->additional = MemoryContextAllocZero(ab->group_cxt, sizeof(SessionGroup));
+	group = entry->additional;
+	old = MemoryContextSwitchTo(ab->group_cxt);
 	if (ab->has_watermark && end <= ab->watermark)
 	{
-		(void) stm_session_add_row(&e->late, ts, end, NULL);
+		(void) stm_session_add_row(&group->late, ts, end, NULL);
 		MemoryContextSwitchTo(old);
 		return false;
 	}
-	s = stm_session_add_row(&e->sessions, ts, end, ab->rt);
+	s = stm_session_add_row(&group->sessions, ts, end, ab->rt);
 	MemoryContextSwitchTo(old);
 	stm_agg_advance(ab->rt, s->vals, econtext);
 	return true;
 }
+
+static void merge_groups(StmAggBatch *ab);
 
 /* One source row (the econtext's scan tuple, past WHERE) into its groups. */
 void
@@ -387,13 +419,7 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 		vals[k] = ExecEvalExprSwitchContext(ab->keys[k], econtext, &nulls[k]);
 
 	if (w->kind == STM_WINDOW_NONE)
-	{
-		/* the group closes at its event time, when that is a group column */
-		TimestampTz closes = ab->time_key >= 0 && !nulls[ab->time_key] ?
-			DatumGetTimestampTz(vals[ab->time_key]) : DT_NOEND;
-
-		counted = add_to_group(ab, econtext, false, 0, closes, vals, nulls);
-	}
+		counted = add_to_group(ab, econtext, false, 0, vals, nulls);
 	else
 	{
 		/* the event time is a source column, never NULL here (a bad record) */
@@ -403,8 +429,7 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 			offset = (ts - w->origin) % w->size_us;
 			if (offset < 0)
 				offset += w->size_us;
-			start = ts - offset;
-			counted = add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+			counted = add_to_group(ab, econtext, true, ts - offset, vals, nulls);
 		}
 		else if (w->kind == STM_WINDOW_HOP)
 		{
@@ -414,7 +439,7 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 				offset += w->slide_us;
 			counted = true;
 			for (start = ts - offset; start + w->size_us > ts; start -= w->slide_us)
-				counted &= add_to_group(ab, econtext, true, start, start + w->size_us, vals, nulls);
+				counted &= add_to_group(ab, econtext, true, start, vals, nulls);
 		}
 		else
 			counted = add_to_session(ab, econtext, ts, vals, nulls);
@@ -424,6 +449,15 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 		stm_late_row_keep(ab->keep_late_as, econtext->ecxt_scantuple->tts_values,
 						  econtext->ecxt_scantuple->tts_isnull, ab->meta_att,
 						  ab->event_time_att);
+
+	/* more than their share of batch_memory: into the state table (SPEC 7) */
+	if (MemoryContextMemAllocated(ab->cxt, true) > ab->mem_limit)
+	{
+		ereport(stm_guc_log_batches ? LOG : DEBUG1,
+				(errmsg("the batch's groups take more than half of streaming.batch_memory (%zu kB): merging them into %s part-way",
+						ab->mem_limit / 1024, ab->table)));
+		merge_groups(ab);
+	}
 }
 
 /* The sink row of a group, from its merged states. */
@@ -505,6 +539,21 @@ prepare_sink_write(StmAggBatch *ab, bool upsert)
 	return plan;
 }
 
+/*
+ * SPI_execute_plan, read-write, leaving CurrentMemoryContext where it was
+ * (SPI leaves it at its procedure context, which lives until SPI_finish:
+ * a group's allocations after a query would pile up there).
+ */
+static int
+execute_plan(SPIPlanPtr plan, Datum *args, const char *nulls, long tcount)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			rc = SPI_execute_plan(plan, args, nulls, false, tcount);
+
+	MemoryContextSwitchTo(cxt);
+	return rc;
+}
+
 static void
 write_sink(SPIPlanPtr plan, int nout, Datum *out, bool *outnulls)
 {
@@ -512,7 +561,7 @@ write_sink(SPIPlanPtr plan, int nout, Datum *out, bool *outnulls)
 
 	for (int n = 0; n < nout; n++)
 		nulls[n] = outnulls[n] ? 'n' : ' ';
-	if (SPI_execute_plan(plan, out, nulls, false, 0) < 0)
+	if (execute_plan(plan, out, nulls, 0) < 0)
 		elog(ERROR, "could not write the sink");
 	pfree(nulls);
 }
@@ -526,12 +575,42 @@ typedef struct StatePlans
 	SPIPlanPtr	delete;			/* session windows: a merged-away session's state row */
 	SPIPlanPtr	sink_upsert;	/* update mode: a changed group's sink row */
 	SPIPlanPtr	sink_delete;	/* update mode, session windows: a merged-away session's sink row */
+	Oid			delete_types[FUNC_MAX_ARGS + 1];	/* its parameters' types */
 	int			nstate;			/* columns of the state table */
 	Datum	   *vals;			/* room for a state row */
 	char	   *nulls;
 	Datum	   *out;			/* room for a sink row */
 	bool	   *outnulls;
 } StatePlans;
+
+/*
+ * DELETE of a session's sink row, by the window start ($1) and the group
+ * values ($2...).  A NULL group value is matched with IS NULL, so that the
+ * sink's unique index still finds the row (IS NOT DISTINCT FROM would not
+ * use it).  Fills types[] with the parameters' types.
+ */
+static char *
+sink_delete_sql(StmAggBatch *ab, bool *keynulls, Oid *types)
+{
+	StmAggQuery *agg = ab->agg;
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s WHERE true", sink_name(ab));
+	for (int n = 0; n < list_length(agg->outputs); n++)
+	{
+		int			k = agg->out_group_col[n];
+
+		if (k < 0)
+			continue;
+		types[k] = k == 0 ? TIMESTAMPTZOID : agg->key_types[k - 1];
+		if (k > 0 && keynulls[k - 1])
+			appendStringInfo(&sql, " AND %s IS NULL", quote_identifier(agg->out_names[n]));
+		else
+			appendStringInfo(&sql, " AND %s = $%d", quote_identifier(agg->out_names[n]), k + 1);
+	}
+	return sql.data;
+}
 
 static void
 prepare_state_plans(StmAggBatch *ab, StatePlans *p)
@@ -592,7 +671,7 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
 
 	if (!ab->complete && !ab->append)
-		p->sink_upsert = prepare_sink_write(ab, !ab->batch_table);
+		p->sink_upsert = prepare_sink_write(ab, true);
 	if (!session)
 		return;
 
@@ -612,18 +691,10 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	/* update mode: a session's sink row is found by the window and group columns */
 	if (p->sink_upsert)
 	{
-		resetStringInfo(&sql);
-		appendStringInfo(&sql, "DELETE FROM %s WHERE true", sink_name(ab));
-		for (int n = 0; n < nout; n++)
-		{
-			int			k = agg->out_group_col[n];
+		bool		nonulls[FUNC_MAX_ARGS] = {0};
 
-			if (k < 0)
-				continue;
-			argtypes[k] = k == 0 ? TIMESTAMPTZOID : agg->key_types[k - 1];
-			appendStringInfo(&sql, " AND %s = $%d", quote_identifier(agg->out_names[n]), k + 1);
-		}
-		p->sink_delete = SPI_prepare(sql.data, nkeys + 1, argtypes);
+		p->sink_delete = SPI_prepare(sink_delete_sql(ab, nonulls, p->delete_types),
+									 nkeys + 1, p->delete_types);
 		if (p->sink_delete == NULL)
 			elog(ERROR, "could not prepare the sink delete of stream %d", ab->stream_id);
 	}
@@ -657,7 +728,7 @@ write_state(StmAggBatch *ab, StatePlans *p, bytea *key, bool has_window,
 	}
 	p->vals[p->nstate - 1] = Int64GetDatum(hash);
 	p->nulls[p->nstate - 1] = ' ';
-	if (SPI_execute_plan(p->upsert, p->vals, p->nulls, false, 0) != SPI_OK_INSERT)
+	if (execute_plan(p->upsert, p->vals, p->nulls, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
 }
 
@@ -686,22 +757,28 @@ key_args(StmAggBatch *ab, int64 hash, Datum *keyvals, bool *keynulls, Datum *arg
 
 /* A window and group of the batch: its states combined with the stored ones. */
 static int64
-merge_group(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
+merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 {
 	StmAggRuntime *rt = ab->rt;
 	int			nkeys = ab->agg->nkeys;
+	StmAggValue *vals = entry->additional;
 	StmAggValue merged[FUNC_MAX_ARGS];
 	Datum		args[FUNC_MAX_ARGS + 2];
 	char		nulls[FUNC_MAX_ARGS + 2];
-	int64		hash = group_hash(ab, e->has_window, e->wstart, e->keyvals, e->keynulls);
+	TimestampTz wstart;
+	bool		has_window = entry_key(ab, entry, &wstart);
+	Datum	   *keyvals = ab->entry_slot->tts_values + 1;
+	bool	   *keynulls = ab->entry_slot->tts_isnull + 1;
+	TimestampTz wend = group_end(ab, has_window, wstart, keyvals, keynulls);
+	int64		hash = group_hash(ab, has_window, wstart, keyvals, keynulls);
 	bytea	   *key = NULL;
 
-	key_args(ab, hash, e->keyvals, e->keynulls, args, nulls);
-	args[nkeys + 1] = TimestampTzGetDatum(e->wstart);
-	nulls[nkeys + 1] = e->has_window ? ' ' : 'n';
-	if (SPI_execute_plan(p->select, args, nulls, false, 1) != SPI_OK_SELECT)
+	key_args(ab, hash, keyvals, keynulls, args, nulls);
+	args[nkeys + 1] = TimestampTzGetDatum(wstart);
+	nulls[nkeys + 1] = has_window ? ' ' : 'n';
+	if (execute_plan(p->select, args, nulls, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the state table of stream %d", ab->stream_id);
-	memcpy(merged, e->vals, sizeof(StmAggValue) * rt->naggs);
+	memcpy(merged, vals, sizeof(StmAggValue) * rt->naggs);
 	if (SPI_processed > 0)
 	{
 		bool		isnull;
@@ -713,16 +790,16 @@ merge_group(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 2, &isnull);
 
 			stm_agg_load(rt, i, d, isnull, &merged[i]);
-			stm_agg_combine(rt, i, &merged[i], &e->vals[i]);
+			stm_agg_combine(rt, i, &merged[i], &vals[i]);
 		}
 	}
 	else
-		key = group_key(ab, e->has_window, e->wstart, e->keyvals, e->keynulls);
-	write_state(ab, p, key, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls,
-				merged, hash);
+		key = group_key(ab, has_window, wstart, keyvals, keynulls);
+	SPI_freetuptable(SPI_tuptable);
+	write_state(ab, p, key, has_window, wstart, wend, keyvals, keynulls, merged, hash);
 	if (p->sink_upsert == NULL)
 		return 0;
-	upsert_sink(ab, p, e->has_window, e->wstart, e->wend, e->keyvals, e->keynulls, merged);
+	upsert_sink(ab, p, has_window, wstart, wend, keyvals, keynulls, merged);
 	return 1;
 }
 
@@ -734,30 +811,34 @@ merge_group(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
  * replaced by the merged session's).
  */
 static int64
-merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
+merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 {
 	StmAggRuntime *rt = ab->rt;
 	int			nkeys = ab->agg->nkeys;
-	StmSessionList *list = &e->sessions;
-	int64		hash = group_hash(ab, false, 0, e->keyvals, e->keynulls);
+	StmSessionList *list = &((SessionGroup *) entry->additional)->sessions;
+	TimestampTz unused;
+	Datum	   *keyvals = ab->entry_slot->tts_values + 1;
+	bool	   *keynulls = ab->entry_slot->tts_isnull + 1;
+	int64		hash;
 	Datum		args[FUNC_MAX_ARGS + 3];
 	char		nulls[FUNC_MAX_ARGS + 3];
 	SPITupleTable *tt;
 	uint64		nrows;
 	int64		written = 0;
-	MemoryContext old;
 
 	if (list->n == 0)
 		return 0;				/* only late rows */
-	key_args(ab, hash, e->keyvals, e->keynulls, args, nulls);
+	(void) entry_key(ab, entry, &unused);
+	hash = group_hash(ab, false, 0, keyvals, keynulls);
+	key_args(ab, hash, keyvals, keynulls, args, nulls);
 	args[nkeys + 1] = TimestampTzGetDatum(list->items[0].start);
 	args[nkeys + 2] = TimestampTzGetDatum(list->items[list->n - 1].end);
 	nulls[nkeys + 1] = nulls[nkeys + 2] = ' ';
-	if (SPI_execute_plan(p->sessions, args, nulls, false, 0) != SPI_OK_SELECT)
+	if (execute_plan(p->sessions, args, nulls, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the sessions of stream %d", ab->stream_id);
 	tt = SPI_tuptable;
 	nrows = SPI_processed;
-	old = MemoryContextSwitchTo(ab->cxt);
+	/* the stored sessions and their states go to the group's merge context */
 	for (uint64 r = 0; r < nrows; r++)
 	{
 		HeapTuple	tup = tt->vals[r];
@@ -775,7 +856,6 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 		}
 		stm_session_add_stored(list, ws, we, vals, key, rt);
 	}
-	MemoryContextSwitchTo(old);
 	SPI_freetuptable(tt);
 
 	for (int s = 0; s < list->n; s++)
@@ -791,7 +871,7 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 			if (((StmStoredSession *) lfirst(lc))->start == session->start)
 				key = ((StmStoredSession *) lfirst(lc))->key;
 		if (key == NULL)
-			key = group_key(ab, true, session->start, e->keyvals, e->keynulls);
+			key = group_key(ab, true, session->start, keyvals, keynulls);
 		foreach(lc, session->stored)
 		{
 			StmStoredSession *ref = lfirst(lc);
@@ -799,32 +879,91 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, GroupEntry *e)
 			if (ref->key == key)
 				continue;		/* the same row, rewritten below */
 			args[0] = PointerGetDatum(ref->key);
-			if (SPI_execute_plan(p->delete, args, NULL, false, 0) != SPI_OK_DELETE)
+			if (execute_plan(p->delete, args, NULL, 0) != SPI_OK_DELETE)
 				elog(ERROR, "could not delete a merged session of stream %d", ab->stream_id);
 			if (p->sink_delete)
 			{
+				MemoryContext cxt = CurrentMemoryContext;
+				bool		any_null = false;
+				int			rc;
+
 				args[0] = TimestampTzGetDatum(ref->start);
 				nulls[0] = ' ';
 				for (int k = 0; k < nkeys; k++)
 				{
-					args[1 + k] = e->keyvals[k];
-					nulls[1 + k] = e->keynulls[k] ? 'n' : ' ';
+					args[1 + k] = keyvals[k];
+					nulls[1 + k] = keynulls[k] ? 'n' : ' ';
+					any_null |= keynulls[k];
 				}
-				if (SPI_execute_plan(p->sink_delete, args, nulls, false, 0) != SPI_OK_DELETE)
+				/* a NULL group (rare): a statement of its own */
+				rc = any_null ?
+					SPI_execute_with_args(sink_delete_sql(ab, keynulls, p->delete_types),
+										  nkeys + 1, p->delete_types, args, nulls, false, 0) :
+					SPI_execute_plan(p->sink_delete, args, nulls, false, 0);
+				MemoryContextSwitchTo(cxt);
+				if (rc != SPI_OK_DELETE)
 					elog(ERROR, "could not delete a merged session's sink row of stream %d",
 						 ab->stream_id);
 			}
 		}
-		write_state(ab, p, key, true, session->start, session->end, e->keyvals, e->keynulls,
+		write_state(ab, p, key, true, session->start, session->end, keyvals, keynulls,
 					session->vals, hash);
 		if (p->sink_upsert)
 		{
-			upsert_sink(ab, p, true, session->start, session->end, e->keyvals, e->keynulls,
+			upsert_sink(ab, p, true, session->start, session->end, keyvals, keynulls,
 						session->vals);
 			written++;
 		}
 	}
 	return written;
+}
+
+/*
+ * Merge the groups in memory into the state table and, in update mode,
+ * upsert their sink rows; then forget them.  At the end of the batch, and
+ * whenever they exceed their share of streaming.batch_memory.
+ */
+static void
+merge_groups(StmAggBatch *ab)
+{
+	bool		session = ab->agg->window.kind == STM_WINDOW_SESSION;
+	StatePlans	plans = {0};
+	tuplehash_iterator iter;
+	TupleHashEntry entry;
+	MemoryContext states_cxt;
+	int			nest = stm_catalog_pin_search_path();
+
+	SPI_connect();
+	prepare_state_plans(ab, &plans);
+	/* stored and combined states live as long as their group's merge */
+	states_cxt = stm_agg_set_state_context(ab->rt, ab->merge_cxt);
+	InitTupleHashIterator(ab->groups, &iter);
+	while ((entry = ScanTupleHashTable(ab->groups, &iter)) != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ab->merge_cxt);
+
+		CHECK_FOR_INTERRUPTS();
+		ab->ngroups++;
+		if (session)
+		{
+			ab->nwritten += merge_sessions(ab, &plans, entry);
+			ab->nlate += ((SessionGroup *) entry->additional)->late.n;
+		}
+		else
+			ab->nwritten += merge_group(ab, &plans, entry);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(ab->merge_cxt);
+	}
+	TermTupleHashIterator(&iter);
+	(void) stm_agg_set_state_context(ab->rt, states_cxt);
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+
+	ExecClearTuple(ab->entry_slot);
+	ResetTupleHashTable(ab->groups);
+	ResetTupleHashTable(ab->late);
+	MemoryContextReset(ab->group_cxt);
+	ab->nmerges++;
 }
 
 /*
@@ -838,49 +977,32 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 	StmAggRuntime *rt = ab->rt;
 	int			nkeys = agg->nkeys;
 	int			nout = list_length(agg->outputs);
-	bool		session = agg->window.kind == STM_WINDOW_SESSION;
 	StmAggValue *merged = palloc(sizeof(StmAggValue) * Max(rt->naggs, 1));
-	StatePlans	plans = {0};
+	Datum	   *out = palloc(sizeof(Datum) * nout);
+	bool	   *outnulls = palloc(sizeof(bool) * nout);
 	SPIPlanPtr	sink_plan;
-	tuplehash_iterator iter;
-	TupleHashEntry entry;
-	int64		ngroups = 0;
-	int64		written = 0;
-	int64		late = 0;
-	int			nest = stm_catalog_pin_search_path();
+	int64		written;
+	int			nest;
 
+	merge_groups(ab);
+	written = ab->nwritten;
+	nest = stm_catalog_pin_search_path();
 	SPI_connect();
-	prepare_state_plans(ab, &plans);
-	InitTupleHashIterator(ab->groups, &iter);
-	while ((entry = ScanTupleHashTable(ab->groups, &iter)) != NULL)
-	{
-		GroupEntry *e = entry->additional;
-
-		ngroups++;
-		if (session)
-		{
-			written += merge_sessions(ab, &plans, e);
-			late += e->late.n;
-		}
-		else
-			written += merge_group(ab, &plans, e);
-	}
-	TermTupleHashIterator(&iter);
-	if (!session)
-		late = ab->nlate;
 
 	/*
 	 * complete mode: the sink holds the whole result, from the whole state;
 	 * append mode: the groups of windows closed by the watermark are written
 	 * once, and forgotten below.  (The cursor is not read-only: its snapshot
-	 * must see this batch's upserts.)
+	 * must see this batch's upserts.)  Each row's states are loaded into the
+	 * merge context, reset after the row.
 	 */
-	if ((ab->complete && ngroups > 0) || (ab->append && ab->has_watermark))
+	if ((ab->complete && ab->ngroups > 0) || (ab->append && ab->has_watermark))
 	{
 		Portal		portal;
 		Oid			wmtype = TIMESTAMPTZOID;
 		Datum		wm = TimestampTzGetDatum(ab->watermark);
 		char	   *scan;
+		MemoryContext states_cxt;
 
 		if (ab->complete)
 		{
@@ -892,6 +1014,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 			scan = psprintf("SELECT * FROM %s WHERE window_end <= $1", ab->table);
 		sink_plan = prepare_sink_write(ab, false);
 		portal = SPI_cursor_open_with_args(NULL, scan, 1, &wmtype, &wm, NULL, false, 0);
+		states_cxt = stm_agg_set_state_context(rt, ab->merge_cxt);
 		for (;;)
 		{
 			SPITupleTable *tt;
@@ -911,6 +1034,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 				TimestampTz we;
 				Datum		keyvals[FUNC_MAX_ARGS];
 				bool		keynulls[FUNC_MAX_ARGS];
+				MemoryContext old = MemoryContextSwitchTo(ab->merge_cxt);
 
 				ws = DatumGetTimestampTz(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
 				has_window = !isnull;
@@ -923,13 +1047,16 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 
 					stm_agg_load(rt, i, d, isnull, &merged[i]);
 				}
-				output_row(ab, has_window, ws, we, keyvals, keynulls, merged, plans.out, plans.outnulls);
-				write_sink(sink_plan, nout, plans.out, plans.outnulls);
+				output_row(ab, has_window, ws, we, keyvals, keynulls, merged, out, outnulls);
+				write_sink(sink_plan, nout, out, outnulls);
 				written++;
 				ResetExprContext(ab->out_econtext);
+				MemoryContextSwitchTo(old);
+				MemoryContextReset(ab->merge_cxt);
 			}
 			SPI_freetuptable(tt);
 		}
+		(void) stm_agg_set_state_context(rt, states_cxt);
 		SPI_cursor_close(portal);
 	}
 
@@ -943,7 +1070,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 								  1, &wmtype, &wm, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not evict closed windows of stream %d", ab->stream_id);
 	}
-	*num_late_rows = late;
+	*num_late_rows = ab->nlate;
 
 	*num_state_rows = stm_statetable_rows(ab->table);
 	SPI_finish();

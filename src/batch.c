@@ -295,12 +295,12 @@ process_chunk(void *arg, StmRecord *records, int n)
 			bc->has_max_event_time = true;
 		}
 	}
-	/* dedup_keys: before the query */
+	/* dedup_keys: before the query (in the chunk's memory, as the records) */
 	if (bc->dedup)
 	{
-		Datum	  **values = palloc(sizeof(Datum *) * n);
-		bool	  **nulls = palloc(sizeof(bool *) * n);
-		bool	   *drop = palloc(sizeof(bool) * n);
+		Datum	  **values = MemoryContextAlloc(bc->chunk_cxt, sizeof(Datum *) * n);
+		bool	  **nulls = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool *) * n);
+		bool	   *drop = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool) * n);
 
 		for (int i = 0; i < n; i++)
 		{
@@ -433,7 +433,7 @@ record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
  * transaction; the table is dropped after the call.
  */
 static Oid
-batch_table(StmQueryInfo *qi, int64 batch_id)
+batch_table(StmQueryInfo *qi, int64 batch_id, bool update)
 {
 	char	   *name = psprintf("streaming_batch_" INT64_FORMAT, batch_id);
 	Oid			relid;
@@ -450,8 +450,11 @@ batch_table(StmQueryInfo *qi, int64 batch_id)
 	SetUserIdAndSecContext(userid, sec_context & ~SECURITY_RESTRICTED_OPERATION);
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
-	/* no key: each group is written once per batch */
-	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name)), false),
+	/*
+	 * update mode: the sink's key, since a group merged in two parts of the
+	 * batch (aggstate.c) is upserted twice; else no key
+	 */
+	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name)), update),
 					false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create the batch table");
 	SPI_finish();
@@ -663,7 +666,7 @@ begin_query(BatchContext *bc)
 
 	bc->view = relation_open(bc->source_def->view, AccessShareLock);
 	if (OidIsValid(def->sink_function))
-		def->sink = batch_table(qi, bc->batch_id);
+		def->sink = batch_table(qi, bc->batch_id, strcmp(def->output_mode, "update") == 0);
 	bc->sink_rel = OidIsValid(def->sink) ? try_relation_open(def->sink, RowExclusiveLock) : NULL;
 	if (bc->sink_rel == NULL)
 		ereport(ERROR,

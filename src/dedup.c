@@ -5,7 +5,10 @@
  * The keys seen are kept in streaming.dedup_<id> (key: the key columns in
  * their binary send format; expires_at: when the watermark may forget the
  * key, NULL for never), written in the batch's transaction.  A chunk of
- * records is checked against the table with one query.
+ * records is checked against the table with one query, which also finds
+ * the keys of the batch's earlier chunks (written as they were seen): the
+ * keys in memory are a chunk's, in a context reset for each chunk, so a
+ * batch's dedup memory does not grow with its keys (SPEC 7).
  *
  * Expiry: with a watermark, rows with event time <= watermark are late and
  * dropped; a key expires at its event time when the event-time column is
@@ -49,8 +52,7 @@ struct StmDedup
 	bool		expire_at_event_time;	/* the event time is a key */
 	bool		within;			/* dedup_within_watermark */
 	int64		delay_us;
-	HTAB	   *seen;			/* keys of this batch */
-	MemoryContext cxt;
+	MemoryContext cxt;			/* the chunk's keys, reset per chunk */
 	int64		num_dup;
 	int64		num_late;
 	const char *keep_late_as;	/* late_rows => 'keep': the stream's name */
@@ -117,7 +119,6 @@ stm_dedup_begin(int32 stream_id, TupleDesc source, List *key_names,
 	}
 	d->cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming dedup",
 								   ALLOCSET_DEFAULT_SIZES);
-	d->seen = stm_keyhash_create("streaming dedup keys", sizeof(bytea *), d->cxt);
 	return d;
 }
 
@@ -134,14 +135,14 @@ row_key(StmDedup *d, Datum *values, bool *nulls)
 
 /*
  * Mark in drop[] the rows of a chunk that are late or duplicates (of this
- * batch or of earlier ones); remember the others' keys.
+ * chunk, of earlier ones or of earlier batches); write the others' keys.
  */
 void
 stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 {
-	MemoryContext old = MemoryContextSwitchTo(d->cxt);
-	bytea	  **keys = palloc(sizeof(bytea *) * n);
-	Datum	   *key_datums = palloc(sizeof(Datum) * n);
+	MemoryContext old;
+	bytea	  **keys;
+	Datum	   *key_datums;
 	int			nkeys = 0;
 	ArrayType  *arr;
 	HTAB	   *known;
@@ -151,7 +152,12 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 	SPIPlanPtr	insert;
 	int			nest;
 
-	known = stm_keyhash_create("streaming dedup known", sizeof(bytea *), CurrentMemoryContext);
+	MemoryContextReset(d->cxt);
+	old = MemoryContextSwitchTo(d->cxt);
+	keys = palloc(sizeof(bytea *) * n);
+	key_datums = palloc(sizeof(Datum) * n);
+	/* the keys known before the chunk, then the chunk's new ones */
+	known = stm_keyhash_create("streaming dedup keys", sizeof(bytea *), d->cxt);
 
 	for (int i = 0; i < n; i++)
 	{
@@ -172,7 +178,7 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 		key_datums[nkeys++] = PointerGetDatum(keys[i]);
 	}
 
-	/* which of the chunk's keys earlier batches saw: one query */
+	/* which of the chunk's keys earlier chunks and batches saw: one query */
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
 	if (nkeys > 0)
@@ -203,13 +209,7 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 
 		if (keys[i] == NULL)
 			continue;
-		if (hash_search(known, &keys[i], HASH_FIND, NULL) != NULL)
-		{
-			drop[i] = true;
-			d->num_dup++;
-			continue;
-		}
-		(void) hash_search(d->seen, &keys[i], HASH_ENTER, &found);
+		(void) hash_search(known, &keys[i], HASH_ENTER, &found);
 		if (found)
 		{
 			drop[i] = true;
@@ -230,7 +230,6 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 	}
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
-	hash_destroy(known);
 	MemoryContextSwitchTo(old);
 }
 

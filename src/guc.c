@@ -44,11 +44,12 @@ stm_guc_init(void)
 							&stm_guc_naptime_ms, 1000, 10, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 
+	/* superuser only (SPEC 7), and settable per session for run_batch */
 	DefineCustomIntVariable("streaming.batch_memory",
-							"Memory a stream may use to buffer records fetched ahead of a batch.",
-							"Each partition's Kafka prefetch queue may hold 1/64 of it (at least 256kB).",
+							"Memory a batch may use: half for the records fetched ahead, half for its groups.",
+							"The Kafka client's prefetch gets half, shared by the partitions; the aggregate groups a batch keeps in memory get the other half, and are merged into the state table whenever they exceed it.",
 							&stm_guc_batch_memory_kb, 65536, 1024, INT_MAX / 2,
-							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("streaming.log_batches",
 							 "Log one line per committed batch.",

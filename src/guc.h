@@ -16,4 +16,14 @@ extern int	stm_guc_kafka_timeout_ms;
 
 extern void stm_guc_init(void);
 
+/*
+ * streaming.batch_memory is split in two: half bounds the Kafka client's
+ * prefetch (source_kafka.c), half the batch's in-memory groups (aggstate.c).
+ */
+static inline Size
+stm_guc_groups_memory(void)
+{
+	return (Size) stm_guc_batch_memory_kb * 1024 / 2;
+}
+
 #endif

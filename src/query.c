@@ -687,12 +687,16 @@ stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream, bool u
 
 /*
  * Update mode upserts on the window and group columns: an existing sink
- * needs a primary key or unique index on exactly those columns.
+ * needs a unique index on exactly those columns that treats NULLs as equal
+ * (NULL is one group, as in GROUP BY).  A primary key, or a unique index on
+ * columns that are all NOT NULL, serves too: a NULL group then fails its
+ * batch on the NOT NULL constraint instead of adding a row per batch.
  */
 static void
 check_sink_key(StmQueryInfo *qi, Relation sink)
 {
 	Bitmapset  *wanted = NULL;
+	bool		all_not_null = true;
 	StringInfoData names;
 	List	   *indexes = RelationGetIndexList(sink);
 	ListCell   *lc;
@@ -701,7 +705,10 @@ check_sink_key(StmQueryInfo *qi, Relation sink)
 	for (int i = 0; i < qi->noutputs; i++)
 		if (qi->agg->out_group_col[i] >= 0)
 		{
-			wanted = bms_add_member(wanted, attnameAttNum(sink, qi->out_names[i], false));
+			AttrNumber	attno = attnameAttNum(sink, qi->out_names[i], false);
+
+			wanted = bms_add_member(wanted, attno);
+			all_not_null &= TupleDescAttr(RelationGetDescr(sink), attno - 1)->attnotnull;
 			appendStringInfo(&names, "%s%s", names.len ? ", " : "", quote_identifier(qi->out_names[i]));
 		}
 	if (wanted == NULL)
@@ -712,6 +719,7 @@ check_sink_key(StmQueryInfo *qi, Relation sink)
 		Form_pg_index form = index->rd_index;
 		Bitmapset  *cols = NULL;
 		bool		usable = form->indisunique && form->indimmediate &&
+			(form->indnullsnotdistinct || all_not_null) &&
 			RelationGetIndexPredicate(index) == NIL;
 
 		for (int k = 0; usable && k < form->indnkeyatts; k++)
@@ -722,10 +730,10 @@ check_sink_key(StmQueryInfo *qi, Relation sink)
 	}
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-			 errmsg("sink table \"%s\" needs a primary key or unique index on (%s)",
+			 errmsg("sink table \"%s\" needs a unique index on (%s) that treats NULLs as equal",
 					RelationGetRelationName(sink), names.data),
-			 errdetail("In update mode each batch upserts the groups it changed, keyed by the window and group columns."),
-			 errhint("ALTER TABLE %s ADD PRIMARY KEY (%s), or let create_stream create the sink.",
+			 errdetail("In update mode each batch upserts the groups it changed, keyed by the window and group columns; NULL is one group, as in GROUP BY."),
+			 errhint("ALTER TABLE %s ADD UNIQUE NULLS NOT DISTINCT (%s), or let create_stream create the sink.",
 					 quote_identifier(RelationGetRelationName(sink)), names.data)));
 }
 
@@ -743,7 +751,10 @@ stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name, bool keyed)
 						 format_type_extended(qi->out_types[i], qi->out_typmods[i],
 											  FORMAT_TYPE_TYPEMOD_GIVEN |
 											  FORMAT_TYPE_FORCE_QUALIFY));
-	/* update and complete mode: a primary key on the window and group columns */
+	/*
+	 * update and complete mode: a unique key on the window and group columns
+	 * that treats NULLs as equal (SPEC 3), for the upserts
+	 */
 	if (keyed && qi->agg)
 	{
 		bool		first = true;
@@ -751,7 +762,7 @@ stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name, bool keyed)
 		for (int i = 0; i < qi->noutputs; i++)
 			if (qi->agg->out_group_col[i] >= 0)
 			{
-				appendStringInfo(&buf, "%s%s", first ? ", PRIMARY KEY (" : ", ",
+				appendStringInfo(&buf, "%s%s", first ? ", UNIQUE NULLS NOT DISTINCT (" : ", ",
 								 quote_identifier(qi->out_names[i]));
 				first = false;
 			}

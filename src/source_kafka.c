@@ -258,14 +258,14 @@ kafka_open(StmSource *base, bool for_batches)
 
 /*
  * The fetching client, made when the first plan knows how many partitions
- * the source reads: their prefetch shares streaming.batch_memory.  Each
- * partition's local queue is kept under batch_memory / (2 * partitions),
- * and a fetch of it gets no more than that either (librdkafka overshoots
- * the queue by one fetch); librdkafka's bookkeeping of each record comes on
- * top.  Partitions added later get the same share.  kafka_options that set
- * these properties win when superusers own the source and the stream;
- * anyone else's are capped by the same share (SPEC 7: the limits are the
- * administrator's).
+ * the source reads: their prefetch shares half of streaming.batch_memory
+ * (the batch's groups have the other half, guc.h).  Each partition's local
+ * queue is kept under batch_memory / (4 * partitions), and a fetch of it
+ * gets no more than that either (librdkafka overshoots the queue by one
+ * fetch); librdkafka's bookkeeping of each record comes on top.  Partitions
+ * added later get the same share.  kafka_options that set these properties
+ * win when superusers own the source and the stream; anyone else's are
+ * capped by the same share (SPEC 7: the limits are the administrator's).
  */
 static void
 open_consumer(KafkaSource *kc, int npartitions)
@@ -279,14 +279,16 @@ open_consumer(KafkaSource *kc, int npartitions)
 
 	if (kc->rk != NULL)
 		return;
-	share_kb = stm_guc_batch_memory_kb / (2 * Max(npartitions, 1));
+	share_kb = stm_guc_batch_memory_kb / (4 * Max(npartitions, 1));
 	share_kb = Max(64, Min(16384, share_kb));
 	queue_kb = share_kb;
 	fetch_bytes = (int64) share_kb * 1024;
 	/* librdkafka's defaults: 50MB per fetch request, 100MB per response */
-	fetch_max_bytes = Min((int64) 50 * 1024 * 1024, (int64) stm_guc_batch_memory_kb * 1024 / 2);
-	fetch_max_bytes = Max(fetch_max_bytes, fetch_bytes);
-	receive_max_bytes = fetch_max_bytes + 512;
+	fetch_max_bytes = Min((int64) 50 * 1024 * 1024, (int64) stm_guc_batch_memory_kb * 1024 / 4);
+	/* librdkafka wants a fetch to hold at least one message (message.max.bytes) */
+	fetch_max_bytes = Max(fetch_max_bytes, Max(fetch_bytes, 1000000));
+	/* a limit on one response, not an allocation: librdkafka's default */
+	receive_max_bytes = Max((int64) 100000000, fetch_max_bytes + 512);
 	if (kc->privileged)
 	{
 		queue_kb = kc->user_queue_kb > 0 ? kc->user_queue_kb : queue_kb;

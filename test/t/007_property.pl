@@ -18,9 +18,9 @@
 # streaming.run_batch() in this test's session until it returns NULL (this
 # runs the no-data batches too; no worker runs these streams).  Records have
 # nondecreasing event times (equal ones, small gaps, and gaps larger than
-# the windows), a few group keys, one of them NULL-able (only in sinks the
-# test creates without a primary key: created update and complete sinks
-# have one), and int,
+# the windows), a few group keys, one of them NULL-able (NULL is one group:
+# the sinks create_stream makes for update and complete mode have a unique
+# key that treats NULLs as equal), and int,
 # numeric, float8 and boolean values with NULLs; one key filtered by a WHERE
 # clause, one key with only NULL values.  The same JSON lines go into an
 # ordinary table, and the expected results are views over it: date_bin for
@@ -167,8 +167,8 @@ sub record_line
 
 # Each stream: name, output mode, query (over source $src), the expected
 # rows as a query over the input table, key columns (for the float join),
-# and whether its sink is made by the test (without a primary key, so that
-# the NULL-able key g can be a group column).
+# and whether its sink is made by the test (append mode: a table of its
+# own, without a key).
 sub stream_specs
 {
 	my ($r, $p) = @_;
@@ -231,7 +231,7 @@ sub stream_specs
 			expected => $hop_exp->('k'),
 		},
 		{
-			name => "pt_gc_$r", mode => 'complete', keys => 'k, g', own_sink => 1,
+			name => "pt_gc_$r", mode => 'complete', keys => 'k, g',
 			query => "SELECT k, g, $AGGS FROM $src GROUP BY k, g",
 			expected => "SELECT k, g, $AGGS FROM $in GROUP BY k, g",
 		},
@@ -248,9 +248,9 @@ sub stream_specs
 			opts => { $wm->($p->{ha_delay}) },
 		},
 		{
-			name => "pt_tu_$r", mode => 'update', keys => 'k',
-			query => "SELECT $win, k, $AGGS FROM $src GROUP BY streaming.tumble($tumble_args), k",
-			expected => $tumble_exp->('k'),
+			name => "pt_tu_$r", mode => 'update', keys => 'k, g',
+			query => "SELECT $win, k, g, $AGGS FROM $src GROUP BY streaming.tumble($tumble_args), k, g",
+			expected => $tumble_exp->('k, g'),
 			opts => { $wm->($p->{tu_delay}) },
 		});
 	push @s,
@@ -267,9 +267,9 @@ sub stream_specs
 		opts => { $wm->($p->{sa_delay}) },
 	  },
 	  {
-		name => "pt_su_$r", mode => 'update', keys => 'k', session => 1,
-		query => "SELECT $win, k, $AGGS FROM $src GROUP BY streaming.session(ts, '$p->{gap} seconds'), k",
-		expected => $session_exp->('k'),
+		name => "pt_su_$r", mode => 'update', keys => 'k, g', session => 1,
+		query => "SELECT $win, k, g, $AGGS FROM $src GROUP BY streaming.session(ts, '$p->{gap} seconds'), k, g",
+		expected => $session_exp->('k, g'),
 		opts => { $wm->($p->{su_delay}) },
 	  };
 	for my $s (@s)
@@ -291,7 +291,6 @@ sub create_streams
 	for my $s (@streams)
 	{
 		my $sql = "BEGIN;\nCREATE VIEW pt_exp_$s->{name} AS $s->{expected};\n";
-		# the NULL-able key needs a sink without a primary key
 		$sql .= "CREATE TABLE $s->{name} AS SELECT * FROM pt_exp_$s->{name} WITH NO DATA;\n"
 		  if $s->{own_sink};
 		my $opts = join '',
