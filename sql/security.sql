@@ -171,6 +171,42 @@ UPDATE streaming.sources SET options = options #- '{kafka_options,plugin.library
 WHERE name = 'sec_src';
 
 --
+-- a stream's state tables are the extension's: its owner may read them,
+-- but not change them (stored states of type internal are bytes that the
+-- aggregates' deserialize functions trust)
+--
+SET ROLE regress_sec_alice;
+SELECT streaming.create_stream('sec_agg', $$SELECT v, count(*) AS n, avg(id) AS a FROM sec_src GROUP BY v$$,
+    output_mode => 'complete', dedup_keys => ARRAY['id'], sink => 'public.sec_agg', start => false);
+SELECT streaming.run_batch('sec_agg');
+SELECT v, n, a FROM public.sec_agg ORDER BY v;
+DO $$
+DECLARE
+    id int := (SELECT s.id FROM streaming.stream_defs s WHERE s.name = 'sec_agg');
+    n bigint;
+    stmt text;
+BEGIN
+    EXECUTE format('SELECT count(*) FROM streaming.state_%s', id) INTO n;
+    RAISE NOTICE 'alice reads her state: % rows', n;
+    FOREACH stmt IN ARRAY ARRAY[
+        format($q$UPDATE streaming.state_%s SET state_2 = '\xdeadbeef'$q$, id),
+        format('INSERT INTO streaming.state_%s (group_key) VALUES (''\x00'')', id),
+        format('DELETE FROM streaming.dedup_%s', id),
+        format('DROP TABLE streaming.state_%s', id),
+        format('ALTER TABLE streaming.state_%s ADD COLUMN x int', id)]
+    LOOP
+        BEGIN
+            EXECUTE stmt;
+            RAISE NOTICE 'alice could run: %', stmt;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE NOTICE 'refused (%): %', SQLSTATE, regexp_replace(SQLERRM, '_[0-9]+', '_<id>');
+        END;
+    END LOOP;
+END $$;
+SELECT streaming.drop_stream('sec_agg', drop_sink => true);
+RESET ROLE;
+
+--
 -- dead letters and late rows belong to a stream by id: a new stream with
 -- an old name sees nothing of the old one
 --

@@ -80,3 +80,44 @@ SELECT s.name, s.source, s.sink, s.output_mode, s.trigger,
 FROM streaming.stream_defs s
 LEFT JOIN streaming.worker_pids() w ON w.stream_id = s.id;
 GRANT SELECT ON streaming.streams TO PUBLIC;
+
+/*
+ * State tables belong to the extension's owner, as the catalog does: a
+ * stream's owner may read its state but no longer change it (the stored
+ * states of type internal are bytes the aggregates' deserialize functions
+ * trust).  Group columns of a domain type take its base type: the state
+ * tables are written as the extension's owner, so a domain's checks (user
+ * code) must not run there.
+ */
+DO $$
+DECLARE
+    t record;
+    c record;
+    ext_owner regrole := (SELECT extowner::regrole FROM pg_catalog.pg_extension WHERE extname = 'streaming');
+BEGIN
+    FOR t IN
+        SELECT cl.oid::regclass AS tab, s.owner
+        FROM streaming.stream_defs s
+        JOIN pg_catalog.pg_class cl
+          ON cl.relnamespace = 'streaming'::regnamespace
+         AND cl.relname IN ('state_' || s.id, 'dedup_' || s.id)
+    LOOP
+        EXECUTE format('ALTER TABLE %s OWNER TO %s', t.tab, ext_owner);
+        EXECUTE format('GRANT SELECT ON %s TO %s', t.tab, t.owner);
+        FOR c IN
+            SELECT a.attname, pg_catalog.format_type(ty.typbasetype, ty.typtypmod) AS base
+            FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+            WHERE a.attrelid = t.tab AND a.attnum > 0 AND NOT a.attisdropped AND ty.typtype = 'd'
+        LOOP
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s', t.tab, c.attname, c.base);
+        END LOOP;
+        /*
+         * A GRANT in an extension script records "initial privileges", as if
+         * the table were one of the extension's own objects; it is not (a
+         * stream made it), and one made by 0.2.0 has none.
+         */
+        DELETE FROM pg_catalog.pg_init_privs
+        WHERE objoid = t.tab AND classoid = 'pg_catalog.pg_class'::regclass AND privtype = 'e';
+    END LOOP;
+END
+$$;

@@ -71,8 +71,7 @@ struct StmAggBatch
 	int			time_key;		/* no window: the group column that is the event time, or -1 */
 	bool		closes;			/* groups have a closing time (window end, or time_key) */
 	TimestampTz watermark;		/* the one this batch filters and evicts with */
-	const char *keep_late_as;	/* late_rows => 'keep': the stream's name, else NULL */
-	int			meta_att;		/* the source row's kafka_topic column */
+	StmLateRows *keep_late;		/* late_rows => 'keep', else NULL */
 	Relation	sink;
 	bool		batch_table;	/* sink_function's table */
 	char	   *table;
@@ -94,6 +93,7 @@ struct StmAggBatch
 	FmgrInfo   *key_send;
 	FmgrInfo   *key_hash;		/* 64-bit hash functions, for group_hash; fn_oid 0: none */
 	Oid		   *key_collations;
+	FmgrInfo   *key_eq;			/* the key types' equality, as GROUP BY's */
 	ExprState **outputs;
 	TupleTableSlot *group_slot;
 	ExprContext *out_econtext;
@@ -126,10 +126,16 @@ stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
 
 	initStringInfo(&cols);
 	appendStringInfoString(&cols, "group_key bytea PRIMARY KEY, window_start timestamptz, window_end timestamptz");
+	/* a domain's base type: its checks would run as the extension's owner */
 	for (int k = 0; k < agg->nkeys; k++)
+	{
+		int32		typmod = agg->key_typmods[k];
+		Oid			base = getBaseTypeAndTypmod(agg->key_types[k], &typmod);
+
 		appendStringInfo(&cols, ", key_%d %s", k + 1,
-						 format_type_extended(agg->key_types[k], agg->key_typmods[k],
+						 format_type_extended(base, typmod,
 											  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
+	}
 	foreach(lc, agg->aggrefs)
 		appendStringInfo(&cols, ", state_%d %s", ++n,
 						 format_type_extended(stm_agg_storedtype(lfirst(lc)), -1,
@@ -168,6 +174,10 @@ build_hash_tables(StmAggBatch *ab)
 		collations[c] = c == 0 ? InvalidOid : TupleDescAttr(agg->group_desc, 1 + c)->attcollation;
 	}
 	execTuplesHashPrepare(ncols, eqops, &eqfuncs, &hashfuncs);
+	/* stored groups are matched in C with the same functions (key_matches) */
+	ab->key_eq = palloc(sizeof(FmgrInfo) * Max(agg->nkeys, 1));
+	for (int k = 0; k < agg->nkeys; k++)
+		fmgr_info(eqfuncs[1 + k], &ab->key_eq[k]);
 	ab->groups = BuildTupleHashTableExt(NULL, desc, ncols, cols, eqfuncs, hashfuncs, collations,
 										1024, 0, ab->cxt, ab->group_cxt, ab->hash_cxt, false);
 	ab->late = BuildTupleHashTableExt(NULL, desc, ncols, cols, eqfuncs, hashfuncs, collations,
@@ -179,15 +189,14 @@ build_hash_tables(StmAggBatch *ab)
 StmAggBatch *
 stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 				   Relation sink, bool batch_table, bool has_watermark, TimestampTz watermark,
-				   int event_time_att, const char *keep_late_as, int meta_att)
+				   int event_time_att, StmLateRows *keep_late)
 {
 	StmAggBatch *ab = palloc0(sizeof(StmAggBatch));
 	ListCell   *lc;
 	int			n = 0;
 
 	ab->agg = agg;
-	ab->keep_late_as = keep_late_as;
-	ab->meta_att = meta_att;
+	ab->keep_late = keep_late;
 	ab->stream_id = stream_id;
 	/* one group and no key: the single result row is rewritten, as in complete mode */
 	ab->complete = strcmp(output_mode, "complete") == 0 ||
@@ -445,9 +454,9 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 			counted = add_to_session(ab, econtext, ts, vals, nulls);
 	}
 	/* a row dropped from one of its windows at least is kept once */
-	if (!counted && ab->keep_late_as)
-		stm_late_row_keep(ab->keep_late_as, econtext->ecxt_scantuple->tts_values,
-						  econtext->ecxt_scantuple->tts_isnull, ab->meta_att,
+	if (!counted && ab->keep_late)
+		stm_late_row_keep(ab->keep_late, econtext->ecxt_scantuple->tts_values,
+						  econtext->ecxt_scantuple->tts_isnull,
 						  ab->event_time_att);
 
 	/* more than their share of batch_memory: into the state table (SPEC 7) */
@@ -554,6 +563,43 @@ execute_plan(SPIPlanPtr plan, Datum *args, const char *nulls, long tcount)
 	return rc;
 }
 
+/*
+ * execute_plan on the state table: as the extension's owner (statetable.c),
+ * the statement holding only built-in operators on built-in types.
+ */
+static int
+execute_state_plan(SPIPlanPtr plan, Datum *args, const char *nulls, long tcount)
+{
+	StmStateAccess access = stm_statetable_begin();
+	int			rc = execute_plan(plan, args, nulls, tcount);
+
+	stm_statetable_end(access);
+	return rc;
+}
+
+/*
+ * Do a stored row's group values (from column first of tup) equal the
+ * group's?  With the types' equality, as GROUP BY tells groups apart, and
+ * NULL equal to NULL; called as the stream's owner, as every user function.
+ */
+static bool
+key_matches(StmAggBatch *ab, HeapTuple tup, TupleDesc desc, int first,
+			Datum *keyvals, bool *keynulls)
+{
+	for (int k = 0; k < ab->agg->nkeys; k++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(tup, desc, first + k, &isnull);
+
+		if (isnull != keynulls[k])
+			return false;
+		if (!isnull && !DatumGetBool(FunctionCall2Coll(&ab->key_eq[k], ab->key_collations[k],
+													   d, keyvals[k])))
+			return false;
+	}
+	return true;
+}
+
 static void
 write_sink(SPIPlanPtr plan, int nout, Datum *out, bool *outnulls)
 {
@@ -623,7 +669,6 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	Oid		   *types;
 	Oid			argtypes[FUNC_MAX_ARGS + 1];
 	StringInfoData states;
-	StringInfoData keys_equal;
 	StringInfoData sql;
 
 	p->nstate = 4 + nkeys + rt->naggs;
@@ -633,23 +678,23 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	p->out = palloc(sizeof(Datum) * nout);
 	p->outnulls = palloc(sizeof(bool) * nout);
 
+	/*
+	 * Stored groups are found by their hash and window; their group values
+	 * are compared in C (key_matches), so that the statements, which run as
+	 * the extension's owner, call no user code (a type's equality may be).
+	 */
 	initStringInfo(&states);
+	for (int k = 0; k < nkeys; k++)
+		appendStringInfo(&states, ", key_%d", k + 1);
 	for (int i = 0; i < rt->naggs; i++)
 		appendStringInfo(&states, ", state_%d", i + 1);
-	/* equal keys: IS NOT DISTINCT FROM, the types' equality, with NULL a value */
-	initStringInfo(&keys_equal);
 	argtypes[0] = INT8OID;
-	for (int k = 0; k < nkeys; k++)
-	{
-		appendStringInfo(&keys_equal, " AND key_%d IS NOT DISTINCT FROM $%d", k + 1, k + 2);
-		argtypes[1 + k] = agg->key_types[k];
-	}
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT group_key%s FROM %s WHERE group_hash = $1%s "
-					 "AND window_start IS NOT DISTINCT FROM $%d FOR UPDATE",
-					 states.data, ab->table, keys_equal.data, nkeys + 2);
-	argtypes[nkeys + 1] = TIMESTAMPTZOID;
-	p->select = SPI_prepare(sql.data, nkeys + 2, argtypes);
+	appendStringInfo(&sql, "SELECT group_key%s FROM %s WHERE group_hash = $1 "
+					 "AND window_start IS NOT DISTINCT FROM $2 FOR UPDATE",
+					 states.data, ab->table);
+	argtypes[1] = TIMESTAMPTZOID;
+	p->select = SPI_prepare(sql.data, 2, argtypes);
 
 	/* window_end moves when a session grows */
 	resetStringInfo(&sql);
@@ -678,10 +723,10 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	/* the group's stored sessions that reach [lo, hi]: they end at or after lo and start at or before hi */
 	resetStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT group_key, window_start, window_end%s FROM %s "
-					 "WHERE group_hash = $1%s AND window_end >= $%d AND window_start <= $%d FOR UPDATE",
-					 states.data, ab->table, keys_equal.data, nkeys + 2, nkeys + 3);
-	argtypes[nkeys + 1] = argtypes[nkeys + 2] = TIMESTAMPTZOID;
-	p->sessions = SPI_prepare(sql.data, nkeys + 3, argtypes);
+					 "WHERE group_hash = $1 AND window_end >= $2 AND window_start <= $3 FOR UPDATE",
+					 states.data, ab->table);
+	argtypes[1] = argtypes[2] = TIMESTAMPTZOID;
+	p->sessions = SPI_prepare(sql.data, 3, argtypes);
 	argtypes[0] = BYTEAOID;
 	p->delete = SPI_prepare(psprintf("DELETE FROM %s WHERE group_key = $1", ab->table),
 							1, argtypes);
@@ -728,7 +773,7 @@ write_state(StmAggBatch *ab, StatePlans *p, bytea *key, bool has_window,
 	}
 	p->vals[p->nstate - 1] = Int64GetDatum(hash);
 	p->nulls[p->nstate - 1] = ' ';
-	if (execute_plan(p->upsert, p->vals, p->nulls, 0) != SPI_OK_INSERT)
+	if (execute_state_plan(p->upsert, p->vals, p->nulls, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
 }
 
@@ -740,19 +785,6 @@ upsert_sink(StmAggBatch *ab, StatePlans *p, bool has_window, TimestampTz wstart,
 	output_row(ab, has_window, wstart, wend, keyvals, keynulls, states, p->out, p->outnulls);
 	write_sink(p->sink_upsert, list_length(ab->agg->outputs), p->out, p->outnulls);
 	ResetExprContext(ab->out_econtext);
-}
-
-/* $1: group_hash, $2...: the group values (the state queries' first arguments) */
-static void
-key_args(StmAggBatch *ab, int64 hash, Datum *keyvals, bool *keynulls, Datum *args, char *nulls)
-{
-	args[0] = Int64GetDatum(hash);
-	nulls[0] = ' ';
-	for (int k = 0; k < ab->agg->nkeys; k++)
-	{
-		args[1 + k] = keyvals[k];
-		nulls[1 + k] = keynulls[k] ? 'n' : ' ';
-	}
 }
 
 /* A window and group of the batch: its states combined with the stored ones. */
@@ -773,27 +805,32 @@ merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 	int64		hash = group_hash(ab, has_window, wstart, keyvals, keynulls);
 	bytea	   *key = NULL;
 
-	key_args(ab, hash, keyvals, keynulls, args, nulls);
-	args[nkeys + 1] = TimestampTzGetDatum(wstart);
-	nulls[nkeys + 1] = has_window ? ' ' : 'n';
-	if (execute_plan(p->select, args, nulls, 1) != SPI_OK_SELECT)
+	args[0] = Int64GetDatum(hash);
+	nulls[0] = ' ';
+	args[1] = TimestampTzGetDatum(wstart);
+	nulls[1] = has_window ? ' ' : 'n';
+	if (execute_state_plan(p->select, args, nulls, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the state table of stream %d", ab->stream_id);
 	memcpy(merged, vals, sizeof(StmAggValue) * rt->naggs);
-	if (SPI_processed > 0)
+	for (uint64 r = 0; r < SPI_processed && key == NULL; r++)
 	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 
 		/* the stored row, whatever form of the values created it */
-		key = DatumGetByteaPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (!key_matches(ab, tup, desc, 2, keyvals, keynulls))
+			continue;			/* another group of the same hash */
+		key = DatumGetByteaPCopy(SPI_getbinval(tup, desc, 1, &isnull));
 		for (int i = 0; i < rt->naggs; i++)
 		{
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 2, &isnull);
+			Datum		d = SPI_getbinval(tup, desc, 2 + nkeys + i, &isnull);
 
 			stm_agg_load(rt, i, d, isnull, &merged[i]);
 			stm_agg_combine(rt, i, &merged[i], &vals[i]);
 		}
 	}
-	else
+	if (key == NULL)
 		key = group_key(ab, has_window, wstart, keyvals, keynulls);
 	SPI_freetuptable(SPI_tuptable);
 	write_state(ab, p, key, has_window, wstart, wend, keyvals, keynulls, merged, hash);
@@ -830,11 +867,11 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 		return 0;				/* only late rows */
 	(void) entry_key(ab, entry, &unused);
 	hash = group_hash(ab, false, 0, keyvals, keynulls);
-	key_args(ab, hash, keyvals, keynulls, args, nulls);
-	args[nkeys + 1] = TimestampTzGetDatum(list->items[0].start);
-	args[nkeys + 2] = TimestampTzGetDatum(list->items[list->n - 1].end);
-	nulls[nkeys + 1] = nulls[nkeys + 2] = ' ';
-	if (execute_plan(p->sessions, args, nulls, 0) != SPI_OK_SELECT)
+	args[0] = Int64GetDatum(hash);
+	args[1] = TimestampTzGetDatum(list->items[0].start);
+	args[2] = TimestampTzGetDatum(list->items[list->n - 1].end);
+	nulls[0] = nulls[1] = nulls[2] = ' ';
+	if (execute_state_plan(p->sessions, args, nulls, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the sessions of stream %d", ab->stream_id);
 	tt = SPI_tuptable;
 	nrows = SPI_processed;
@@ -843,14 +880,20 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 	{
 		HeapTuple	tup = tt->vals[r];
 		bool		isnull;
-		bytea	   *key = DatumGetByteaPCopy(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
-		TimestampTz ws = DatumGetTimestampTz(SPI_getbinval(tup, tt->tupdesc, 2, &isnull));
-		TimestampTz we = DatumGetTimestampTz(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
-		StmAggValue *vals = palloc(sizeof(StmAggValue) * Max(rt->naggs, 1));
+		bytea	   *key;
+		TimestampTz ws;
+		TimestampTz we;
+		StmAggValue *vals;
 
+		if (!key_matches(ab, tup, tt->tupdesc, 4, keyvals, keynulls))
+			continue;			/* another group of the same hash */
+		key = DatumGetByteaPCopy(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
+		ws = DatumGetTimestampTz(SPI_getbinval(tup, tt->tupdesc, 2, &isnull));
+		we = DatumGetTimestampTz(SPI_getbinval(tup, tt->tupdesc, 3, &isnull));
+		vals = palloc(sizeof(StmAggValue) * Max(rt->naggs, 1));
 		for (int i = 0; i < rt->naggs; i++)
 		{
-			Datum		d = SPI_getbinval(tup, tt->tupdesc, 4 + i, &isnull);
+			Datum		d = SPI_getbinval(tup, tt->tupdesc, 4 + nkeys + i, &isnull);
 
 			stm_agg_load(rt, i, d, isnull, &vals[i]);
 		}
@@ -879,7 +922,7 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 			if (ref->key == key)
 				continue;		/* the same row, rewritten below */
 			args[0] = PointerGetDatum(ref->key);
-			if (execute_plan(p->delete, args, NULL, 0) != SPI_OK_DELETE)
+			if (execute_state_plan(p->delete, args, NULL, 0) != SPI_OK_DELETE)
 				elog(ERROR, "could not delete a merged session of stream %d", ab->stream_id);
 			if (p->sink_delete)
 			{
@@ -1003,6 +1046,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 		Datum		wm = TimestampTzGetDatum(ab->watermark);
 		char	   *scan;
 		MemoryContext states_cxt;
+		StmStateAccess access;
 
 		if (ab->complete)
 		{
@@ -1013,7 +1057,10 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 		else
 			scan = psprintf("SELECT * FROM %s WHERE window_end <= $1", ab->table);
 		sink_plan = prepare_sink_write(ab, false);
+		/* the cursor's permissions are checked as it opens: as the extension's owner */
+		access = stm_statetable_begin();
 		portal = SPI_cursor_open_with_args(NULL, scan, 1, &wmtype, &wm, NULL, false, 0);
+		stm_statetable_end(access);
 		states_cxt = stm_agg_set_state_context(rt, ab->merge_cxt);
 		for (;;)
 		{
@@ -1066,9 +1113,12 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 		Oid			wmtype = TIMESTAMPTZOID;
 		Datum		wm = TimestampTzGetDatum(ab->watermark);
 
+		StmStateAccess access = stm_statetable_begin();
+
 		if (SPI_execute_with_args(psprintf("DELETE FROM %s WHERE window_end <= $1", ab->table),
 								  1, &wmtype, &wm, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not evict closed windows of stream %d", ab->stream_id);
+		stm_statetable_end(access);
 	}
 	*num_late_rows = ab->nlate;
 

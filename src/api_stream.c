@@ -383,7 +383,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* The stream's state and dedup tables: dropped, or emptied (reset). */
+/* The stream's state and dedup tables (the extension's owner's): dropped, or emptied (reset). */
 void
 stm_api_clear_state_tables(int32 stream_id, bool drop)
 {
@@ -391,8 +391,8 @@ stm_api_clear_state_tables(int32 stream_id, bool drop)
 
 	for (int i = 0; i < 2; i++)
 		if (to_regclass_name(tables[i]))
-			stm_api_exec(psprintf(drop ? "DROP TABLE %s" : "DELETE FROM %s", tables[i]),
-					 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
+			stm_catalog_exec(psprintf(drop ? "DROP TABLE %s" : "DELETE FROM %s", tables[i]),
+							 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
 }
 
 /*

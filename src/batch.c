@@ -646,7 +646,7 @@ begin_query(BatchContext *bc)
 	StmStreamDef *def = bc->def;
 	ErrorContextCallback errcb;
 	StmQueryInfo *qi;
-	bool		keep_late = strcmp(def->late_rows, "keep") == 0;
+	StmLateRows *keep_late = NULL;
 
 	bc->guc_nest = NewGUCNestLevel();
 	(void) set_config_option("search_path", def->search_path, PGC_USERSET,
@@ -682,6 +682,13 @@ begin_query(BatchContext *bc)
 	bc->estate = CreateExecutorState();
 	bc->econtext = GetPerTupleExprContext(bc->estate);
 	bc->source_slot = MakeSingleTupleTableSlot(bc->source_desc, &TTSOpsVirtual);
+	if (strcmp(def->late_rows, "keep") == 0)
+	{
+		keep_late = palloc(sizeof(StmLateRows));
+		keep_late->stream_id = def->id;
+		keep_late->src = bc->src;
+		keep_late->meta_att = bc->ndeclared;
+	}
 	if (qi->agg)
 	{
 		bc->qual = stm_query_compile_qual(qi);
@@ -689,7 +696,7 @@ begin_query(BatchContext *bc)
 										  OidIsValid(def->sink_function),
 										  def->has_watermark, previous_watermark(def),
 										  bc->event_time_att,
-										  keep_late ? def->name : NULL, bc->ndeclared);
+										  keep_late);
 		/* a window's column is the event time; without a window, event_time's */
 		if (qi->agg->event_time_att >= 0)
 			bc->event_time_att = qi->agg->event_time_att;
@@ -711,7 +718,7 @@ begin_query(BatchContext *bc)
 									previous_watermark(def), def->dedup_within_watermark,
 									def->watermark_delay.time +
 									(int64) def->watermark_delay.day * USECS_PER_DAY,
-									keep_late ? def->name : NULL, bc->ndeclared);
+									keep_late);
 }
 
 /*

@@ -55,8 +55,7 @@ struct StmDedup
 	MemoryContext cxt;			/* the chunk's keys, reset per chunk */
 	int64		num_dup;
 	int64		num_late;
-	const char *keep_late_as;	/* late_rows => 'keep': the stream's name */
-	int			meta_att;
+	StmLateRows *keep_late;		/* late_rows => 'keep', else NULL */
 };
 
 char *
@@ -80,15 +79,14 @@ stm_dedup_create(int32 stream_id, Oid owner)
 StmDedup *
 stm_dedup_begin(int32 stream_id, TupleDesc source, List *key_names,
 				int event_time_att, TimestampTz watermark, bool within, int64 delay_us,
-				const char *keep_late_as, int meta_att)
+				StmLateRows *keep_late)
 {
 	StmDedup   *d = palloc0(sizeof(StmDedup));
 	ListCell   *lc;
 	int			n = 0;
 
 	d->stream_id = stream_id;
-	d->keep_late_as = keep_late_as;
-	d->meta_att = meta_att;
+	d->keep_late = keep_late;
 	d->table = stm_dedup_table(stream_id);
 	d->nkeys = list_length(key_names);
 	d->key_atts = palloc(sizeof(int) * d->nkeys);
@@ -150,7 +148,7 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 	Oid			types[2] = {BYTEAOID, TIMESTAMPTZOID};
 	Datum		arg;
 	SPIPlanPtr	insert;
-	int			nest;
+	StmCatalogScope scope;
 
 	MemoryContextReset(d->cxt);
 	old = MemoryContextSwitchTo(d->cxt);
@@ -169,8 +167,8 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 		{
 			drop[i] = true;
 			d->num_late++;
-			if (d->keep_late_as)
-				stm_late_row_keep(d->keep_late_as, values[i], nulls[i], d->meta_att,
+			if (d->keep_late)
+				stm_late_row_keep(d->keep_late, values[i], nulls[i],
 								  d->event_time_att);
 			continue;
 		}
@@ -179,7 +177,7 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 	}
 
 	/* which of the chunk's keys earlier chunks and batches saw: one query */
-	nest = stm_catalog_pin_search_path();
+	scope = stm_catalog_begin();
 	SPI_connect();
 	if (nkeys > 0)
 	{
@@ -229,7 +227,7 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 			elog(ERROR, "could not write the dedup table of stream %d", d->stream_id);
 	}
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 	MemoryContextSwitchTo(old);
 }
 
@@ -237,7 +235,7 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 void
 stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late, int64 *num_state)
 {
-	int			nest = stm_catalog_pin_search_path();
+	StmCatalogScope scope = stm_catalog_begin();
 
 	SPI_connect();
 	if (d->event_time_att >= 0)
@@ -251,7 +249,7 @@ stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late, int64 *num_state)
 	}
 	*num_state = stm_statetable_rows(d->table);
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
+	stm_catalog_end(scope);
 	*num_dup = d->num_dup;
 	*num_late = d->num_late;
 	MemoryContextDelete(d->cxt);

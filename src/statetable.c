@@ -2,10 +2,15 @@
  * statetable.c: tables and keys of the stateful operators.
  *
  * State tables (streaming.state_<id>, streaming.dedup_<id>) live in schema
- * streaming, where roles cannot create tables: they are created as the
- * bootstrap superuser, then given to the stream's owner, and made to depend
- * on the extension (schema streaming outlives DROP EXTENSION, so
- * DROP EXTENSION ... CASCADE must take them along).
+ * streaming and belong to the extension's owner, as the catalog does: the
+ * stream's owner may read them but not change them (SPEC 7), since states
+ * of type internal are stored as bytes that only the aggregates' own
+ * serialize functions may make (their deserialize functions trust them).
+ * Batches reach them as the extension's owner (stm_statetable_begin), with
+ * statements that hold only built-in operators on built-in types: group
+ * values are compared in C, as the stream's owner (aggstate.c).  The
+ * tables depend on the extension (schema streaming outlives DROP
+ * EXTENSION, so DROP EXTENSION ... CASCADE must take them along).
  *
  * Keys are the key values in their types' binary send format, each with
  * its length (-1 for NULL), so that NULLs are keys like any other and a key
@@ -28,6 +33,7 @@
 #include "utils/lsyscache.h"
 
 #include "catalog.h"
+#include "source.h"
 #include "statetable.h"
 
 void
@@ -35,27 +41,22 @@ stm_statetable_create(const char *relname, const char *columns,
 					  const char *index_column, const char *index2_columns, Oid owner)
 {
 	char	   *table = psprintf("streaming.%s", quote_identifier(relname));
-	Oid			save_userid;
-	int			save_sec;
-	int			nest;
+	StmCatalogScope scope;
 	ObjectAddress table_addr;
 	ObjectAddress ext_addr;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	nest = stm_catalog_pin_search_path();
+	scope = stm_catalog_begin();
 	SPI_connect();
 	if (SPI_execute(psprintf("CREATE TABLE %s (%s)", table, columns), false, 0) != SPI_OK_UTILITY ||
 		SPI_execute(psprintf("CREATE INDEX ON %s (%s)", table, index_column), false, 0) != SPI_OK_UTILITY ||
 		(index2_columns &&
 		 SPI_execute(psprintf("CREATE INDEX ON %s (%s)", table, index2_columns), false, 0) != SPI_OK_UTILITY) ||
-		SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", table,
+		SPI_execute(psprintf("GRANT SELECT ON %s TO %s", table,
 							 quote_identifier(GetUserNameFromId(owner, false))),
 					false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create %s", table);
 	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
-	SetUserIdAndSecContext(save_userid, save_sec);
+	stm_catalog_end(scope);
 
 	CommandCounterIncrement();
 	ObjectAddressSet(table_addr, RelationRelationId,
@@ -64,15 +65,41 @@ stm_statetable_create(const char *relname, const char *columns,
 	recordDependencyOn(&table_addr, &ext_addr, DEPENDENCY_NORMAL);
 }
 
+/*
+ * Around a statement on a state table: the extension's owner's identity
+ * (only; search_path is the caller's to pin).  An error restores it with
+ * the (sub)transaction's abort.
+ */
+StmStateAccess
+stm_statetable_begin(void)
+{
+	StmStateAccess access;
+
+	GetUserIdAndSecContext(&access.save_userid, &access.save_sec_context);
+	SetUserIdAndSecContext(stm_catalog_extension_owner(),
+						   access.save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	return access;
+}
+
+void
+stm_statetable_end(StmStateAccess access)
+{
+	SetUserIdAndSecContext(access.save_userid, access.save_sec_context);
+}
+
 /* The rows of a state table (progress.num_state_rows); inside SPI, seeing this batch's writes. */
 int64
 stm_statetable_rows(const char *table)
 {
+	StmStateAccess access = stm_statetable_begin();
 	bool		isnull;
+	int64		rows;
 
 	if (SPI_execute(psprintf("SELECT count(*) FROM %s", table), false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not count the rows of %s", table);
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	stm_statetable_end(access);
+	return rows;
 }
 
 static uint32
@@ -142,32 +169,24 @@ stm_key_finish(StringInfo buf)
 
 /*
  * late_rows => 'keep' (SPEC 3.1): a row a stateful operator dropped as late
- * goes to streaming.late_rows with its position (the source row's metadata
- * columns kafka_topic, kafka_partition, kafka_offset start at meta_att).
+ * goes to streaming.late_rows with its position, as its source tells it from
+ * the row's metadata columns.
  */
 void
-stm_late_row_keep(const char *stream, Datum *values, bool *nulls, int meta_att,
-				  int event_time_att)
+stm_late_row_keep(StmLateRows *late, Datum *values, bool *nulls, int event_time_att)
 {
-	Oid			types[5] = {TEXTOID, TEXTOID, INT4OID, INT8OID, TIMESTAMPTZOID};
-	Datum		args[5];
-	char		argnulls[5] = {' ', ' ', ' ', ' ', ' '};
-	StmCatalogScope scope = stm_catalog_begin();
+	Oid			types[3] = {INT4OID, TEXTOID, TIMESTAMPTZOID};
+	Datum		args[3];
+	char		argnulls[3] = {' ', ' ', ' '};
 
-	args[0] = CStringGetTextDatum(stream);
-	args[1] = values[meta_att];
-	args[2] = values[meta_att + 1];
-	args[3] = values[meta_att + 2];
-	args[4] = values[event_time_att];
+	args[0] = Int32GetDatum(late->stream_id);
+	args[1] = CStringGetTextDatum(stm_source_position(late->src, values + late->meta_att,
+													  nulls + late->meta_att));
+	args[2] = values[event_time_att];
 	if (nulls[event_time_att])
-		argnulls[4] = 'n';
-	SPI_connect();
-	/* keyed by the stream's id (the batch holds its row): a later namesake sees none */
-	if (SPI_execute_with_args("INSERT INTO streaming.late_rows (stream, stream_id, position, event_time) "
-							  "VALUES ($1, (SELECT id FROM streaming.stream_defs WHERE name = $1), "
-							  "jsonb_build_object('topic', $2, 'partition', $3, 'offset', $4), $5)",
-							  5, types, args, argnulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not write streaming.late_rows");
-	SPI_finish();
-	stm_catalog_end(scope);
+		argnulls[2] = 'n';
+	/* keyed by the stream's id: a later namesake sees none of them */
+	stm_catalog_exec("INSERT INTO streaming.late_rows (stream, stream_id, position, event_time) "
+					 "SELECT name, id, $2::jsonb, $3 FROM streaming.stream_defs WHERE id = $1",
+					 3, types, args, argnulls, SPI_OK_INSERT);
 }
