@@ -832,9 +832,11 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 }
 
 /*
- * After the batch's transaction committed: the source's work that must
- * wait for it (clean_source of files).  A crash before this only delays it:
- * the source does it again before its next batch.
+ * After the batch's transaction committed, outside any transaction (the
+ * source starts one if it needs one): the source's work that must wait for
+ * the commit.  A crash before it only delays it: the source does it again
+ * before its next batch.  run_batch, inside the caller's transaction, never
+ * gets here: its source catches up before its next batch.
  */
 void
 stm_batch_after_commit(StmRuntime *rt)

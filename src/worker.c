@@ -255,6 +255,9 @@ streaming_worker_main(Datum main_arg)
 			}
 			PopActiveSnapshot();
 			CommitTransactionCommand();
+			/* what the source does only once the batch is committed */
+			if (batch_id >= 0)
+				stm_batch_after_commit(rt);
 		}
 		PG_CATCH();
 		{
