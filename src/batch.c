@@ -39,6 +39,7 @@
 #include "batch.h"
 #include "dedup.h"
 #include "guc.h"
+#include "join.h"
 #include "parse.h"
 #include "query.h"
 #include "sink_table.h"
@@ -59,6 +60,7 @@ typedef struct BatchContext
 	StmSink    *sink;
 	ExprState  *qual;			/* aggregate streams: WHERE */
 	StmAggBatch *aggbatch;		/* aggregate streams: the batch's groups */
+	StmJoin    *join;			/* a query that reads tables: run by the executor */
 	StmDedup   *dedup;			/* dedup_keys */
 	Datum	   *out_values;
 	bool	   *out_nulls;
@@ -327,7 +329,9 @@ process_chunk(void *arg, StmRecord *records, int n)
 		memcpy(slot->tts_isnull, rec->nulls, sizeof(bool) * bc->source_desc->natts);
 		ExecStoreVirtualTuple(slot);
 		bc->econtext->ecxt_scantuple = slot;
-		if (bc->aggbatch)
+		if (bc->join)
+			stm_join_add(bc->join, slot);	/* the query runs at the batch's end */
+		else if (bc->aggbatch)
 		{
 			if (bc->qual == NULL || ExecQual(bc->qual, bc->econtext))
 				stm_aggbatch_add(bc->aggbatch, bc->econtext);
@@ -641,7 +645,7 @@ plan_batch(BatchContext *bc, StmRuntime *rt)
  * sink set up, and the operators before it (dedup).
  */
 static void
-begin_query(BatchContext *bc)
+begin_query(BatchContext *bc, StmRuntime *rt)
 {
 	StmStreamDef *def = bc->def;
 	ErrorContextCallback errcb;
@@ -689,9 +693,13 @@ begin_query(BatchContext *bc)
 		keep_late->src = bc->src;
 		keep_late->meta_att = bc->ndeclared;
 	}
+	/* a query that reads tables: the executor runs it (and makes qi->agg read its rows) */
+	if (qi->planned)
+		bc->join = stm_join_begin(&rt->join_plan, rt->cxt, qi, bc->sink_rel, bc->source_desc,
+								  def->query);
 	if (qi->agg)
 	{
-		bc->qual = stm_query_compile_qual(qi);
+		bc->qual = bc->join ? NULL : stm_query_compile_qual(qi);
 		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink_rel,
 										  OidIsValid(def->sink_function),
 										  def->has_watermark, previous_watermark(def),
@@ -704,7 +712,8 @@ begin_query(BatchContext *bc)
 	else
 	{
 		bc->sink = stm_sink_open(bc->sink_rel, bc->estate);
-		bc->projector = stm_query_compile(qi, bc->sink_rel, bc->estate);
+		if (!bc->join)
+			bc->projector = stm_query_compile(qi, bc->sink_rel, bc->estate);
 	}
 	bc->out_values = palloc(sizeof(Datum) * RelationGetDescr(bc->sink_rel)->natts);
 	bc->out_nulls = palloc(sizeof(bool) * RelationGetDescr(bc->sink_rel)->natts);
@@ -722,6 +731,28 @@ begin_query(BatchContext *bc)
 }
 
 /*
+ * A row of a query that reads tables: a sink row (stateless), or the joined
+ * row, whose first columns are the source row's (aggregates).
+ */
+static void
+joined_row(void *arg, TupleTableSlot *slot)
+{
+	BatchContext *bc = arg;
+
+	if (bc->aggbatch)
+	{
+		bc->error_row = slot->tts_values;
+		bc->error_nulls = slot->tts_isnull;
+		bc->econtext->ecxt_scantuple = slot;
+		stm_aggbatch_add(bc->aggbatch, bc->econtext);
+		ResetExprContext(bc->econtext);
+		bc->error_row = NULL;
+	}
+	else
+		stm_sink_put(bc->sink, slot->tts_values, slot->tts_isnull);
+}
+
+/*
  * After the last record: the stateful operators merge into their state
  * tables and write the sink as the output mode says; the sink function is
  * called; the query's relations are closed.
@@ -729,6 +760,8 @@ begin_query(BatchContext *bc)
 static void
 end_query(BatchContext *bc)
 {
+	if (bc->join)
+		stm_join_run(bc->join, joined_row, bc);
 	if (bc->dedup)
 	{
 		int64		dedup_late;
@@ -800,7 +833,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	if (!plan_batch(&bc, rt))
 		return -1;
 
-	begin_query(&bc);
+	begin_query(&bc, rt);
 	errcb.callback = batch_error_callback;
 	errcb.arg = &bc;
 	errcb.previous = error_context_stack;

@@ -13,6 +13,7 @@ typedef struct StmRuntime
 	MemoryContext cxt;			/* lives as long as the runtime */
 	int32		stream_id;
 	StmSource  *source;			/* opened by the first batch, in cxt */
+	struct StmJoinPlan *join_plan;	/* a query that reads tables: its kept plan (join.c) */
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 } StmRuntime;

@@ -29,6 +29,7 @@
 #include "parser/parser.h"
 #include "parser/parsetree.h"
 #include "rewrite/rewriteHandler.h"
+#include "rewrite/rewriteManip.h"
 #include "access/genam.h"
 #include "catalog/pg_index.h"
 #include "nodes/bitmapset.h"
@@ -42,6 +43,7 @@
 #include "utils/typcache.h"
 
 #include "aggregate.h"
+#include "catalog.h"
 #include "query.h"
 #include "window.h"
 
@@ -301,7 +303,7 @@ check_aggregate_shape(Query *q)
 		}
 	}
 	check_window_calls((Node *) q->targetList, (Node *) window);
-	check_window_calls(q->jointree->quals, NULL);
+	check_window_calls((Node *) q->jointree, NULL);
 	(void) aggregate_walker((Node *) q->targetList, NULL);
 }
 
@@ -380,7 +382,7 @@ collect_aggrefs(Node *node, List **aggs)
 
 /* Groups, aggregates and outputs of an aggregate query (already checked). */
 static StmAggQuery *
-build_agg_query(Query *q)
+build_agg_query(Query *q, StmQueryInfo *qi)
 {
 	StmAggQuery *agg = palloc0(sizeof(StmAggQuery));
 	GroupRowMap map = {agg, NULL};
@@ -400,6 +402,14 @@ build_agg_query(Query *q)
 		{
 			map.window_call = (Node *) tle->expr;
 			stm_window_spec((FuncExpr *) tle->expr, &agg->window);
+			/* windows are computed on the source's rows (SPEC 3.5) */
+			if (((Var *) agg->window.ts)->varno != qi->source_rtindex ||
+				((Var *) agg->window.ts)->varlevelsup != 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("the event time of streaming.%s() must be a column of the source",
+								get_func_name(((FuncExpr *) tle->expr)->funcid)),
+						 errhint("A table's column cannot be the event time: event time, watermark and windows are the source's.")));
 			agg->event_time_att = ((Var *) agg->window.ts)->varattno - 1;
 		}
 		else
@@ -461,6 +471,12 @@ build_agg_query(Query *q)
 		if (tle->resjunk)
 			continue;
 		out = group_row_mutator((Node *) tle->expr, &map);
+		/* evaluated per group, over the group row: no plan for a subquery there */
+		if (checkExprHasSubLink(out))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("subqueries in the select list of an aggregate stream query are only supported inside GROUP BY expressions and aggregate arguments"),
+					 errhint("Join the table in FROM instead.")));
 		agg->out_names[n] = tle->resname;
 		agg->out_group_col[n] = -1;
 		if (IsA(out, Var) && ((Var *) out)->varattno == 1)
@@ -500,6 +516,176 @@ stm_agg_time_key(StmAggQuery *agg, AttrNumber event_time_attno)
 	return -1;
 }
 
+/* Where the query's sources are (find_source). */
+typedef struct SourceSearch
+{
+	int			depth;			/* 0: the stream query itself */
+	List	   *top;			/* source RTEs of the stream query's range table */
+	List	   *names;			/* every source read, anywhere */
+	int			nested;			/* sources read in subqueries, sublinks, WITH */
+} SourceSearch;
+
+static bool
+source_walker(Node *node, SourceSearch *ctx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		if (rte->rtekind == RTE_RELATION && rte->relkind == RELKIND_VIEW &&
+			stm_catalog_get_source_by_view(rte->relid) != NULL)
+		{
+			ctx->names = lappend(ctx->names, get_rel_name(rte->relid));
+			if (ctx->depth == 0)
+				ctx->top = lappend(ctx->top, rte);
+			else
+				ctx->nested++;
+		}
+		return false;
+	}
+	if (IsA(node, Query))
+	{
+		bool		result;
+
+		ctx->depth++;
+		result = query_tree_walker((Query *) node, source_walker, (void *) ctx,
+								   QTW_EXAMINE_RTES_BEFORE);
+		ctx->depth--;
+		return result;
+	}
+	return expression_tree_walker(node, source_walker, (void *) ctx);
+}
+
+/* Is range-table entry rtindex in this part of the join tree? */
+static bool
+jointree_has(Node *node, int rtindex)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblRef))
+		return ((RangeTblRef *) node)->rtindex == rtindex;
+	if (IsA(node, JoinExpr))
+	{
+		JoinExpr   *j = (JoinExpr *) node;
+
+		return jointree_has(j->larg, rtindex) || jointree_has(j->rarg, rtindex);
+	}
+	if (IsA(node, FromExpr))
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((FromExpr *) node)->fromlist)
+			if (jointree_has(lfirst(lc), rtindex))
+				return true;
+		return false;
+	}
+	return false;
+}
+
+/*
+ * A join that would emit table rows without a source row is refused, as
+ * Spark refuses it: the source on the nullable side of an outer join.
+ */
+static void
+check_outer_joins(Node *node, int rtindex, const char *source)
+{
+	if (node == NULL)
+		return;
+	if (IsA(node, JoinExpr))
+	{
+		JoinExpr   *j = (JoinExpr *) node;
+		const char *kind = NULL;
+
+		if (j->jointype == JOIN_FULL && jointree_has(node, rtindex))
+			kind = "FULL";
+		else if (j->jointype == JOIN_LEFT && jointree_has(j->rarg, rtindex))
+			kind = "LEFT";
+		else if (j->jointype == JOIN_RIGHT && jointree_has(j->larg, rtindex))
+			kind = "RIGHT";
+		if (kind)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("the source \"%s\" cannot be on the nullable side of a %s JOIN", source, kind),
+					 errdetail("The join would emit table rows without a source row, which a stream cannot do."),
+					 errhint("Put the source on the left of a LEFT JOIN (table RIGHT JOIN source is one too), or use an inner join.")));
+		check_outer_joins(j->larg, rtindex, source);
+		check_outer_joins(j->rarg, rtindex, source);
+	}
+	else if (IsA(node, FromExpr))
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((FromExpr *) node)->fromlist)
+			check_outer_joins(lfirst(lc), rtindex, source);
+	}
+}
+
+/*
+ * A query that reads more than its source (SPEC 3.5: tables, views,
+ * materialized views, subqueries and WITH over them): exactly one source,
+ * in the stream query's own FROM, never on the nullable side of an outer
+ * join.  The query is then run by PostgreSQL's planner and executor with the
+ * batch's rows as the source (join.c).
+ */
+static void
+find_source(StmQueryInfo *qi)
+{
+	Query	   *q = qi->query;
+	SourceSearch ctx = {0};
+	RangeTblEntry *rte;
+
+	(void) query_tree_walker(q, source_walker, (void *) &ctx, QTW_EXAMINE_RTES_BEFORE);
+	if (ctx.names == NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the stream query reads no streaming source"),
+				 errhint("A stream query reads one source, which it may join with tables.")));
+	if (list_length(ctx.names) > 1)
+	{
+		StringInfoData names;
+		ListCell   *lc;
+
+		List	   *distinct = NIL;
+
+		initStringInfo(&names);
+		foreach(lc, ctx.names)
+			if (!list_member(distinct, makeString(lfirst(lc))))
+			{
+				distinct = lappend(distinct, makeString(lfirst(lc)));
+				appendStringInfo(&names, "%s%s", names.len ? ", " : "", quote_identifier(lfirst(lc)));
+			}
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a stream query reads exactly one source"),
+				 list_length(distinct) > 1 ?
+				 errdetail("It reads the sources %s.", names.data) :
+				 errdetail("It reads the source %s more than once.", names.data),
+				 errhint("Joins of two sources (stream-stream joins) are not supported; join the source with tables.")));
+	}
+	if (ctx.nested > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the source \"%s\" must be in the FROM clause of the stream query",
+						(char *) linitial(ctx.names)),
+				 errdetail("It is read in a subquery or a WITH clause, where its rows cannot be told apart."),
+				 errhint("Read the source in FROM and the tables in subqueries.")));
+	rte = linitial(ctx.top);
+	qi->source_view = rte->relid;
+	qi->source_rtindex = 0;
+	for (int i = 0; i < list_length(q->rtable); i++)
+		if (list_nth(q->rtable, i) == rte)
+			qi->source_rtindex = i + 1;
+	if (!jointree_has((Node *) q->jointree, qi->source_rtindex))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the source \"%s\" must be in the FROM clause of the stream query",
+						get_rel_name(rte->relid))));
+	qi->planned = true;
+	check_outer_joins((Node *) q->jointree, qi->source_rtindex, get_rel_name(rte->relid));
+}
+
 /*
  * Parse and analyse a stream query and check its shape.  Raises an error for
  * anything other than a SELECT over exactly one relation (the caller checks
@@ -532,10 +718,6 @@ stm_query_analyze(const char *sql)
 
 	if (q->setOperations)
 		refuse("set operations (UNION, INTERSECT, EXCEPT)", NULL);
-	if (q->cteList)
-		refuse("WITH clauses", NULL);
-	if (q->hasSubLinks)
-		refuse("subqueries", NULL);
 	if (q->hasWindowFuncs)
 		refuse("window functions (OVER)", NULL);
 	if (q->hasTargetSRFs)
@@ -543,7 +725,7 @@ stm_query_analyze(const char *sql)
 	if (!(q->hasAggs || q->groupClause || q->groupingSets || q->havingQual))
 	{
 		check_window_calls((Node *) q->targetList, NULL);
-		check_window_calls(q->jointree->quals, NULL);
+		check_window_calls((Node *) q->jointree, NULL);
 	}
 	else
 		check_aggregate_shape(q);
@@ -556,24 +738,28 @@ stm_query_analyze(const char *sql)
 	if (q->rowMarks)
 		refuse("locking clauses (FOR UPDATE)", NULL);
 
-	if (list_length(q->rtable) != 1 || list_length(q->jointree->fromlist) != 1 ||
-		!IsA(linitial(q->jointree->fromlist), RangeTblRef))
+	if (q->hasModifyingCTE)
+		refuse("data-modifying statements in WITH", NULL);
+	if (q->jointree->fromlist == NIL)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a stream query must read exactly one source"),
-				 errdetail("Joins and queries without FROM are not supported.")));
-	rte = linitial_node(RangeTblEntry, q->rtable);
-	if (rte->rtekind != RTE_RELATION)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a stream query must read from a source"),
-				 errdetail("The FROM clause names something that is not a relation.")));
+				 errmsg("a stream query must read a source"),
+				 errdetail("The query has no FROM clause.")));
 
 	qi = palloc0(sizeof(StmQueryInfo));
 	qi->query = q;
-	qi->source_view = rte->relid;
+	/* one relation: the source, the caller checks (and says if it is not one) */
+	if (list_length(q->rtable) == 1 && !q->hasSubLinks && q->cteList == NIL &&
+		linitial_node(RangeTblEntry, q->rtable)->rtekind == RTE_RELATION)
+	{
+		rte = linitial_node(RangeTblEntry, q->rtable);
+		qi->source_view = rte->relid;
+		qi->source_rtindex = 1;
+	}
+	else
+		find_source(qi);
 	if (q->hasAggs || q->groupClause)
-		qi->agg = build_agg_query(q);
+		qi->agg = build_agg_query(q, qi);
 	foreach(lc, q->targetList)
 	{
 		TargetEntry *tle = lfirst_node(TargetEntry, lc);
@@ -785,8 +971,43 @@ stm_query_compile_qual(StmQueryInfo *qi)
 }
 
 /*
- * Compile WHERE and one expression per sink column (the output column of the
- * same name, coerced to the column's type, or the column's default).
+ * The expression that fills sink column a (0-based): the output column of
+ * the same name, coerced to the column's type, or the column's default;
+ * NULL when neither (or the column was dropped).
+ */
+static Node *
+sink_expr(StmQueryInfo *qi, Relation sink, int a)
+{
+	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(sink), a);
+	int			out;
+	Node	   *expr;
+
+	if (att->attisdropped)
+		return NULL;
+	out = output_index(qi, NameStr(att->attname));
+	if (out < 0)
+		return build_column_default(sink, a + 1);
+	{
+		TargetEntry *tle = output_tle(qi, out);
+
+		expr = coerce_to_target_type(NULL, (Node *) tle->expr,
+									 exprType((Node *) tle->expr),
+									 att->atttypid, att->atttypmod,
+									 COERCION_ASSIGNMENT, COERCE_IMPLICIT_CAST, -1);
+		if (expr == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column \"%s\" of sink table \"%s\" is of type %s, but the stream query gives %s",
+							NameStr(att->attname), RelationGetRelationName(sink),
+							format_type_be(att->atttypid),
+							format_type_be(exprType((Node *) tle->expr)))));
+	}
+	return expr;
+}
+
+/*
+ * Compile WHERE and one expression per sink column (sink_expr), evaluated
+ * per source row (a query over its source alone).
  */
 StmProjector *
 stm_query_compile(StmQueryInfo *qi, Relation sink, EState *estate)
@@ -806,35 +1027,37 @@ stm_query_compile(StmQueryInfo *qi, Relation sink, EState *estate)
 	pj->exprs = palloc0(sizeof(ExprState *) * desc->natts);
 	for (int a = 0; a < desc->natts; a++)
 	{
-		Form_pg_attribute att = TupleDescAttr(desc, a);
-		int			out;
-		Node	   *expr;
+		Node	   *expr = sink_expr(qi, sink, a);
 
-		if (att->attisdropped)
-			continue;
-		out = output_index(qi, NameStr(att->attname));
-		if (out >= 0)
-		{
-			TargetEntry *tle = output_tle(qi, out);
-
-			expr = coerce_to_target_type(NULL, (Node *) tle->expr,
-										 exprType((Node *) tle->expr),
-										 att->atttypid, att->atttypmod,
-										 COERCION_ASSIGNMENT, COERCE_IMPLICIT_CAST, -1);
-			if (expr == NULL)
-				ereport(ERROR,
-						(errcode(ERRCODE_DATATYPE_MISMATCH),
-						 errmsg("column \"%s\" of sink table \"%s\" is of type %s, but the stream query gives %s",
-								NameStr(att->attname), RelationGetRelationName(sink),
-								format_type_be(att->atttypid),
-								format_type_be(exprType((Node *) tle->expr)))));
-		}
-		else
-			expr = build_column_default(sink, a + 1);
 		if (expr)
 			pj->exprs[a] = ExecInitExpr(expression_planner((Expr *) expr), NULL);
 	}
 	return pj;
+}
+
+/*
+ * The target list that makes the query's rows sink rows (join.c plans it):
+ * one entry per sink column, in order, each sink_expr or a NULL.
+ */
+List *
+stm_query_sink_targetlist(StmQueryInfo *qi, Relation sink)
+{
+	TupleDesc	desc = RelationGetDescr(sink);
+	List	   *tlist = NIL;
+
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		Node	   *expr = sink_expr(qi, sink, a);
+
+		if (expr == NULL)
+			expr = (Node *) makeNullConst(att->attisdropped ? INT4OID : att->atttypid,
+										  att->attisdropped ? -1 : att->atttypmod,
+										  att->attisdropped ? InvalidOid : att->attcollation);
+		tlist = lappend(tlist, makeTargetEntry((Expr *) expr, a + 1,
+											   pstrdup(NameStr(att->attname)), false));
+	}
+	return tlist;
 }
 
 /*

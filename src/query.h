@@ -36,6 +36,8 @@ typedef struct StmQueryInfo
 	Query	   *query;
 	StmAggQuery *agg;			/* NULL for a stateless query */
 	Oid			source_view;
+	int			source_rtindex; /* the source's entry in query->rtable */
+	bool		planned;		/* reads tables too: run by the executor (join.c) */
 	int			noutputs;
 	char	  **out_names;
 	Oid		   *out_types;
@@ -57,6 +59,7 @@ extern void stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *st
 extern char *stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name, bool keyed);
 extern ExprState *stm_query_compile_qual(StmQueryInfo *qi);
 extern StmProjector *stm_query_compile(StmQueryInfo *qi, Relation sink, EState *estate);
+extern List *stm_query_sink_targetlist(StmQueryInfo *qi, Relation sink);
 extern bool stm_query_project(StmProjector *pj, ExprContext *econtext,
 							  Datum *values, bool *nulls);
 

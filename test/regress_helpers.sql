@@ -39,7 +39,7 @@ BEGIN
                        stream, stream || '_expected')
             INTO missing_from_expected, missing_from_sink, rows, null_rows;
         SELECT n_tup_upd > 0 INTO state_updated FROM pg_stat_xact_user_tables
-        WHERE relid = format('streaming.state_%s', (SELECT id FROM streaming.stream_defs WHERE name = stream))::regclass;
+        WHERE relid = to_regclass(format('streaming.state_%s', (SELECT id FROM streaming.stream_defs WHERE name = stream)));
         RETURN NEXT;
     END LOOP;
 END

@@ -1,0 +1,24 @@
+/*
+ * join.h: stream queries that read tables besides their source, run by
+ * PostgreSQL's planner and executor over the batch's source rows.
+ */
+#ifndef STM_JOIN_H
+#define STM_JOIN_H
+
+#include "executor/tuptable.h"
+#include "utils/relcache.h"
+
+#include "query.h"
+
+typedef struct StmJoinPlan StmJoinPlan;
+typedef struct StmJoin StmJoin;
+
+/* takes each row the query gives (a sink row, or the joined row) */
+typedef void (*StmJoinRowFn) (void *arg, TupleTableSlot *slot);
+
+extern StmJoin *stm_join_begin(StmJoinPlan **cache, MemoryContext cache_cxt, StmQueryInfo *qi,
+							   Relation sink, TupleDesc source_desc, const char *query_text);
+extern void stm_join_add(StmJoin *j, TupleTableSlot *slot);
+extern void stm_join_run(StmJoin *j, StmJoinRowFn fn, void *arg);
+
+#endif
