@@ -72,8 +72,8 @@ struct StmAggBatch
 	bool		closes;			/* groups have a closing time (window end, or time_key) */
 	TimestampTz watermark;		/* the one this batch filters and evicts with */
 	StmLateRows *keep_late;		/* late_rows => 'keep', else NULL */
-	Relation	sink;
-	bool		batch_table;	/* sink_function's table */
+	bool		update;			/* update mode: changed groups are upserted */
+	StmSinkBatch *sink;
 	char	   *table;
 	StmAggRuntime *rt;
 	MemoryContext cxt;			/* what the groups take in memory (the hash tables' buckets here) */
@@ -85,7 +85,6 @@ struct StmAggBatch
 	TupleHashTable late;		/* the closed windows and groups that rows came for */
 	int64		nlate;
 	int64		ngroups;		/* groups merged into the state table so far */
-	int64		nwritten;		/* sink rows written so far */
 	int			nmerges;		/* merges of the groups in memory so far */
 	TupleTableSlot *key_slot;	/* the hash tables' key: window start, group values */
 	TupleTableSlot *entry_slot; /* a hash entry's key, read back */
@@ -188,7 +187,7 @@ build_hash_tables(StmAggBatch *ab)
 
 StmAggBatch *
 stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
-				   Relation sink, bool batch_table, bool has_watermark, TimestampTz watermark,
+				   StmSinkBatch *sink, bool has_watermark, TimestampTz watermark,
 				   int event_time_att, StmLateRows *keep_late)
 {
 	StmAggBatch *ab = palloc0(sizeof(StmAggBatch));
@@ -212,8 +211,8 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	/* complete mode drops and evicts nothing (SPEC 3.1) */
 	ab->has_watermark = has_watermark && !ab->complete && ab->closes;
 	ab->watermark = watermark;
+	ab->update = !ab->complete && !ab->append;
 	ab->sink = sink;
-	ab->batch_table = batch_table;
 	ab->table = stm_aggstate_table(stream_id);
 
 	/*
@@ -498,56 +497,6 @@ output_row(StmAggBatch *ab, bool has_window, TimestampTz wstart, TimestampTz wen
 		out[n] = ExecEvalExpr(ab->outputs[n], ab->out_econtext, &outnulls[n]);
 }
 
-static char *
-sink_name(StmAggBatch *ab)
-{
-	return psprintf("%s.%s",
-					quote_identifier(get_namespace_name(RelationGetNamespace(ab->sink))),
-					quote_identifier(RelationGetRelationName(ab->sink)));
-}
-
-/* INSERT INTO sink (outputs) VALUES (...) [ON CONFLICT (group columns) DO UPDATE] */
-static SPIPlanPtr
-prepare_sink_write(StmAggBatch *ab, bool upsert)
-{
-	StmAggQuery *agg = ab->agg;
-	int			nout = list_length(agg->outputs);
-	Oid		   *types = palloc(sizeof(Oid) * nout);
-	StringInfoData sql;
-	StringInfoData conflict;
-	StringInfoData set;
-	SPIPlanPtr	plan;
-
-	initStringInfo(&sql);
-	initStringInfo(&conflict);
-	initStringInfo(&set);
-	appendStringInfo(&sql, "INSERT INTO %s AS t (", sink_name(ab));
-	/* output columns go to the sink columns of the same names */
-	for (int n = 0; n < nout; n++)
-	{
-		const char *col = agg->out_names[n];
-
-		types[n] = exprType(list_nth(agg->outputs, n));
-		appendStringInfo(&sql, "%s%s", n ? ", " : "", quote_identifier(col));
-		if (agg->out_group_col[n] >= 0)
-			appendStringInfo(&conflict, "%s%s", conflict.len ? ", " : "", quote_identifier(col));
-		else
-			appendStringInfo(&set, "%s%s = EXCLUDED.%s", set.len ? ", " : "",
-							 quote_identifier(col), quote_identifier(col));
-	}
-	appendStringInfoString(&sql, ") VALUES (");
-	for (int n = 0; n < nout; n++)
-		appendStringInfo(&sql, "%s$%d", n ? ", " : "", n + 1);
-	appendStringInfoChar(&sql, ')');
-	if (upsert)
-		appendStringInfo(&sql, " ON CONFLICT (%s) DO %s%s", conflict.data,
-						 set.len ? "UPDATE SET " : "NOTHING", set.data);
-	plan = SPI_prepare(sql.data, nout, types);
-	if (plan == NULL)
-		elog(ERROR, "could not prepare the sink write: %s", SPI_result_code_string(SPI_result));
-	return plan;
-}
-
 /*
  * SPI_execute_plan, read-write, leaving CurrentMemoryContext where it was
  * (SPI leaves it at its procedure context, which lives until SPI_finish:
@@ -600,18 +549,6 @@ key_matches(StmAggBatch *ab, HeapTuple tup, TupleDesc desc, int first,
 	return true;
 }
 
-static void
-write_sink(SPIPlanPtr plan, int nout, Datum *out, bool *outnulls)
-{
-	char	   *nulls = palloc(nout);
-
-	for (int n = 0; n < nout; n++)
-		nulls[n] = outnulls[n] ? 'n' : ' ';
-	if (execute_plan(plan, out, nulls, 0) < 0)
-		elog(ERROR, "could not write the sink");
-	pfree(nulls);
-}
-
 /* The SPI plans of the end of a batch. */
 typedef struct StatePlans
 {
@@ -619,44 +556,12 @@ typedef struct StatePlans
 	SPIPlanPtr	upsert;			/* a group's new state row */
 	SPIPlanPtr	sessions;		/* session windows: a group's stored sessions in a range */
 	SPIPlanPtr	delete;			/* session windows: a merged-away session's state row */
-	SPIPlanPtr	sink_upsert;	/* update mode: a changed group's sink row */
-	SPIPlanPtr	sink_delete;	/* update mode, session windows: a merged-away session's sink row */
-	Oid			delete_types[FUNC_MAX_ARGS + 1];	/* its parameters' types */
 	int			nstate;			/* columns of the state table */
 	Datum	   *vals;			/* room for a state row */
 	char	   *nulls;
 	Datum	   *out;			/* room for a sink row */
 	bool	   *outnulls;
 } StatePlans;
-
-/*
- * DELETE of a session's sink row, by the window start ($1) and the group
- * values ($2...).  A NULL group value is matched with IS NULL, so that the
- * sink's unique index still finds the row (IS NOT DISTINCT FROM would not
- * use it).  Fills types[] with the parameters' types.
- */
-static char *
-sink_delete_sql(StmAggBatch *ab, bool *keynulls, Oid *types)
-{
-	StmAggQuery *agg = ab->agg;
-	StringInfoData sql;
-
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "DELETE FROM %s WHERE true", sink_name(ab));
-	for (int n = 0; n < list_length(agg->outputs); n++)
-	{
-		int			k = agg->out_group_col[n];
-
-		if (k < 0)
-			continue;
-		types[k] = k == 0 ? TIMESTAMPTZOID : agg->key_types[k - 1];
-		if (k > 0 && keynulls[k - 1])
-			appendStringInfo(&sql, " AND %s IS NULL", quote_identifier(agg->out_names[n]));
-		else
-			appendStringInfo(&sql, " AND %s = $%d", quote_identifier(agg->out_names[n]), k + 1);
-	}
-	return sql.data;
-}
 
 static void
 prepare_state_plans(StmAggBatch *ab, StatePlans *p)
@@ -715,8 +620,6 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 	if (p->select == NULL || p->upsert == NULL)
 		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
 
-	if (!ab->complete && !ab->append)
-		p->sink_upsert = prepare_sink_write(ab, true);
 	if (!session)
 		return;
 
@@ -732,17 +635,6 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 							1, argtypes);
 	if (p->sessions == NULL || p->delete == NULL)
 		elog(ERROR, "could not prepare the session queries of stream %d", ab->stream_id);
-
-	/* update mode: a session's sink row is found by the window and group columns */
-	if (p->sink_upsert)
-	{
-		bool		nonulls[FUNC_MAX_ARGS] = {0};
-
-		p->sink_delete = SPI_prepare(sink_delete_sql(ab, nonulls, p->delete_types),
-									 nkeys + 1, p->delete_types);
-		if (p->sink_delete == NULL)
-			elog(ERROR, "could not prepare the sink delete of stream %d", ab->stream_id);
-	}
 }
 
 /* One state row: the group's key, window, group values and states. */
@@ -783,12 +675,32 @@ upsert_sink(StmAggBatch *ab, StatePlans *p, bool has_window, TimestampTz wstart,
 			TimestampTz wend, Datum *keyvals, bool *keynulls, StmAggValue *states)
 {
 	output_row(ab, has_window, wstart, wend, keyvals, keynulls, states, p->out, p->outnulls);
-	write_sink(p->sink_upsert, list_length(ab->agg->outputs), p->out, p->outnulls);
+	stm_sink_upsert(ab->sink, p->out, p->outnulls);
 	ResetExprContext(ab->out_econtext);
 }
 
+/*
+ * Update mode: a session's row in the sink is gone; the sink finds it by
+ * its key columns (the window start and the group values).
+ */
+static void
+delete_sink_key(StmAggBatch *ab, StatePlans *p, TimestampTz wstart, Datum *keyvals,
+				bool *keynulls)
+{
+	StmAggQuery *agg = ab->agg;
+
+	for (int n = 0; n < list_length(agg->outputs); n++)
+	{
+		int			k = agg->out_group_col[n];
+
+		p->out[n] = k < 0 ? (Datum) 0 : k == 0 ? TimestampTzGetDatum(wstart) : keyvals[k - 1];
+		p->outnulls[n] = k < 0 || (k > 0 && keynulls[k - 1]);
+	}
+	stm_sink_delete_key(ab->sink, p->out, p->outnulls);
+}
+
 /* A window and group of the batch: its states combined with the stored ones. */
-static int64
+static void
 merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 {
 	StmAggRuntime *rt = ab->rt;
@@ -834,10 +746,8 @@ merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 		key = group_key(ab, has_window, wstart, keyvals, keynulls);
 	SPI_freetuptable(SPI_tuptable);
 	write_state(ab, p, key, has_window, wstart, wend, keyvals, keynulls, merged, hash);
-	if (p->sink_upsert == NULL)
-		return 0;
-	upsert_sink(ab, p, has_window, wstart, wend, keyvals, keynulls, merged);
-	return 1;
+	if (ab->update)
+		upsert_sink(ab, p, has_window, wstart, wend, keyvals, keynulls, merged);
 }
 
 
@@ -847,7 +757,7 @@ merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
  * leaves the state, and in update mode the sink (SPEC 3: its row is
  * replaced by the merged session's).
  */
-static int64
+static void
 merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 {
 	StmAggRuntime *rt = ab->rt;
@@ -861,10 +771,9 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 	char		nulls[FUNC_MAX_ARGS + 3];
 	SPITupleTable *tt;
 	uint64		nrows;
-	int64		written = 0;
 
 	if (list->n == 0)
-		return 0;				/* only late rows */
+		return;					/* only late rows */
 	(void) entry_key(ab, entry, &unused);
 	hash = group_hash(ab, false, 0, keyvals, keynulls);
 	args[0] = Int64GetDatum(hash);
@@ -924,41 +833,15 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 			args[0] = PointerGetDatum(ref->key);
 			if (execute_state_plan(p->delete, args, NULL, 0) != SPI_OK_DELETE)
 				elog(ERROR, "could not delete a merged session of stream %d", ab->stream_id);
-			if (p->sink_delete)
-			{
-				MemoryContext cxt = CurrentMemoryContext;
-				bool		any_null = false;
-				int			rc;
-
-				args[0] = TimestampTzGetDatum(ref->start);
-				nulls[0] = ' ';
-				for (int k = 0; k < nkeys; k++)
-				{
-					args[1 + k] = keyvals[k];
-					nulls[1 + k] = keynulls[k] ? 'n' : ' ';
-					any_null |= keynulls[k];
-				}
-				/* a NULL group (rare): a statement of its own */
-				rc = any_null ?
-					SPI_execute_with_args(sink_delete_sql(ab, keynulls, p->delete_types),
-										  nkeys + 1, p->delete_types, args, nulls, false, 0) :
-					SPI_execute_plan(p->sink_delete, args, nulls, false, 0);
-				MemoryContextSwitchTo(cxt);
-				if (rc != SPI_OK_DELETE)
-					elog(ERROR, "could not delete a merged session's sink row of stream %d",
-						 ab->stream_id);
-			}
+			if (ab->update)
+				delete_sink_key(ab, p, ref->start, keyvals, keynulls);
 		}
 		write_state(ab, p, key, true, session->start, session->end, keyvals, keynulls,
 					session->vals, hash);
-		if (p->sink_upsert)
-		{
+		if (ab->update)
 			upsert_sink(ab, p, true, session->start, session->end, keyvals, keynulls,
 						session->vals);
-			written++;
-		}
 	}
-	return written;
 }
 
 /*
@@ -989,11 +872,11 @@ merge_groups(StmAggBatch *ab)
 		ab->ngroups++;
 		if (session)
 		{
-			ab->nwritten += merge_sessions(ab, &plans, entry);
+			merge_sessions(ab, &plans, entry);
 			ab->nlate += ((SessionGroup *) entry->additional)->late.n;
 		}
 		else
-			ab->nwritten += merge_group(ab, &plans, entry);
+			merge_group(ab, &plans, entry);
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(ab->merge_cxt);
 	}
@@ -1011,9 +894,9 @@ merge_groups(StmAggBatch *ab)
 
 /*
  * Merge the batch's groups into the state table and bring the sink up to
- * date.  Returns the number of sink rows written.
+ * date.
  */
-int64
+void
 stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows)
 {
 	StmAggQuery *agg = ab->agg;
@@ -1023,12 +906,9 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 	StmAggValue *merged = palloc(sizeof(StmAggValue) * Max(rt->naggs, 1));
 	Datum	   *out = palloc(sizeof(Datum) * nout);
 	bool	   *outnulls = palloc(sizeof(bool) * nout);
-	SPIPlanPtr	sink_plan;
-	int64		written;
 	int			nest;
 
 	merge_groups(ab);
-	written = ab->nwritten;
 	nest = stm_catalog_pin_search_path();
 	SPI_connect();
 
@@ -1050,13 +930,11 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 
 		if (ab->complete)
 		{
-			if (SPI_execute(psprintf("DELETE FROM %s", sink_name(ab)), false, 0) != SPI_OK_DELETE)
-				elog(ERROR, "could not empty the sink");
+			stm_sink_truncate(ab->sink);
 			scan = psprintf("SELECT * FROM %s WHERE $1 IS NOT NULL", ab->table);
 		}
 		else
 			scan = psprintf("SELECT * FROM %s WHERE window_end <= $1", ab->table);
-		sink_plan = prepare_sink_write(ab, false);
 		/* the cursor's permissions are checked as it opens: as the extension's owner */
 		access = stm_statetable_begin();
 		portal = SPI_cursor_open_with_args(NULL, scan, 1, &wmtype, &wm, NULL, false, 0);
@@ -1095,8 +973,7 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 					stm_agg_load(rt, i, d, isnull, &merged[i]);
 				}
 				output_row(ab, has_window, ws, we, keyvals, keynulls, merged, out, outnulls);
-				write_sink(sink_plan, nout, out, outnulls);
-				written++;
+				stm_sink_insert(ab->sink, out, outnulls);
 				ResetExprContext(ab->out_econtext);
 				MemoryContextSwitchTo(old);
 				MemoryContextReset(ab->merge_cxt);
@@ -1128,5 +1005,4 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 	stm_agg_end(ab->rt);
 	MemoryContextDelete(ab->cxt);
 	FreeExprContext(ab->out_econtext, true);
-	return written;
 }

@@ -12,17 +12,18 @@
 #include "aggregate.h"
 #include "statetable.h"
 #include "query.h"
+#include "sink.h"
 
 typedef struct StmAggBatch StmAggBatch;
 
 extern char *stm_aggstate_table(int32 stream_id);
 extern void stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner);
 extern StmAggBatch *stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id,
-									   const char *output_mode, Relation sink, bool batch_table,
+									   const char *output_mode, StmSinkBatch *sink,
 									   bool has_watermark, TimestampTz watermark,
 									   int event_time_att, StmLateRows *keep_late);
 extern void stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext);
-extern int64 stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows,
-								 int64 *num_late_rows);
+extern void stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows,
+								int64 *num_late_rows);
 
 #endif

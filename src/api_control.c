@@ -248,7 +248,7 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 	rt = stm_runtime_create(def->id);
 	rt->started_at = 0;			/* waits count from the last batch only */
 	batch_id = stm_batch_run(rt);
-	stm_source_close(rt->source);
+	stm_runtime_close(rt);
 	if (batch_id < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(batch_id);

@@ -32,6 +32,7 @@
 #include "catalog.h"
 #include "dedup.h"
 #include "query.h"
+#include "sink.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_stream);
 PG_FUNCTION_INFO_V1(streaming_drop_stream);
@@ -314,8 +315,9 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		Oid			nspid = RangeVarGetCreationNamespace(sink_rv);
 		char	   *qualified = quote_qualified_identifier(get_namespace_name(nspid), sink_rv->relname);
 
-		stm_api_exec(stm_query_sink_ddl(qi, qualified, strcmp(output_mode, "append") != 0),
-				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+		stm_api_exec(stm_sink_table_ddl(stm_sink_output(qi, output_mode), qualified,
+										strcmp(output_mode, "append") != 0),
+					 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 		CommandCounterIncrement();
 		sink_oid = get_relname_relid(sink_rv->relname, nspid);
 	}

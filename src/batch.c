@@ -42,7 +42,7 @@
 #include "join.h"
 #include "parse.h"
 #include "query.h"
-#include "sink_table.h"
+#include "sink.h"
 
 /* State of one batch while its records flow through. */
 typedef struct BatchContext
@@ -57,7 +57,8 @@ typedef struct BatchContext
 	EState	   *estate;
 	ExprContext *econtext;
 	StmProjector *projector;
-	StmSink    *sink;
+	StmSinkOutput *output;		/* the query's output rows, as the sink gets them */
+	StmSinkBatch *sink;
 	ExprState  *qual;			/* aggregate streams: WHERE */
 	StmAggBatch *aggbatch;		/* aggregate streams: the batch's groups */
 	StmJoin    *join;			/* a query that reads tables: run by the executor */
@@ -88,7 +89,6 @@ typedef struct BatchContext
 	StmSourceDef *source_def;
 	StmQueryInfo *qi;
 	Relation	view;
-	Relation	sink_rel;
 	int			guc_nest;		/* the stream's search_path, set for the query */
 } BatchContext;
 
@@ -337,7 +337,7 @@ process_chunk(void *arg, StmRecord *records, int n)
 				stm_aggbatch_add(bc->aggbatch, bc->econtext);
 		}
 		else if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
-			stm_sink_put(bc->sink, bc->out_values, bc->out_nulls);
+			stm_sink_insert(bc->sink, bc->out_values, bc->out_nulls);
 		ResetExprContext(bc->econtext);
 	}
 	bc->error_row = NULL;
@@ -429,62 +429,6 @@ record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
 	stm_catalog_end(scope);
-}
-
-/*
- * foreachBatch (SPEC 3.2): the batch's output rows go to a temporary table,
- * which the stream's sink_function gets with the batch id, in the batch's
- * transaction; the table is dropped after the call.
- */
-static Oid
-batch_table(StmQueryInfo *qi, int64 batch_id, bool update)
-{
-	char	   *name = psprintf("streaming_batch_" INT64_FORMAT, batch_id);
-	Oid			relid;
-	Oid			userid;
-	int			sec_context;
-	int			nest;
-
-	/*
-	 * A security-restricted operation may not create temporary tables (user
-	 * code could put objects in front of the search path); this one is ours,
-	 * made before any user code runs, so the restriction is lifted for it.
-	 */
-	GetUserIdAndSecContext(&userid, &sec_context);
-	SetUserIdAndSecContext(userid, sec_context & ~SECURITY_RESTRICTED_OPERATION);
-	nest = stm_catalog_pin_search_path();
-	SPI_connect();
-	/*
-	 * update mode: the sink's key, since a group merged in two parts of the
-	 * batch (aggstate.c) is upserted twice; else no key
-	 */
-	if (SPI_execute(stm_query_sink_ddl(qi, psprintf("pg_temp.%s", quote_identifier(name)), update),
-					false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not create the batch table");
-	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
-	SetUserIdAndSecContext(userid, sec_context);
-	CommandCounterIncrement();
-	relid = get_relname_relid(name, LookupExplicitNamespace("pg_temp", false));
-	return relid;
-}
-
-static void
-call_sink_function(StmStreamDef *def, int64 batch_id)
-{
-	Oid			types[2] = {INT8OID, REGCLASSOID};
-	Datum		values[2] = {Int64GetDatum(batch_id), ObjectIdGetDatum(def->sink)};
-
-	SPI_connect();
-	if (SPI_execute_with_args(psprintf("SELECT %s($1, $2)",
-									   quote_qualified_identifier(get_namespace_name(get_func_namespace(def->sink_function)),
-																  get_func_name(def->sink_function))),
-							  2, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not call the sink function of stream \"%s\"", def->name);
-	if (SPI_execute(psprintf("DROP TABLE pg_temp.%s",
-							 quote_identifier(get_rel_name(def->sink))), false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not drop the batch table");
-	SPI_finish();
 }
 
 /* The watermark committed by the last batch: what this batch filters with. */
@@ -605,6 +549,20 @@ open_source(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
 	return rt->source;
 }
 
+/* The sink, opened by the runtime's first batch, as the source. */
+static StmSink *
+open_sink(StmRuntime *rt, StmStreamDef *def)
+{
+	if (rt->sink == NULL)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
+
+		rt->sink = stm_sink_open(def);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	return rt->sink;
+}
+
 /*
  * Fix the batch's bounds; false when there is no batch to run: nothing new,
  * no no-data batch due after a batch that moved the watermark (SPEC 3.1),
@@ -669,15 +627,6 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 	ExecCheckRTPerms(qi->query->rtable, true);
 
 	bc->view = relation_open(bc->source_def->view, AccessShareLock);
-	if (OidIsValid(def->sink_function))
-		def->sink = batch_table(qi, bc->batch_id, strcmp(def->output_mode, "update") == 0);
-	bc->sink_rel = OidIsValid(def->sink) ? try_relation_open(def->sink, RowExclusiveLock) : NULL;
-	if (bc->sink_rel == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("the sink table of stream \"%s\" was dropped", def->name),
-				 errhint("Drop the stream, or create the table again.")));
-
 	bc->source_desc = CreateTupleDescCopy(RelationGetDescr(bc->view));
 	bc->ndeclared = bc->source_desc->natts - bc->src->nmeta;
 	bc->event_time_att = def->event_time ? view_attno(bc->source_desc, def->event_time) : -1;
@@ -686,6 +635,8 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 	bc->estate = CreateExecutorState();
 	bc->econtext = GetPerTupleExprContext(bc->estate);
 	bc->source_slot = MakeSingleTupleTableSlot(bc->source_desc, &TTSOpsVirtual);
+	bc->output = stm_sink_output(qi, def->output_mode);
+	bc->sink = stm_sink_begin_batch(open_sink(rt, def), bc->output, bc->batch_id, bc->estate);
 	if (strcmp(def->late_rows, "keep") == 0)
 	{
 		keep_late = palloc(sizeof(StmLateRows));
@@ -695,13 +646,11 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 	}
 	/* a query that reads tables: the executor runs it (and makes qi->agg read its rows) */
 	if (qi->planned)
-		bc->join = stm_join_begin(&rt->join_plan, rt->cxt, qi, bc->sink_rel, bc->source_desc,
-								  def->query);
+		bc->join = stm_join_begin(&rt->join_plan, rt->cxt, qi, bc->source_desc, def->query);
 	if (qi->agg)
 	{
 		bc->qual = bc->join ? NULL : stm_query_compile_qual(qi);
-		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink_rel,
-										  OidIsValid(def->sink_function),
+		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink,
 										  def->has_watermark, previous_watermark(def),
 										  bc->event_time_att,
 										  keep_late);
@@ -709,14 +658,10 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 		if (qi->agg->event_time_att >= 0)
 			bc->event_time_att = qi->agg->event_time_att;
 	}
-	else
-	{
-		bc->sink = stm_sink_open(bc->sink_rel, bc->estate);
-		if (!bc->join)
-			bc->projector = stm_query_compile(qi, bc->sink_rel, bc->estate);
-	}
-	bc->out_values = palloc(sizeof(Datum) * RelationGetDescr(bc->sink_rel)->natts);
-	bc->out_nulls = palloc(sizeof(bool) * RelationGetDescr(bc->sink_rel)->natts);
+	else if (!bc->join)
+		bc->projector = stm_query_compile(qi);
+	bc->out_values = palloc(sizeof(Datum) * Max(qi->noutputs, 1));
+	bc->out_nulls = palloc(sizeof(bool) * Max(qi->noutputs, 1));
 	/* a large first block survives each reset: no malloc churn per chunk */
 	bc->chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
 										  0, 4 * 1024 * 1024, 8 * 1024 * 1024);
@@ -731,8 +676,8 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 }
 
 /*
- * A row of a query that reads tables: a sink row (stateless), or the joined
- * row, whose first columns are the source row's (aggregates).
+ * A row of a query that reads tables: an output row (stateless), or the
+ * joined row, whose first columns are the source row's (aggregates).
  */
 static void
 joined_row(void *arg, TupleTableSlot *slot)
@@ -749,13 +694,13 @@ joined_row(void *arg, TupleTableSlot *slot)
 		bc->error_row = NULL;
 	}
 	else
-		stm_sink_put(bc->sink, slot->tts_values, slot->tts_isnull);
+		stm_sink_insert(bc->sink, slot->tts_values, slot->tts_isnull);
 }
 
 /*
  * After the last record: the stateful operators merge into their state
- * tables and write the sink as the output mode says; the sink function is
- * called; the query's relations are closed.
+ * tables and write the sink as the output mode says; the sink writes what
+ * it holds (a sink function is called); the query's relations are closed.
  */
 static void
 end_query(BatchContext *bc)
@@ -776,22 +721,16 @@ end_query(BatchContext *bc)
 		int64		agg_state;
 		int64		agg_late;
 
-		bc->num_output = stm_aggbatch_finish(bc->aggbatch, &agg_state, &agg_late);
+		stm_aggbatch_finish(bc->aggbatch, &agg_state, &agg_late);
 		bc->num_state_rows += agg_state;
 		bc->num_late += agg_late;
 	}
-	else
-	{
-		stm_sink_close(bc->sink);
-		bc->num_output = bc->sink->rows;
-	}
+	stm_sink_end_batch(bc->sink);
+	bc->num_output = bc->sink->rows;
 	ExecDropSingleTupleTableSlot(bc->source_slot);
 	FreeExecutorState(bc->estate);
 	MemoryContextDelete(bc->chunk_cxt);
-	table_close(bc->sink_rel, NoLock);
 	relation_close(bc->view, NoLock);
-	if (OidIsValid(bc->def->sink_function))
-		call_sink_function(bc->def, bc->batch_id);
 	AtEOXact_GUC(true, bc->guc_nest);
 }
 
@@ -876,4 +815,17 @@ stm_batch_after_commit(StmRuntime *rt)
 {
 	if (rt->source && rt->source->routine->after_commit)
 		rt->source->routine->after_commit(rt->source, rt->stream_id);
+	if (rt->sink && rt->sink->routine->after_commit)
+		rt->sink->routine->after_commit(rt->sink);
+}
+
+/* The end of a runtime: its source and sink let go of what they hold. */
+void
+stm_runtime_close(StmRuntime *rt)
+{
+	stm_source_close(rt->source);
+	rt->source = NULL;
+	if (rt->sink && rt->sink->routine->close)
+		rt->sink->routine->close(rt->sink);
+	rt->sink = NULL;
 }

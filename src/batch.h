@@ -13,6 +13,7 @@ typedef struct StmRuntime
 	MemoryContext cxt;			/* lives as long as the runtime */
 	int32		stream_id;
 	StmSource  *source;			/* opened by the first batch, in cxt */
+	struct StmSink *sink;		/* the same */
 	struct StmJoinPlan *join_plan;	/* a query that reads tables: its kept plan (join.c) */
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
@@ -22,5 +23,6 @@ extern StmRuntime *stm_runtime_create(int32 stream_id);
 extern int64 stm_batch_run(StmRuntime *rt);
 extern bool stm_error_is_permanent(int sqlerrcode);
 extern void stm_batch_after_commit(StmRuntime *rt);
+extern void stm_runtime_close(StmRuntime *rt);
 
 #endif

@@ -13,8 +13,8 @@
  * over a table of that many rows (hash, merge, or nested loop over an index).
  *
  * What is planned:
- *   stateless   the whole query, its target list made the sink's columns
- *               (query.c: stm_query_sink_targetlist);
+ *   stateless   the whole query, its target list the output columns
+ *               (query.c: stm_query_output_targetlist);
  *   aggregate   the query's FROM and WHERE with a target list of the joined
  *               row: the source row's columns (so event time, late rows and
  *               errors still see the source row), then each GROUP BY
@@ -239,7 +239,7 @@ joined_row_query(Query *q, StmQueryInfo *qi, TupleDesc source_desc)
  */
 StmJoin *
 stm_join_begin(StmJoinPlan **cache, MemoryContext cache_cxt, StmQueryInfo *qi,
-			   Relation sink, TupleDesc source_desc, const char *query_text)
+			   TupleDesc source_desc, const char *query_text)
 {
 	StmJoin    *j = palloc0(sizeof(StmJoin));
 	Query	   *q = copyObject(qi->query);
@@ -252,7 +252,7 @@ stm_join_begin(StmJoinPlan **cache, MemoryContext cache_cxt, StmQueryInfo *qi,
 	if (qi->agg)
 		joined_row_query(q, qi, source_desc);
 	else
-		q->targetList = stm_query_sink_targetlist(qi, sink);
+		q->targetList = stm_query_output_targetlist(qi);
 	source_as_tuplestore(q, qi->source_rtindex, source_desc);
 	j->query = q;
 	/* in memory up to work_mem, on disk after that */

@@ -17,7 +17,7 @@ typedef struct StmJoin StmJoin;
 typedef void (*StmJoinRowFn) (void *arg, TupleTableSlot *slot);
 
 extern StmJoin *stm_join_begin(StmJoinPlan **cache, MemoryContext cache_cxt, StmQueryInfo *qi,
-							   Relation sink, TupleDesc source_desc, const char *query_text);
+							   TupleDesc source_desc, const char *query_text);
 extern void stm_join_add(StmJoin *j, TupleTableSlot *slot);
 extern void stm_join_run(StmJoin *j, StmJoinRowFn fn, void *arg);
 

@@ -17,6 +17,7 @@
 #include "catalog/pg_aggregate.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/executor.h"
@@ -771,6 +772,7 @@ stm_query_analyze(const char *sql)
 	qi->out_names = palloc(sizeof(char *) * n);
 	qi->out_types = palloc(sizeof(Oid) * n);
 	qi->out_typmods = palloc(sizeof(int32) * n);
+	qi->out_collations = palloc(sizeof(Oid) * n);
 	n = 0;
 	foreach(lc, q->targetList)
 	{
@@ -792,20 +794,15 @@ stm_query_analyze(const char *sql)
 		qi->out_names[n] = tle->resname;
 		qi->out_types[n] = exprType((Node *) tle->expr);
 		qi->out_typmods[n] = exprTypmod((Node *) tle->expr);
+		qi->out_collations[n] = exprCollation((Node *) tle->expr);
 		if (qi->out_types[n] == UNKNOWNOID)
+		{
 			qi->out_types[n] = TEXTOID;
+			qi->out_collations[n] = DEFAULT_COLLATION_OID;
+		}
 		n++;
 	}
 	return qi;
-}
-
-static int
-output_index(StmQueryInfo *qi, const char *name)
-{
-	for (int i = 0; i < qi->noutputs; i++)
-		if (strcmp(qi->out_names[i], name) == 0)
-			return i;
-	return -1;
 }
 
 static TargetEntry *
@@ -923,42 +920,6 @@ check_sink_key(StmQueryInfo *qi, Relation sink)
 					 quote_identifier(RelationGetRelationName(sink)), names.data)));
 }
 
-/* CREATE TABLE for a new sink with the query's output columns. */
-char *
-stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name, bool keyed)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "CREATE TABLE %s (", qualified_name);
-	for (int i = 0; i < qi->noutputs; i++)
-		appendStringInfo(&buf, "%s%s %s", i > 0 ? ", " : "",
-						 quote_identifier(qi->out_names[i]),
-						 format_type_extended(qi->out_types[i], qi->out_typmods[i],
-											  FORMAT_TYPE_TYPEMOD_GIVEN |
-											  FORMAT_TYPE_FORCE_QUALIFY));
-	/*
-	 * update and complete mode: a unique key on the window and group columns
-	 * that treats NULLs as equal (SPEC 3), for the upserts
-	 */
-	if (keyed && qi->agg)
-	{
-		bool		first = true;
-
-		for (int i = 0; i < qi->noutputs; i++)
-			if (qi->agg->out_group_col[i] >= 0)
-			{
-				appendStringInfo(&buf, "%s%s", first ? ", UNIQUE NULLS NOT DISTINCT (" : ", ",
-								 quote_identifier(qi->out_names[i]));
-				first = false;
-			}
-		if (!first)
-			appendStringInfoChar(&buf, ')');
-	}
-	appendStringInfoChar(&buf, ')');
-	return buf.data;
-}
-
 /* Only WHERE, for aggregate streams (their outputs are per group). */
 ExprState *
 stm_query_compile_qual(StmQueryInfo *qi)
@@ -971,98 +932,52 @@ stm_query_compile_qual(StmQueryInfo *qi)
 }
 
 /*
- * The expression that fills sink column a (0-based): the output column of
- * the same name, coerced to the column's type, or the column's default;
- * NULL when neither (or the column was dropped).
+ * Output column i's expression, of the type the stream says it has (an
+ * unknown literal is text).
  */
-static Node *
-sink_expr(StmQueryInfo *qi, Relation sink, int a)
+static Expr *
+output_expr(StmQueryInfo *qi, int i)
 {
-	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(sink), a);
-	int			out;
-	Node	   *expr;
+	Node	   *expr = (Node *) output_tle(qi, i)->expr;
 
-	if (att->attisdropped)
-		return NULL;
-	out = output_index(qi, NameStr(att->attname));
-	if (out < 0)
-		return build_column_default(sink, a + 1);
-	{
-		TargetEntry *tle = output_tle(qi, out);
-
-		expr = coerce_to_target_type(NULL, (Node *) tle->expr,
-									 exprType((Node *) tle->expr),
-									 att->atttypid, att->atttypmod,
+	if (exprType(expr) == UNKNOWNOID)
+		expr = coerce_to_target_type(NULL, expr, UNKNOWNOID, TEXTOID, -1,
 									 COERCION_ASSIGNMENT, COERCE_IMPLICIT_CAST, -1);
-		if (expr == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("column \"%s\" of sink table \"%s\" is of type %s, but the stream query gives %s",
-							NameStr(att->attname), RelationGetRelationName(sink),
-							format_type_be(att->atttypid),
-							format_type_be(exprType((Node *) tle->expr)))));
-	}
-	return expr;
+	return (Expr *) expr;
 }
 
 /*
- * Compile WHERE and one expression per sink column (sink_expr), evaluated
- * per source row (a query over its source alone).
+ * Compile WHERE and one expression per output column, evaluated per source
+ * row (a query over its source alone).
  */
 StmProjector *
-stm_query_compile(StmQueryInfo *qi, Relation sink, EState *estate)
+stm_query_compile(StmQueryInfo *qi)
 {
 	StmProjector *pj = palloc0(sizeof(StmProjector));
-	TupleDesc	desc = RelationGetDescr(sink);
-	Node	   *quals = qi->query->jointree->quals;
 
-	if (quals)
-	{
-		Expr	   *planned = expression_planner((Expr *) quals);
-
-		pj->qual = ExecInitQual(make_ands_implicit(planned), NULL);
-	}
-
-	pj->nsink = desc->natts;
-	pj->exprs = palloc0(sizeof(ExprState *) * desc->natts);
-	for (int a = 0; a < desc->natts; a++)
-	{
-		Node	   *expr = sink_expr(qi, sink, a);
-
-		if (expr)
-			pj->exprs[a] = ExecInitExpr(expression_planner((Expr *) expr), NULL);
-	}
+	pj->qual = stm_query_compile_qual(qi);
+	pj->nout = qi->noutputs;
+	pj->exprs = palloc0(sizeof(ExprState *) * Max(qi->noutputs, 1));
+	for (int i = 0; i < qi->noutputs; i++)
+		pj->exprs[i] = ExecInitExpr(expression_planner(output_expr(qi, i)), NULL);
 	return pj;
 }
 
-/*
- * The target list that makes the query's rows sink rows (join.c plans it):
- * one entry per sink column, in order, each sink_expr or a NULL.
- */
+/* The query's target list without its junk columns (join.c plans it). */
 List *
-stm_query_sink_targetlist(StmQueryInfo *qi, Relation sink)
+stm_query_output_targetlist(StmQueryInfo *qi)
 {
-	TupleDesc	desc = RelationGetDescr(sink);
 	List	   *tlist = NIL;
 
-	for (int a = 0; a < desc->natts; a++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, a);
-		Node	   *expr = sink_expr(qi, sink, a);
-
-		if (expr == NULL)
-			expr = (Node *) makeNullConst(att->attisdropped ? INT4OID : att->atttypid,
-										  att->attisdropped ? -1 : att->atttypmod,
-										  att->attisdropped ? InvalidOid : att->attcollation);
-		tlist = lappend(tlist, makeTargetEntry((Expr *) expr, a + 1,
-											   pstrdup(NameStr(att->attname)), false));
-	}
+	for (int i = 0; i < qi->noutputs; i++)
+		tlist = lappend(tlist, makeTargetEntry(output_expr(qi, i), i + 1,
+											   pstrdup(qi->out_names[i]), false));
 	return tlist;
 }
 
 /*
  * Evaluate one source row (econtext's scan tuple).  Returns false when WHERE
- * rejects it; otherwise fills the sink row.
+ * rejects it; otherwise fills the output row.
  */
 bool
 stm_query_project(StmProjector *pj, ExprContext *econtext,
@@ -1070,15 +985,7 @@ stm_query_project(StmProjector *pj, ExprContext *econtext,
 {
 	if (pj->qual && !ExecQual(pj->qual, econtext))
 		return false;
-	for (int a = 0; a < pj->nsink; a++)
-	{
-		if (pj->exprs[a])
-			values[a] = ExecEvalExprSwitchContext(pj->exprs[a], econtext, &nulls[a]);
-		else
-		{
-			values[a] = (Datum) 0;
-			nulls[a] = true;
-		}
-	}
+	for (int i = 0; i < pj->nout; i++)
+		values[i] = ExecEvalExprSwitchContext(pj->exprs[i], econtext, &nulls[i]);
 	return true;
 }

@@ -42,24 +42,24 @@ typedef struct StmQueryInfo
 	char	  **out_names;
 	Oid		   *out_types;
 	int32	   *out_typmods;
+	Oid		   *out_collations;
 } StmQueryInfo;
 
-/* Per-row evaluation: WHERE, then one expression per sink column. */
+/* Per-row evaluation: WHERE, then one expression per output column. */
 typedef struct StmProjector
 {
 	ExprState  *qual;
-	int			nsink;
-	ExprState **exprs;			/* NULL: the column gets NULL */
+	int			nout;
+	ExprState **exprs;
 } StmProjector;
 
 extern StmQueryInfo *stm_query_analyze(const char *sql);
 extern int	stm_agg_time_key(StmAggQuery *agg, AttrNumber event_time_attno);
 extern void stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream,
 								 bool upserts);
-extern char *stm_query_sink_ddl(StmQueryInfo *qi, const char *qualified_name, bool keyed);
 extern ExprState *stm_query_compile_qual(StmQueryInfo *qi);
-extern StmProjector *stm_query_compile(StmQueryInfo *qi, Relation sink, EState *estate);
-extern List *stm_query_sink_targetlist(StmQueryInfo *qi, Relation sink);
+extern StmProjector *stm_query_compile(StmQueryInfo *qi);
+extern List *stm_query_output_targetlist(StmQueryInfo *qi);
 extern bool stm_query_project(StmProjector *pj, ExprContext *econtext,
 							  Datum *values, bool *nulls);
 

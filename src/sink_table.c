@@ -1,32 +1,86 @@
 /*
- * sink_table.c: the table sink.
+ * sink_table.c: the table sink (SPEC 3.2).
  *
- * Fast path (a plain heap table without row triggers, row-level security or
- * generated columns, which is what create_stream makes): rows are buffered
- * and written with table_multi_insert, then their index entries are made with
+ * Output columns go to the table's columns of the same names, coerced to
+ * the columns' types as INSERT would; columns the query does not give get
+ * their defaults.  When the table is the outputs, in order and of the same
+ * types (what create_stream makes), a row is copied as it is.
+ *
+ * Inserts, fast path (a plain heap table without row triggers, row-level
+ * security or generated columns): rows are buffered and written with
+ * table_multi_insert, then their index entries are made with
  * ExecInsertIndexTuples and constraints checked with ExecConstraints: the
  * same steps COPY FROM takes.  Anything else goes through a prepared INSERT
  * per row, so triggers, partition routing, RLS and foreign tables behave as
- * for any INSERT.
+ * for any INSERT.  Upserts (INSERT ... ON CONFLICT on the key columns),
+ * deletes and truncation are SQL statements, run with the sink's own
+ * privileges checks.
  *
- * Permissions are checked once when the sink is opened (ExecCheckRTPerms on
- * a range-table entry asking for INSERT), as the executor would.
+ * The INSERT privilege is checked when the batch opens the table
+ * (ExecCheckRTPerms), as the executor would.
  */
 #include "postgres.h"
 
 #include "access/heapam.h"
+#include "access/relation.h"
+#include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/parse_coerce.h"
+#include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 
 #include "sink_table.h"
+
+#define STM_SINK_BUFFER 1000
+
+typedef struct TableSink
+{
+	StmSink		base;
+	Oid			relid;
+} TableSink;
+
+typedef struct TableSinkBatch
+{
+	StmSinkBatch base;
+	MemoryContext cxt;			/* the batch's: rows may come from shorter-lived contexts */
+	Relation	rel;
+	char	   *qualified_name;
+	int			natts;
+
+	/* output row -> table row */
+	bool		identity;		/* the table's columns are the outputs */
+	int		   *from_output;	/* per column: the output it copies, or -1 */
+	ExprState **exprs;			/* per column: a coercion or the default, or NULL */
+	TupleTableSlot *out_slot;	/* the output row, which exprs read */
+	ExprContext *econtext;
+
+	/* inserts */
+	bool		fast;			/* heap multi-insert, else one INSERT per row */
+	ResultRelInfo *rri;
+	TupleTableSlot *slots[STM_SINK_BUFFER];
+	int			nbuffered;
+	struct BulkInsertStateData *bistate;
+	SPIPlanPtr	insert_plan;
+	Datum	   *values;			/* slow path: a table row */
+	bool	   *isnull;
+	char	   *argnulls;
+
+	/* update mode: statements with the outputs as parameters */
+	Oid		   *out_types;
+	char	   *out_nulls;
+	SPIPlanPtr	upsert_plan;
+	SPIPlanPtr	delete_plan;
+} TableSinkBatch;
 
 static bool
 can_use_fast_path(Relation rel)
@@ -44,156 +98,447 @@ can_use_fast_path(Relation rel)
 	return true;
 }
 
-static void
-prepare_slow_path(StmSink *sink)
+static int
+output_by_name(TupleDesc out, const char *name)
 {
-	TupleDesc	desc = RelationGetDescr(sink->rel);
+	for (int i = 0; i < out->natts; i++)
+		if (strcmp(NameStr(TupleDescAttr(out, i)->attname), name) == 0)
+			return i;
+	return -1;
+}
+
+/*
+ * What fills each column: an output as it is, an output coerced to the
+ * column's type (over out_slot), the column's default, or NULL.
+ */
+static void
+map_columns(TableSinkBatch *tb)
+{
+	TupleDesc	desc = RelationGetDescr(tb->rel);
+	TupleDesc	out = tb->base.output->desc;
+
+	tb->natts = desc->natts;
+	tb->from_output = palloc(sizeof(int) * Max(desc->natts, 1));
+	tb->exprs = palloc0(sizeof(ExprState *) * Max(desc->natts, 1));
+	tb->identity = desc->natts == out->natts;
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, a);
+		int			i;
+		Form_pg_attribute oatt;
+		Node	   *expr;
+
+		tb->from_output[a] = -1;
+		if (att->attisdropped || att->attgenerated)
+		{
+			tb->identity = false;
+			continue;
+		}
+		i = output_by_name(out, NameStr(att->attname));
+		if (i < 0)
+		{
+			tb->identity = false;
+			expr = build_column_default(tb->rel, a + 1);
+			if (expr)
+				tb->exprs[a] = ExecInitExpr(expression_planner((Expr *) expr), NULL);
+			continue;
+		}
+		oatt = TupleDescAttr(out, i);
+		if (oatt->atttypid == att->atttypid &&
+			(att->atttypmod < 0 || att->atttypmod == oatt->atttypmod))
+		{
+			tb->from_output[a] = i;
+			tb->identity &= i == a;
+			continue;
+		}
+		tb->identity = false;
+		expr = coerce_to_target_type(NULL,
+									 (Node *) makeVar(1, i + 1, oatt->atttypid, oatt->atttypmod,
+													  oatt->attcollation, 0),
+									 oatt->atttypid, att->atttypid, att->atttypmod,
+									 COERCION_ASSIGNMENT, COERCE_IMPLICIT_CAST, -1);
+		if (expr == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column \"%s\" of sink table \"%s\" is of type %s, but the stream query gives %s",
+							NameStr(att->attname), RelationGetRelationName(tb->rel),
+							format_type_be(att->atttypid), format_type_be(oatt->atttypid))));
+		tb->exprs[a] = ExecInitExpr(expression_planner((Expr *) expr), NULL);
+	}
+	if (!tb->identity)
+	{
+		tb->out_slot = MakeSingleTupleTableSlot(out, &TTSOpsVirtual);
+		tb->econtext = CreateExprContext(tb->base.estate);
+	}
+}
+
+/* The table row of an output row, in the econtext's memory until it is reset. */
+static void
+table_row(TableSinkBatch *tb, Datum *values, bool *nulls, Datum *dst, bool *dstnull)
+{
+	int			nout = tb->base.output->desc->natts;
+
+	if (tb->identity)
+	{
+		memcpy(dst, values, sizeof(Datum) * nout);
+		memcpy(dstnull, nulls, sizeof(bool) * nout);
+		return;
+	}
+	ExecClearTuple(tb->out_slot);
+	memcpy(tb->out_slot->tts_values, values, sizeof(Datum) * nout);
+	memcpy(tb->out_slot->tts_isnull, nulls, sizeof(bool) * nout);
+	ExecStoreVirtualTuple(tb->out_slot);
+	tb->econtext->ecxt_scantuple = tb->out_slot;
+	for (int a = 0; a < tb->natts; a++)
+	{
+		if (tb->from_output[a] >= 0)
+		{
+			dst[a] = values[tb->from_output[a]];
+			dstnull[a] = nulls[tb->from_output[a]];
+		}
+		else if (tb->exprs[a])
+			dst[a] = ExecEvalExprSwitchContext(tb->exprs[a], tb->econtext, &dstnull[a]);
+		else
+		{
+			dst[a] = (Datum) 0;
+			dstnull[a] = true;
+		}
+	}
+}
+
+/* INSERT INTO sink (every column but dropped and generated ones), by attribute number */
+static void
+prepare_insert(TableSinkBatch *tb)
+{
+	TupleDesc	desc = RelationGetDescr(tb->rel);
 	StringInfoData sql;
 	StringInfoData vals;
+	Oid		   *argtypes = palloc(sizeof(Oid) * Max(desc->natts, 1));
 	int			n = 0;
 
 	initStringInfo(&sql);
 	initStringInfo(&vals);
-	appendStringInfo(&sql, "INSERT INTO %s.%s (",
-					 quote_identifier(get_namespace_name(RelationGetNamespace(sink->rel))),
-					 quote_identifier(RelationGetRelationName(sink->rel)));
-	sink->argtypes = palloc(sizeof(Oid) * desc->natts);
-	sink->argnulls = palloc(desc->natts);
+	appendStringInfo(&sql, "INSERT INTO %s (", tb->qualified_name);
 	for (int a = 0; a < desc->natts; a++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, a);
 
+		/* parameters are numbered by attribute; dropped ones stay unused */
+		argtypes[a] = att->attisdropped ? INT4OID : att->atttypid;
 		if (att->attisdropped || att->attgenerated)
 			continue;
 		appendStringInfo(&sql, "%s%s", n > 0 ? ", " : "", quote_identifier(NameStr(att->attname)));
 		appendStringInfo(&vals, "%s$%d", n > 0 ? ", " : "", a + 1);
 		n++;
 	}
-	/* parameters are numbered by attribute; dropped ones stay unused */
-	for (int a = 0; a < desc->natts; a++)
-		sink->argtypes[a] = TupleDescAttr(desc, a)->attisdropped ?
-			INT4OID : TupleDescAttr(desc, a)->atttypid;
 	appendStringInfo(&sql, ") VALUES (%s)", vals.data);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	sink->plan = SPI_prepare(sql.data, desc->natts, sink->argtypes);
-	if (sink->plan == NULL)
+	SPI_connect();
+	tb->insert_plan = SPI_prepare(sql.data, desc->natts, argtypes);
+	if (tb->insert_plan == NULL)
 		elog(ERROR, "could not prepare INSERT into sink: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(sink->plan);
+	SPI_keepplan(tb->insert_plan);
 	SPI_finish();
+	tb->values = palloc(sizeof(Datum) * Max(desc->natts, 1));
+	tb->isnull = palloc(sizeof(bool) * Max(desc->natts, 1));
+	tb->argnulls = palloc(Max(desc->natts, 1));
 }
 
 /*
- * Open the sink for one batch.  rel is locked RowExclusiveLock by the caller;
- * estate is the batch's executor state.
+ * The batch's writer for table relid, locked RowExclusiveLock (the
+ * function sink's batch table goes through here too).
  */
-StmSink *
-stm_sink_open(Relation rel, EState *estate)
+StmSinkBatch *
+stm_table_sink_begin(StmSink *sink, Oid relid, const StmSinkOutput *output,
+					 int64 batch_id, EState *estate)
 {
-	StmSink    *sink = palloc0(sizeof(StmSink));
-	RangeTblEntry *rte = makeNode(RangeTblEntry);
-	TupleDesc	desc = RelationGetDescr(rel);
+	TableSinkBatch *tb = palloc0(sizeof(TableSinkBatch));
+	RangeTblEntry *rte;
+	TupleDesc	desc;
 
+	tb->base.sink = sink;
+	tb->base.output = output;
+	tb->base.batch_id = batch_id;
+	tb->base.estate = estate;
+	tb->cxt = CurrentMemoryContext;
+	tb->rel = OidIsValid(relid) ? try_relation_open(relid, RowExclusiveLock) : NULL;
+	if (tb->rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the sink table of stream \"%s\" was dropped", sink->stream_name),
+				 errhint("Drop the stream, or create the table again.")));
+	desc = RelationGetDescr(tb->rel);
+	tb->qualified_name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(tb->rel)),
+													RelationGetRelationName(tb->rel));
+
+	rte = makeNode(RangeTblEntry);
 	rte->rtekind = RTE_RELATION;
-	rte->relid = RelationGetRelid(rel);
-	rte->relkind = rel->rd_rel->relkind;
+	rte->relid = relid;
+	rte->relkind = tb->rel->rd_rel->relkind;
 	rte->rellockmode = RowExclusiveLock;
 	rte->requiredPerms = ACL_INSERT;
 	for (int a = 0; a < desc->natts; a++)
-		if (!TupleDescAttr(desc, a)->attisdropped)
+		if (!TupleDescAttr(desc, a)->attisdropped && !TupleDescAttr(desc, a)->attgenerated)
 			rte->insertedCols = bms_add_member(rte->insertedCols,
 											   a + 1 - FirstLowInvalidHeapAttributeNumber);
 	ExecCheckRTPerms(list_make1(rte), true);
 	ExecInitRangeTable(estate, list_make1(rte));
 
-	sink->rel = rel;
-	sink->estate = estate;
-	sink->fast = can_use_fast_path(rel);
-	if (sink->fast)
+	map_columns(tb);
+	tb->fast = can_use_fast_path(tb->rel);
+	if (tb->fast)
 	{
-		sink->rri = makeNode(ResultRelInfo);
-		InitResultRelInfo(sink->rri, rel, 1, NULL, 0);
-		ExecOpenIndices(sink->rri, false);
-		for (int i = 0; i < STM_SINK_BUFFER; i++)
-			sink->slots[i] = table_slot_create(rel, NULL);
-		sink->bistate = GetBulkInsertState();
-		sink->cid = GetCurrentCommandId(true);
+		tb->rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(tb->rri, tb->rel, 1, NULL, 0);
+		ExecOpenIndices(tb->rri, false);
+		tb->bistate = GetBulkInsertState();
 	}
 	else
-		prepare_slow_path(sink);
-	return sink;
+		prepare_insert(tb);
+	return &tb->base;
 }
 
-/* Add one row; values are copied, so the caller may reset their memory. */
-void
-stm_sink_put(StmSink *sink, Datum *values, bool *nulls)
+static StmSinkBatch *
+table_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_id, EState *estate)
 {
-	TupleDesc	desc = RelationGetDescr(sink->rel);
-
-	sink->rows++;
-	if (sink->fast)
-	{
-		TupleTableSlot *slot = sink->slots[sink->nbuffered];
-
-		ExecClearTuple(slot);
-		memcpy(slot->tts_values, values, sizeof(Datum) * desc->natts);
-		memcpy(slot->tts_isnull, nulls, sizeof(bool) * desc->natts);
-		ExecStoreVirtualTuple(slot);
-		if (desc->constr)
-			ExecConstraints(sink->rri, slot, sink->estate);
-		ExecMaterializeSlot(slot);
-		if (++sink->nbuffered == STM_SINK_BUFFER)
-			stm_sink_flush(sink);
-	}
-	else
-	{
-		for (int a = 0; a < desc->natts; a++)
-			sink->argnulls[a] = nulls[a] ? 'n' : ' ';
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		if (SPI_execute_plan(sink->plan, values, sink->argnulls, false, 0) < 0)
-			elog(ERROR, "INSERT into sink failed");
-		SPI_finish();
-	}
+	return stm_table_sink_begin(sink, ((TableSink *) sink)->relid, output, batch_id, estate);
 }
 
 /* Write the buffered rows and their index entries. */
-void
-stm_sink_flush(StmSink *sink)
+static void
+flush(TableSinkBatch *tb)
 {
-	if (!sink->fast || sink->nbuffered == 0)
-		return;
-	table_multi_insert(sink->rel, sink->slots, sink->nbuffered, sink->cid, 0,
-					   sink->bistate);
-	for (int i = 0; i < sink->nbuffered; i++)
-	{
-		if (sink->rri->ri_NumIndices > 0)
-		{
-			List	   *recheck;
+	CommandId	cid;
 
-			recheck = ExecInsertIndexTuples(sink->rri, sink->slots[i], sink->estate,
-											false, false, NULL, NIL);
-			list_free(recheck);
-		}
-		ExecClearTuple(sink->slots[i]);
+	if (tb->nbuffered == 0)
+		return;
+	cid = GetCurrentCommandId(true);
+	table_multi_insert(tb->rel, tb->slots, tb->nbuffered, cid, 0, tb->bistate);
+	for (int i = 0; i < tb->nbuffered; i++)
+	{
+		if (tb->rri->ri_NumIndices > 0)
+			list_free(ExecInsertIndexTuples(tb->rri, tb->slots[i], tb->base.estate,
+											false, false, NULL, NIL));
+		ExecClearTuple(tb->slots[i]);
 	}
-	sink->nbuffered = 0;
+	tb->nbuffered = 0;
+}
+
+/* Add one row; its values are copied, so the caller may reset their memory. */
+void
+stm_table_sink_insert(StmSinkBatch *batch, Datum *values, bool *nulls)
+{
+	TableSinkBatch *tb = (TableSinkBatch *) batch;
+
+	if (tb->fast)
+	{
+		TupleTableSlot *slot = tb->slots[tb->nbuffered];
+
+		if (slot == NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(tb->cxt);
+
+			slot = tb->slots[tb->nbuffered] = table_slot_create(tb->rel, NULL);
+			MemoryContextSwitchTo(old);
+		}
+		ExecClearTuple(slot);
+		table_row(tb, values, nulls, slot->tts_values, slot->tts_isnull);
+		ExecStoreVirtualTuple(slot);
+		if (RelationGetDescr(tb->rel)->constr)
+			ExecConstraints(tb->rri, slot, tb->base.estate);
+		ExecMaterializeSlot(slot);
+		if (++tb->nbuffered == STM_SINK_BUFFER)
+			flush(tb);
+	}
+	else
+	{
+		table_row(tb, values, nulls, tb->values, tb->isnull);
+		for (int a = 0; a < tb->natts; a++)
+			tb->argnulls[a] = tb->isnull[a] ? 'n' : ' ';
+		SPI_connect();
+		if (SPI_execute_plan(tb->insert_plan, tb->values, tb->argnulls, false, 0) < 0)
+			elog(ERROR, "INSERT into sink failed");
+		SPI_finish();
+	}
+	if (tb->econtext)
+		ResetExprContext(tb->econtext);
+}
+
+/* Run a statement of the sink's own (its memory is SPI's, freed after it). */
+static void
+execute(TableSinkBatch *tb, SPIPlanPtr *plan, const char *sql, int nargs, Oid *types,
+		Datum *args, const char *nulls, int expected)
+{
+	int			rc;
+
+	flush(tb);
+	SPI_connect();
+	if (plan && *plan == NULL)
+	{
+		*plan = SPI_prepare(sql, nargs, types);
+		if (*plan == NULL)
+			elog(ERROR, "could not prepare \"%s\": %s", sql, SPI_result_code_string(SPI_result));
+		SPI_keepplan(*plan);
+	}
+	rc = plan ? SPI_execute_plan(*plan, args, nulls, false, 0) :
+		SPI_execute_with_args(sql, nargs, types, args, nulls, false, 0);
+	if (rc != expected)
+		elog(ERROR, "could not write sink table %s: %s", tb->qualified_name,
+			 SPI_result_code_string(rc));
+	SPI_finish();
+}
+
+/* INSERT INTO sink (outputs) VALUES (...) ON CONFLICT (key columns) DO UPDATE */
+static char *
+upsert_sql(TableSinkBatch *tb)
+{
+	TupleDesc	out = tb->base.output->desc;
+	StringInfoData sql;
+	StringInfoData conflict;
+	StringInfoData set;
+
+	initStringInfo(&sql);
+	initStringInfo(&conflict);
+	initStringInfo(&set);
+	appendStringInfo(&sql, "INSERT INTO %s AS t (", tb->qualified_name);
+	for (int i = 0; i < out->natts; i++)
+	{
+		const char *col = quote_identifier(NameStr(TupleDescAttr(out, i)->attname));
+
+		appendStringInfo(&sql, "%s%s", i ? ", " : "", col);
+		if (tb->base.output->is_key[i])
+			appendStringInfo(&conflict, "%s%s", conflict.len ? ", " : "", col);
+		else
+			appendStringInfo(&set, "%s%s = EXCLUDED.%s", set.len ? ", " : "", col, col);
+	}
+	appendStringInfoString(&sql, ") VALUES (");
+	for (int i = 0; i < out->natts; i++)
+		appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
+	appendStringInfo(&sql, ") ON CONFLICT (%s) DO %s%s", conflict.data,
+					 set.len ? "UPDATE SET " : "NOTHING", set.data);
+	return sql.data;
+}
+
+/* The parameters of a statement over an output row. */
+static char *
+output_params(TableSinkBatch *tb, bool *nulls)
+{
+	TupleDesc	out = tb->base.output->desc;
+
+	if (tb->out_types == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(tb->cxt);
+
+		tb->out_types = palloc(sizeof(Oid) * Max(out->natts, 1));
+		tb->out_nulls = palloc(Max(out->natts, 1));
+		for (int i = 0; i < out->natts; i++)
+			tb->out_types[i] = TupleDescAttr(out, i)->atttypid;
+		MemoryContextSwitchTo(old);
+	}
+	for (int i = 0; i < out->natts; i++)
+		tb->out_nulls[i] = nulls[i] ? 'n' : ' ';
+	return tb->out_nulls;
 }
 
 void
-stm_sink_close(StmSink *sink)
+stm_table_sink_upsert(StmSinkBatch *batch, Datum *values, bool *nulls)
 {
-	stm_sink_flush(sink);
-	if (sink->fast)
+	TableSinkBatch *tb = (TableSinkBatch *) batch;
+	char	   *params = output_params(tb, nulls);
+
+	execute(tb, &tb->upsert_plan, tb->upsert_plan ? NULL : upsert_sql(tb),
+			batch->output->desc->natts, tb->out_types, values, params, SPI_OK_INSERT);
+}
+
+/*
+ * DELETE by the key columns, numbered as the outputs.  A NULL key value is
+ * matched with IS NULL, so that the sink's unique index still finds the row
+ * (IS NOT DISTINCT FROM would not use it); such a row (rare) gets a
+ * statement of its own.
+ */
+void
+stm_table_sink_delete_key(StmSinkBatch *batch, Datum *values, bool *nulls)
+{
+	TableSinkBatch *tb = (TableSinkBatch *) batch;
+	TupleDesc	out = batch->output->desc;
+	StringInfoData sql;
+	bool		any_null = false;
+	char	   *params = output_params(tb, nulls);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s WHERE true", tb->qualified_name);
+	for (int i = 0; i < out->natts; i++)
 	{
-		ExecCloseIndices(sink->rri);
-		FreeBulkInsertState(sink->bistate);
-		table_finish_bulk_insert(sink->rel, 0);
-		for (int i = 0; i < STM_SINK_BUFFER; i++)
-			ExecDropSingleTupleTableSlot(sink->slots[i]);
+		const char *col = quote_identifier(NameStr(TupleDescAttr(out, i)->attname));
+
+		if (!batch->output->is_key[i])
+			continue;
+		if (nulls[i])
+			appendStringInfo(&sql, " AND %s IS NULL", col);
+		else
+			appendStringInfo(&sql, " AND %s = $%d", col, i + 1);
+		any_null |= nulls[i];
 	}
-	else if (sink->plan)
-		SPI_freeplan(sink->plan);
+	/* the parameters that are not keys are NULL and unused */
+	execute(tb, any_null ? NULL : &tb->delete_plan, sql.data, out->natts, tb->out_types,
+			values, params, SPI_OK_DELETE);
+}
+
+void
+stm_table_sink_truncate(StmSinkBatch *batch)
+{
+	TableSinkBatch *tb = (TableSinkBatch *) batch;
+
+	execute(tb, NULL, psprintf("DELETE FROM %s", tb->qualified_name), 0, NULL, NULL, NULL,
+			SPI_OK_DELETE);
+}
+
+void
+stm_table_sink_end(StmSinkBatch *batch)
+{
+	TableSinkBatch *tb = (TableSinkBatch *) batch;
+
+	if (tb->fast)
+	{
+		flush(tb);
+		ExecCloseIndices(tb->rri);
+		FreeBulkInsertState(tb->bistate);
+		table_finish_bulk_insert(tb->rel, 0);
+		for (int i = 0; i < STM_SINK_BUFFER && tb->slots[i]; i++)
+			ExecDropSingleTupleTableSlot(tb->slots[i]);
+	}
+	if (tb->insert_plan)
+		SPI_freeplan(tb->insert_plan);
+	if (tb->upsert_plan)
+		SPI_freeplan(tb->upsert_plan);
+	if (tb->delete_plan)
+		SPI_freeplan(tb->delete_plan);
+	if (tb->out_slot)
+		ExecDropSingleTupleTableSlot(tb->out_slot);
+	table_close(tb->rel, NoLock);
 	CommandCounterIncrement();
 }
+
+static StmSink *
+open_table_sink(StmStreamDef *def)
+{
+	TableSink  *ts = palloc0(sizeof(TableSink));
+
+	ts->base.routine = &stm_table_sink_routine;
+	ts->base.stream_id = def->id;
+	ts->base.stream_name = pstrdup(def->name);
+	ts->base.owner = def->owner;
+	ts->relid = def->sink;
+	return &ts->base;
+}
+
+const StmSinkRoutine stm_table_sink_routine = {
+	.kind = "table",
+	.open = open_table_sink,
+	.begin_batch = table_begin_batch,
+	.insert = stm_table_sink_insert,
+	.upsert = stm_table_sink_upsert,
+	.delete_key = stm_table_sink_delete_key,
+	.truncate = stm_table_sink_truncate,
+	.end_batch = stm_table_sink_end,
+};

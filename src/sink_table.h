@@ -1,35 +1,18 @@
 /*
- * sink_table.h: writing a batch's output rows into the sink table.
+ * sink_table.h: the table sink, whose writer the function sink uses for
+ * its batch table.
  */
 #ifndef STM_SINK_TABLE_H
 #define STM_SINK_TABLE_H
 
-#include "executor/spi.h"
-#include "nodes/execnodes.h"
+#include "sink.h"
 
-#define STM_SINK_BUFFER 1000
-
-typedef struct StmSink
-{
-	Relation	rel;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	bool		fast;			/* heap multi-insert, else one INSERT per row */
-	/* fast path */
-	TupleTableSlot *slots[STM_SINK_BUFFER];
-	int			nbuffered;
-	struct BulkInsertStateData *bistate;
-	CommandId	cid;
-	/* slow path */
-	SPIPlanPtr	plan;
-	Oid		   *argtypes;
-	char	   *argnulls;
-	int64		rows;
-} StmSink;
-
-extern StmSink *stm_sink_open(Relation rel, EState *estate);
-extern void stm_sink_put(StmSink *sink, Datum *values, bool *nulls);
-extern void stm_sink_flush(StmSink *sink);
-extern void stm_sink_close(StmSink *sink);
+extern StmSinkBatch *stm_table_sink_begin(StmSink *sink, Oid relid, const StmSinkOutput *output,
+										  int64 batch_id, EState *estate);
+extern void stm_table_sink_insert(StmSinkBatch *batch, Datum *values, bool *nulls);
+extern void stm_table_sink_upsert(StmSinkBatch *batch, Datum *values, bool *nulls);
+extern void stm_table_sink_delete_key(StmSinkBatch *batch, Datum *values, bool *nulls);
+extern void stm_table_sink_truncate(StmSinkBatch *batch);
+extern void stm_table_sink_end(StmSinkBatch *batch);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * streaming.c: the library's entry point.
  *
- * Settings, the source kinds, the SQL API's hooks; without
+ * Settings, the source and sink kinds, the SQL API's hooks; without
  * shared_preload_libraries the SQL API and run_batch still work; when
  * preloaded, shared memory and the launcher are set up too (SPEC 1).
  */
@@ -14,6 +14,7 @@
 #include "guc.h"
 #include "launcher.h"
 #include "shmem.h"
+#include "sink.h"
 #include "source_kafka.h"
 #include "utility.h"
 
@@ -26,6 +27,8 @@ _PG_init(void)
 {
 	stm_guc_init();
 	stm_source_register(&stm_kafka_source);
+	stm_sink_register(&stm_table_sink_routine);
+	stm_sink_register(&stm_function_sink_routine);
 	stm_api_init();
 	stm_utility_init();
 	if (process_shared_preload_libraries_in_progress)

@@ -1,0 +1,113 @@
+/*
+ * sink.c: what every sink kind shares (sink.h): finding a stream's kind and
+ * routine, and the description of the rows it gets.
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "sink.h"
+
+/* the kinds, registered by _PG_init (streaming.c) */
+#define MAX_SINK_KINDS 8
+static const StmSinkRoutine *sink_kinds[MAX_SINK_KINDS];
+static int	nsink_kinds = 0;
+
+void
+stm_sink_register(const StmSinkRoutine *routine)
+{
+	if (nsink_kinds >= MAX_SINK_KINDS)
+		elog(ERROR, "too many sink kinds");
+	sink_kinds[nsink_kinds++] = routine;
+}
+
+const StmSinkRoutine *
+stm_sink_routine(const char *kind)
+{
+	for (int i = 0; i < nsink_kinds; i++)
+		if (strcmp(sink_kinds[i]->kind, kind) == 0)
+			return sink_kinds[i];
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unrecognized sink kind \"%s\"", kind)));
+	return NULL;				/* keep compiler quiet */
+}
+
+/* A stream writes to a table, or gives each batch's rows to its sink_function. */
+const char *
+stm_sink_kind(StmStreamDef *def)
+{
+	return OidIsValid(def->sink_function) ? "function" : "table";
+}
+
+/* The stream's sink, for a runtime: in the current memory context. */
+StmSink *
+stm_sink_open(StmStreamDef *def)
+{
+	return stm_sink_routine(stm_sink_kind(def))->open(def);
+}
+
+StmOutputMode
+stm_output_mode(const char *name)
+{
+	if (strcmp(name, "update") == 0)
+		return STM_OUTPUT_UPDATE;
+	if (strcmp(name, "complete") == 0)
+		return STM_OUTPUT_COMPLETE;
+	return STM_OUTPUT_APPEND;
+}
+
+/* The query's output columns, as the sink gets them. */
+StmSinkOutput *
+stm_sink_output(StmQueryInfo *qi, const char *output_mode)
+{
+	StmSinkOutput *out = palloc0(sizeof(StmSinkOutput));
+
+	out->desc = CreateTemplateTupleDesc(qi->noutputs);
+	out->is_key = palloc0(sizeof(bool) * Max(qi->noutputs, 1));
+	for (int i = 0; i < qi->noutputs; i++)
+	{
+		TupleDescInitEntry(out->desc, i + 1, qi->out_names[i], qi->out_types[i],
+						   qi->out_typmods[i], 0);
+		TupleDescInitEntryCollation(out->desc, i + 1, qi->out_collations[i]);
+		out->is_key[i] = qi->agg != NULL && qi->agg->out_group_col[i] >= 0;
+	}
+	out->mode = stm_output_mode(output_mode);
+	return out;
+}
+
+/*
+ * CREATE TABLE for a sink table of the output's columns; keyed: a unique
+ * key on the key columns that treats NULLs as equal (SPEC 3), for upserts.
+ */
+char *
+stm_sink_table_ddl(const StmSinkOutput *out, const char *qualified_name, bool keyed)
+{
+	StringInfoData buf;
+	bool		first = true;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "CREATE TABLE %s (", qualified_name);
+	for (int i = 0; i < out->desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(out->desc, i);
+
+		appendStringInfo(&buf, "%s%s %s", i > 0 ? ", " : "",
+						 quote_identifier(NameStr(att->attname)),
+						 format_type_extended(att->atttypid, att->atttypmod,
+											  FORMAT_TYPE_TYPEMOD_GIVEN |
+											  FORMAT_TYPE_FORCE_QUALIFY));
+	}
+	for (int i = 0; keyed && i < out->desc->natts; i++)
+		if (out->is_key[i])
+		{
+			appendStringInfo(&buf, "%s%s", first ? ", UNIQUE NULLS NOT DISTINCT (" : ", ",
+							 quote_identifier(NameStr(TupleDescAttr(out->desc, i)->attname)));
+			first = false;
+		}
+	if (!first)
+		appendStringInfoChar(&buf, ')');
+	appendStringInfoChar(&buf, ')');
+	return buf.data;
+}
