@@ -187,6 +187,7 @@ extern StmSource *stm_source_open(StmSourceDef *def, Oid stream_owner, bool for_
 extern void stm_source_close(StmSource *src);
 extern List *stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine);
 extern char *stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls);
+extern void stm_source_require_options(Jsonb *options, const char *const *keys);
 
 /* api_source.c: the create function of every kind */
 extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);
