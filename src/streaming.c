@@ -15,6 +15,7 @@
 #include "launcher.h"
 #include "shmem.h"
 #include "source_kafka.h"
+#include "source_rate.h"
 #include "utility.h"
 
 PG_MODULE_MAGIC;
@@ -26,6 +27,7 @@ _PG_init(void)
 {
 	stm_guc_init();
 	stm_source_register(&stm_kafka_source);
+	stm_source_register(&stm_rate_source);
 	stm_api_init();
 	stm_utility_init();
 	if (process_shared_preload_libraries_in_progress)
