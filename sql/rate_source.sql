@@ -42,6 +42,13 @@ BEGIN
         PERFORM streaming.run_batch(stream);
     END LOOP;
 END $$;
+-- wait until the stream's start time is known and a given time has passed since
+CREATE FUNCTION rs_wait_since_start(stream text, since interval) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    WHILE rs_start(stream) IS NULL OR clock_timestamp() < rs_start(stream) + since LOOP
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END $$;
 -- a stream whose sink has value, partition and ts (the source's timestamp):
 -- values 0 .. n-1 once each, in partition value % nparts, each at the first
 -- microsecond at which it is due; batches consecutive, each taking every
@@ -238,12 +245,7 @@ SELECT streaming.create_stream('rs_catch',
     $$SELECT partition, count(*) AS n FROM rs_catch_src GROUP BY partition$$,
     output_mode => 'update', start => false);
 SELECT streaming.run_batch('rs_catch');
-DO $$
-BEGIN
-    WHILE clock_timestamp() < rs_start('rs_catch') + interval '1.5 seconds' LOOP
-        PERFORM pg_sleep(0.01);
-    END LOOP;
-END $$;
+SELECT rs_wait_since_start('rs_catch', '1.5 seconds');
 DO $$
 BEGIN
     LOOP
@@ -343,12 +345,7 @@ SELECT value, partition, ts - rs_start('rs_once') AS since_start FROM rs_once;
 SELECT streaming.create_stream('rs_now', 'SELECT value, partition, "timestamp" AS ts FROM rs_src',
     trigger => 'available_now', start => false);
 SELECT streaming.run_batch('rs_now');
-DO $$
-BEGIN
-    WHILE clock_timestamp() < rs_start('rs_now') + interval '50 milliseconds' LOOP
-        PERFORM pg_sleep(0.01);
-    END LOOP;
-END $$;
+SELECT rs_wait_since_start('rs_now', '50 milliseconds');
 SELECT streaming.start('rs_now');
 SELECT rs_wait_status('rs_now', 'finished');
 SELECT * FROM rs_check('rs_now', 1000, 3);
@@ -362,12 +359,7 @@ GROUP BY b.started_at;
 SELECT streaming.create_stream('rs_pa', 'SELECT value, partition, "timestamp" AS ts FROM rs_src',
     trigger => '10 milliseconds');
 -- called once the worker has run for 50 ms
-DO $$
-BEGIN
-    WHILE rs_start('rs_pa') IS NULL OR clock_timestamp() < rs_start('rs_pa') + interval '50 milliseconds' LOOP
-        PERFORM pg_sleep(0.01);
-    END LOOP;
-END $$;
+SELECT rs_wait_since_start('rs_pa', '50 milliseconds');
 SELECT clock_timestamp() AS called \gset
 SELECT streaming.process_available('rs_pa', '60s');
 SELECT streaming.stop('rs_pa');
@@ -377,19 +369,11 @@ FROM rs_pa;
 SELECT * FROM rs_check('rs_pa', 1000, 3);
 
 -- clean up
-DO $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT name FROM streaming.streams LOOP
-        PERFORM streaming.drop_stream(r.name, drop_sink => true);
-    END LOOP;
-    FOR r IN SELECT name FROM streaming.sources LOOP
-        PERFORM streaming.drop_source(r.name);
-    END LOOP;
-END $$;
+SELECT count(*) AS dropped_streams
+FROM (SELECT streaming.drop_stream(name, drop_sink => true) FROM streaming.stream_defs) d;
+SELECT count(*) AS dropped_sources FROM (SELECT streaming.drop_source(name) FROM streaming.sources) d;
 DROP VIEW rs_leftovers, rs_win_expected;
 DROP TABLE rs_collected;
-DROP FUNCTION rs_collect, rs_wait_status, rs_check, rs_run_until, rs_next, rs_due, rs_us, rs_start;
+DROP FUNCTION rs_collect, rs_wait_status, rs_check, rs_wait_since_start, rs_run_until, rs_next, rs_due, rs_us, rs_start;
 SELECT count(*) FROM streaming.sources;
 SELECT count(*) FROM streaming.offsets;
