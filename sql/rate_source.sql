@@ -321,6 +321,24 @@ SELECT * FROM rs_dedup ORDER BY value;
 SELECT sum(num_dedup_rows) = sum(num_input_rows) - 3 AS duplicates_counted
 FROM streaming.progress WHERE stream = 'rs_dedup';
 
+-- late rows: at 3 * 10^8 rows per second 300 values share a microsecond, and
+-- the 100,000-value batches end inside one: value 100,000 and the next 200
+-- are at 334 us; with a watermark of delay 0 those 200, in the next batch,
+-- are not after it, so dedup drops them as late and keeps them with their
+-- positions
+SELECT streaming.create_rate_source('rs_late_src', 300000000, num_partitions => 3);
+SELECT streaming.create_stream('rs_late', 'SELECT value FROM rs_late_src',
+    dedup_keys => ARRAY['value'], watermark => '0 seconds', event_time => 'timestamp',
+    late_rows => 'keep', start => false);
+SELECT streaming.run_batch('rs_late') FROM generate_series(1, 3);
+SELECT batch_id, num_input_rows, num_late_rows, watermark - rs_start('rs_late') AS watermark
+FROM streaming.progress WHERE stream = 'rs_late' ORDER BY batch_id;
+SELECT count(*), min((position->>'value')::bigint), max((position->>'value')::bigint),
+       count(*) FILTER (WHERE (position->>'partition')::int <> (position->>'value')::bigint % 3) AS wrong_partition,
+       count(*) FILTER (WHERE event_time <> rs_start('rs_late') + interval '334 microseconds') AS wrong_time
+FROM streaming.late_rows WHERE stream = 'rs_late';
+SELECT count(*), count(*) FILTER (WHERE value BETWEEN 100001 AND 100200) AS late_in_sink FROM rs_late;
+
 --
 -- triggers, with a worker: 'once' runs one batch (at the start: value 0);
 -- 'available_now' takes every value due when the worker starts, then
