@@ -59,7 +59,7 @@ PG_FUNCTION_INFO_V1(streaming_create_rate_source);
 #define RATE_MAX_BATCH 100000		/* values one batch takes at most */
 #define RATE_MAX_ROWS_PER_SECOND INT64CONST(1000000000)
 #define RATE_MAX_PARTITIONS 1000
-#define TWO_MILLION INT64CONST(2000000)	/* 2 * 10^6: microseconds in n(t) */
+#define TWO_MILLION INT64CONST(2000000)	/* 2 * 10^6, the denominator of n(t) */
 
 /* An open rate source. */
 typedef struct RateSource
@@ -313,11 +313,14 @@ read_positions(RateSource *rs, int32 stream_id, TimestampTz *start, int64 *offse
 		elog(ERROR, "could not read streaming.stream_defs");
 	if (SPI_processed > 0)
 	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &found);
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
-		found = !found;
-		if (found)
+		if (!isnull)
+		{
 			*start = DatumGetTimestampTz(d);
+			found = true;
+		}
 	}
 	if (SPI_execute_with_args("SELECT partition, next_offset FROM streaming.offsets "
 							  "WHERE stream_id = $1 AND topic = $2",
@@ -384,6 +387,7 @@ rate_plan(StmSource *src, StmPlanContext *ctx)
 							   " values it should be at " INT64_FORMAT ".",
 							   p, offsets[p], next, partition_offset(rs, p, next)),
 					 errhint("Reset the stream with streaming.reset().")));
+	pfree(offsets);
 
 	rs->due = Max(next, values_due(rs, ctx->batch_start - rs->start));
 	end = rs->due;
