@@ -13,7 +13,7 @@ PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka) \
 SHLIB_LINK  = $(shell pkg-config --libs rdkafka)
 
 # Tests (see README: "make test" runs them all on a private server).
-REGRESS        = init kafka_source api_errors stateless bad_records aggregates ext_aggregates sessions joins \
+REGRESS        = init kafka_source rate_source api_errors stateless bad_records aggregates ext_aggregates sessions joins \
                  null_groups batch_memory watermarks idle_timeout security
 REGRESS_OPTS   = --temp-instance=tmp_check --temp-config=test/streaming.conf \
                  --load-extension=$(EXTENSION)

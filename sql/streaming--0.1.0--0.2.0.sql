@@ -121,3 +121,20 @@ BEGIN
     END LOOP;
 END
 $$;
+
+/*
+ * The rate source (issue 9): its create function, and the stream's start
+ * time that its timestamps count from (written with the first batch,
+ * forgotten by reset).
+ */
+ALTER TABLE streaming.stream_defs ADD COLUMN source_started_at timestamptz;
+
+CREATE FUNCTION streaming.create_rate_source(
+    name text,
+    rows_per_second bigint,
+    num_partitions integer DEFAULT 1,
+    ramp_up_time interval DEFAULT '0')
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_rate_source'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_rate_source IS 'Define a rate source (values 0, 1, 2, ... at rows_per_second) and the view of its columns.';

@@ -47,7 +47,8 @@ CREATE TABLE streaming.stream_defs (
                                                         -- that read records, or the last idle advance
     last_error      text,
     source_error    text,
-    failures        integer NOT NULL DEFAULT 0
+    failures        integer NOT NULL DEFAULT 0,
+    source_started_at timestamptz   -- the first batch's start: the rate source's time origin
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
 
@@ -173,6 +174,16 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_kafka_source'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.create_kafka_source IS 'Define a Kafka source and the view of its columns.';
+
+CREATE FUNCTION streaming.create_rate_source(
+    name text,
+    rows_per_second bigint,
+    num_partitions integer DEFAULT 1,
+    ramp_up_time interval DEFAULT '0')
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_rate_source'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_rate_source IS 'Define a rate source (values 0, 1, 2, ... at rows_per_second) and the view of its columns.';
 
 CREATE FUNCTION streaming.drop_source(name text)
 RETURNS void

@@ -221,7 +221,8 @@ streaming_reset(PG_FUNCTION_ARGS)
 	stm_catalog_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	stm_api_clear_state_tables(def->id, false);
 	stm_catalog_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
-			 "positions_initialized = false, no_data_batch_due = false, idle_clock_at = now(), "
+			 "positions_initialized = false, source_started_at = NULL, no_data_batch_due = false, "
+			 "idle_clock_at = now(), "
 			 "last_error = NULL, source_error = NULL, "
 			 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",
 			 1, &type, &value, NULL, SPI_OK_UPDATE);

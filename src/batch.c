@@ -579,6 +579,7 @@ plan_batch(BatchContext *bc, StmRuntime *rt)
 	ctx.stream_id = def->id;
 	ctx.initialized = def->positions_initialized;
 	ctx.last_trigger = last_trigger_time(rt, def);
+	ctx.batch_start = bc->started;
 	total = bc->src->routine->plan(bc->src, &ctx);
 	if (!def->positions_initialized)
 		stm_catalog_mark_positions_initialized(def->id);

@@ -1,7 +1,8 @@
 /*
  * source.c: what every source kind shares (source.h): finding a kind's
  * routine, opening a source from its catalog row, the declared columns of
- * its view, a row's position as text.
+ * its view, the arguments its create function requires, a row's position
+ * as text.
  */
 #include "postgres.h"
 
@@ -83,6 +84,17 @@ stm_source_close(StmSource *src)
 {
 	if (src && src->routine->close)
 		src->routine->close(src);
+}
+
+/* Arguments of a create function that may not be NULL (SPEC 5): keys ends with NULL. */
+void
+stm_source_require_options(Jsonb *options, const char *const *keys)
+{
+	for (int i = 0; keys[i]; i++)
+		if (!stm_option_given(options, keys[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"%s\" must not be null", keys[i])));
 }
 
 /* A row's position as JSON text, from its metadata columns. */

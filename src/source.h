@@ -80,6 +80,7 @@ typedef struct StmPlanContext
 	int32		stream_id;
 	bool		initialized;	/* an earlier plan fixed the starting positions */
 	TimestampTz last_trigger;	/* when the last batch started */
+	TimestampTz batch_start;	/* when this batch started (progress.started_at) */
 } StmPlanContext;
 
 /* A metadata column of a source's view. */
@@ -123,7 +124,8 @@ struct StmSourceRoutine
 	/*
 	 * Fix the next batch's bounds from the stored positions; returns how
 	 * many records it covers (an upper bound is fine), 0 when there is
-	 * nothing (or not yet enough) to read.
+	 * nothing (or not yet enough) to read.  "Now", for a source whose
+	 * records are due by the clock, is ctx->batch_start.
 	 */
 	int64		(*plan) (StmSource *src, StmPlanContext *ctx);
 
@@ -185,6 +187,7 @@ extern StmSource *stm_source_open(StmSourceDef *def, Oid stream_owner, bool for_
 extern void stm_source_close(StmSource *src);
 extern List *stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine);
 extern char *stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls);
+extern void stm_source_require_options(Jsonb *options, const char *const *keys);
 
 /* api_source.c: the create function of every kind */
 extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);

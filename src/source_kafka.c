@@ -1195,16 +1195,6 @@ kafka_metadata_columns(Jsonb *options)
 	return result;
 }
 
-/* An argument that may not be NULL (SPEC 5). */
-static void
-require_option(Jsonb *o, const char *key)
-{
-	if (!stm_option_given(o, key))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"%s\" must not be null", key)));
-}
-
 /* A bigint argument that must be greater than zero when given. */
 static void
 check_positive(Jsonb *o, const char *key)
@@ -1234,8 +1224,7 @@ kafka_validate(Jsonb *o, Oid role)
 	int			nmodes;
 	ListCell   *lc;
 
-	for (int i = 0; required[i]; i++)
-		require_option(o, required[i]);
+	stm_source_require_options(o, required);
 	starting = stm_option_text(o, "starting_offsets");
 	format = stm_arg_lower(stm_option_text(o, "format"));
 	on_bad_record = stm_arg_lower(stm_option_text(o, "on_bad_record"));

@@ -16,6 +16,7 @@
 #include "shmem.h"
 #include "sink.h"
 #include "source_kafka.h"
+#include "source_rate.h"
 #include "utility.h"
 
 PG_MODULE_MAGIC;
@@ -27,6 +28,7 @@ _PG_init(void)
 {
 	stm_guc_init();
 	stm_source_register(&stm_kafka_source);
+	stm_source_register(&stm_rate_source);
 	stm_sink_register(&stm_table_sink_routine);
 	stm_sink_register(&stm_function_sink_routine);
 	stm_api_init();
