@@ -167,17 +167,30 @@ SELECT streaming.run_batch('ks_pat_st');
 SELECT ks_strip(topic) AS topic, part, off, value FROM ks_pat_st ORDER BY 1, 2, 3;
 SELECT * FROM ks_progress WHERE stream = 'ks_pat_st' ORDER BY batch_id;
 
--- a stream whose first batch found no matching topic at all still reads a
--- topic that appears later from its earliest offset (starting_offsets
--- 'latest' applies to the first batch only)
+-- a stream whose first batch found no matching topic says so in
+-- source_error; its positions are fixed when the topic appears, with
+-- starting_offsets ('latest': what was there is skipped, what comes after
+-- is read)
 SELECT streaming.create_kafka_source('ks_late_src', :'bs',
     topic_pattern => 'ks_late_[a-z]+' || :'run', format => 'text');
 SELECT streaming.create_stream('ks_late_st', 'SELECT kafka_offset AS off, value FROM ks_late_src',
     start => false);
 SELECT streaming.run_batch('ks_late_st');   -- no topic yet: nothing to do
+SELECT ks_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_late_st';
 \! printf 'l0\nl1\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_late_a$KAFKA_RUN_ID" -p 0
+SELECT streaming.run_batch('ks_late_st');   -- the topic appears: 'latest' is its end
+SELECT ks_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_late_st';
+\! printf 'l2\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_late_a$KAFKA_RUN_ID" -p 0
 SELECT streaming.run_batch('ks_late_st');
 SELECT * FROM ks_late_st ORDER BY off;
+-- a subscribed topic that does not exist: named in source_error
+SELECT streaming.create_kafka_source('ks_missing_src', :'bs',
+    topics => ARRAY[:'t', 'ks_missing' || :'run'], format => 'text');
+SELECT streaming.create_stream('ks_missing_st', 'SELECT value FROM ks_missing_src', start => false);
+SELECT streaming.run_batch('ks_missing_st') IS NOT NULL AS ran;
+SELECT ks_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_missing_st';
+SELECT streaming.drop_stream('ks_missing_st');
+SELECT streaming.drop_source('ks_missing_src');
 
 --
 -- partitions: only the assigned partitions are read

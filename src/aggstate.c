@@ -59,6 +59,7 @@
 #include "guc.h"
 #include "session.h"
 #include "statetable.h"
+#include "worker.h"
 
 struct StmAggBatch
 {
@@ -868,7 +869,7 @@ merge_groups(StmAggBatch *ab)
 	{
 		MemoryContext old = MemoryContextSwitchTo(ab->merge_cxt);
 
-		CHECK_FOR_INTERRUPTS();
+		stm_check_for_interrupts();
 		ab->ngroups++;
 		if (session)
 		{

@@ -378,11 +378,11 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 static void
 record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 {
-	Oid			types[17] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
+	Oid			types[18] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID, INT8OID,
-	TIMESTAMPTZOID};
-	Datum		values[17];
-	char		nulls[17] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	TIMESTAMPTZOID, TEXTOID};
+	Datum		values[18];
+	char		nulls[18] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *data_loss = bc->src->routine->data_loss_json ?
 		bc->src->routine->data_loss_json(bc->src) : NULL;
 	StmCatalogScope scope;
@@ -410,6 +410,10 @@ record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 	values[15] = Int64GetDatum(bc->num_dedup);
 	values[16] = TimestampTzGetDatum(idle_clock);
 	nulls[16] = idle_clock != 0 ? ' ' : 'n';
+	if (bc->src->problem)
+		values[17] = CStringGetTextDatum(bc->src->problem);
+	else
+		nulls[17] = 'n';
 
 	scope = stm_catalog_begin();
 	SPI_connect();
@@ -417,15 +421,15 @@ record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
 							  "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, num_dedup_rows) "
 							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13, $14, $16)",
-							  17, types, values, nulls, false, 0) != SPI_OK_INSERT)
+							  18, types, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write streaming.batches");
 	if (SPI_execute_with_args("DELETE FROM streaming.batches WHERE stream_id = $1 AND batch_id <= $2 - $12",
-							  17, types, values, nulls, false, 0) != SPI_OK_DELETE)
+							  18, types, values, nulls, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not trim streaming.batches");
 	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET last_batch_id = $2, watermark = $8, "
 							  "no_data_batch_due = $15, idle_clock_at = coalesce($17, idle_clock_at), "
-							  "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
-							  17, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+							  "failures = 0, last_error = NULL, source_error = $18 WHERE id = $1",
+							  18, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
 	stm_catalog_end(scope);
@@ -580,7 +584,12 @@ plan_batch(BatchContext *bc, StmRuntime *rt)
 	ctx.initialized = def->positions_initialized;
 	ctx.last_trigger = last_trigger_time(rt, def);
 	ctx.batch_start = bc->started;
+	bc->src->problem = NULL;
 	total = bc->src->routine->plan(bc->src, &ctx);
+	/* what keeps the source from being read whole: source_error, now or with the batch */
+	if (rt->problem)
+		pfree(rt->problem);
+	rt->problem = bc->src->problem ? MemoryContextStrdup(rt->cxt, bc->src->problem) : NULL;
 	if (!def->positions_initialized)
 		stm_catalog_mark_positions_initialized(def->id);
 	bc->num_input_planned = total;
@@ -590,6 +599,7 @@ plan_batch(BatchContext *bc, StmRuntime *rt)
 	{
 		if (bc->src->routine->save_idle_positions)
 			bc->src->routine->save_idle_positions(bc->src, def->id);
+		stm_catalog_set_source_error(def->id, rt->problem);
 		return false;
 	}
 	bc->batch_id = def->last_batch_id + 1;

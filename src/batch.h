@@ -17,6 +17,7 @@ typedef struct StmRuntime
 	struct StmJoinPlan *join_plan;	/* a query that reads tables: its kept plan (join.c) */
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
+	char	   *problem;		/* what the last plan could not read, and why (in cxt), or NULL */
 } StmRuntime;
 
 extern StmRuntime *stm_runtime_create(int32 stream_id);

@@ -156,3 +156,26 @@ stm_kafka_conf_new(const char *bootstrap, char *error_buf)
 	rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
 	return conf;
 }
+
+/* When a wait of timeout_ms that starts now ends. */
+TimestampTz
+stm_kafka_deadline(int timeout_ms)
+{
+	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+}
+
+/*
+ * The timeout for the next slice of a wait: what is left until the
+ * deadline, at most STM_KAFKA_SLICE_MS; 0 once it has passed.
+ */
+int
+stm_kafka_slice(TimestampTz deadline)
+{
+	long		secs;
+	int			usecs;
+
+	TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
+	if (secs >= STM_KAFKA_SLICE_MS / 1000 + 1)
+		return STM_KAFKA_SLICE_MS;
+	return (int) Min((int64) secs * 1000 + usecs / 1000, STM_KAFKA_SLICE_MS);
+}

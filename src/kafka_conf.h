@@ -9,13 +9,19 @@
 #include <librdkafka/rdkafka.h>
 
 #include "nodes/pg_list.h"
+#include "utils/timestamp.h"
 
 #define STM_KAFKA_ERROR_LEN 512
+
+/* a librdkafka call that may block waits at most this long between interrupt checks */
+#define STM_KAFKA_SLICE_MS 200
 
 extern bool stm_kafka_option_allowed(const char *key, Oid role);
 extern void stm_kafka_check_option(const char *key, const char *value, Oid role);
 extern void stm_kafka_recheck_options(const char *what, List *pairs, Oid owner, Oid other_owner);
 extern void stm_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value);
 extern rd_kafka_conf_t *stm_kafka_conf_new(const char *bootstrap, char *error_buf);
+extern TimestampTz stm_kafka_deadline(int timeout_ms);
+extern int	stm_kafka_slice(TimestampTz deadline);
 
 #endif

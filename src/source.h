@@ -61,6 +61,7 @@ typedef struct StmSource
 	StmBadRecordPolicy on_bad_record;
 	int			nmeta;			/* metadata columns after the declared ones */
 	bool		bounded;		/* available_now: only what the first plan saw */
+	char	   *problem;		/* set by plan: what it could not read and why (source_error), or NULL */
 } StmSource;
 
 /* One record a source hands to the batch. */

@@ -14,6 +14,16 @@
  * an empty fetch.  Messages fetched past a batch's end stay held for the next
  * batch.
  *
+ * A source that cannot be read whole is never silent: a subscribed topic
+ * that is missing or refused, a pattern that matches nothing, a partition
+ * whose leader cannot be reached are named in the plan's problem (the
+ * stream's source_error).  Offsets are asked of each leader on its own, so a
+ * leader that is down holds back its partitions only (their bounds stay
+ * where they are) and the others go on; a leader that failed is given one
+ * short try per plan until it answers again.  Every call that may block is
+ * made in slices of STM_KAFKA_SLICE_MS with interrupt checks between them
+ * (stm_check_for_interrupts: a worker told to stop gives up its batch).
+ *
  * Invariants: no call into PostgreSQL from librdkafka's threads (the error
  * callback only copies a string, and runs in rd_kafka_poll on our thread);
  * every rd_kafka_message_t is destroyed by the batch that fetched it or kept
@@ -43,6 +53,7 @@
 #include "options.h"
 #include "source.h"
 #include "source_kafka.h"
+#include "worker.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_kafka_source);
 
@@ -56,12 +67,15 @@ typedef struct KafkaPartition
 	Datum		topic_text;		/* the topic as a text Datum, for kafka_topic */
 	int32		partition;
 	rd_kafka_topic_t *rkt;
+	int32		leader;			/* broker id, as the last metadata said (-1: none) */
+	bool		held_back;		/* this plan could not get its offsets: it is left out */
 	bool		stored;			/* has a row in streaming.offsets */
 	int64		start;			/* this batch reads [start, end) */
 	int64		end;
 	int64		low;			/* log start offset, as last queried */
 	int64		high;			/* high watermark, as last queried */
-	int64		limit;			/* available_now: never read past this; -1 none */
+	int64		limit;			/* available_now: never read past this; -1 none,
+								 * -2 the high watermark when it is first known */
 	bool		started;		/* consumption started at pos */
 	int64		next;			/* while fetching: next offset to hand out */
 	int64		pos;			/* next offset the local queue delivers */
@@ -98,6 +112,8 @@ typedef struct KafkaSource
 	bool		limits_fixed;
 	char		error[STM_KAFKA_ERROR_LEN];	/* last error reported by librdkafka */
 	StringInfoData data_loss;	/* JSON array of losses found by the plan */
+	StringInfoData problem;		/* what the plan could not read, and why */
+	List	   *suspect_leaders;	/* broker ids whose offsets failed last time */
 	KafkaPartition *current;	/* the partition of the chunk being handed over */
 	StmRecord	records[FETCH_CHUNK];	/* the chunk, as the batch sees it */
 } KafkaSource;
@@ -178,6 +194,7 @@ kafka_open(StmSource *base, bool for_batches)
 	kc->cxt = CurrentMemoryContext;
 	kc->source = base->name;
 	initStringInfo(&kc->data_loss);
+	initStringInfo(&kc->problem);
 	kc->bootstrap = stm_option_text(o, "bootstrap_servers");
 	kc->topic_pattern = stm_option_text(o, "topic_pattern");
 	kc->starting_offsets = stm_option_text(o, "starting_offsets");
@@ -417,51 +434,141 @@ add_partition(KafkaSource *kc, const char *topic, int32 partition)
 	MemoryContextSwitchTo(oldcxt);
 }
 
-/*
- * Learn the partitions the source reads now: the assigned ones, or every
- * partition of the subscribed or matching topics (new ones are picked up).
- */
+/* One more reason why the plan cannot read everything. */
 static void
-refresh_partitions(KafkaSource *kc)
+add_problem(KafkaSource *kc, const char *fmt,...) pg_attribute_printf(2, 3);
+
+static void
+add_problem(KafkaSource *kc, const char *fmt,...)
 {
-	const struct rd_kafka_metadata *md;
+	va_list		args;
+	char		buf[1024];
+
+	va_start(args, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, args);
+	va_end(args);
+	appendStringInfo(&kc->problem, "%s%s", kc->problem.len > 0 ? "; " : "", buf);
+}
+
+/*
+ * The cluster's metadata (every topic), asked in slices until kafka_timeout;
+ * an error when no broker answers.
+ */
+static const struct rd_kafka_metadata *
+read_metadata(KafkaSource *kc)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	TimestampTz deadline = stm_kafka_deadline(stm_guc_kafka_timeout_ms);
 	rd_kafka_resp_err_t err;
-	ListCell   *lc;
 
-	if (kc->assign != NIL)
+	for (;;)
 	{
-		open_consumer(kc, list_length(kc->assign));
-		foreach(lc, kc->assign)
-		{
-			KafkaPartition *a = lfirst(lc);
-
-			add_partition(kc, a->topic, a->partition);
-		}
-		return;
+		err = rd_kafka_metadata(kc->meta, 1, NULL, &md, stm_kafka_slice(deadline));
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR || stm_kafka_slice(deadline) == 0)
+			break;
+		stm_check_for_interrupts();
 	}
-
-	err = rd_kafka_metadata(kc->meta, 1, NULL, &md, stm_guc_kafka_timeout_ms);
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not read Kafka metadata from \"%s\"", kc->bootstrap),
 				 errdetail("%s", rd_kafka_err2str(err))));
+	return md;
+}
+
+static const struct rd_kafka_metadata_topic *
+metadata_topic(const struct rd_kafka_metadata *md, const char *name)
+{
+	for (int t = 0; t < md->topic_cnt; t++)
+		if (strcmp(md->topics[t].topic, name) == 0)
+			return &md->topics[t];
+	return NULL;
+}
+
+/*
+ * Learn the partitions the source reads now, and their leaders: the
+ * assigned ones, or every partition of the subscribed or matching topics
+ * (new ones are picked up).  What is missing or refused goes into the
+ * plan's problem.
+ */
+static void
+refresh_partitions(KafkaSource *kc)
+{
+	const struct rd_kafka_metadata *md = read_metadata(kc);
+	ListCell   *lc;
+
 	PG_TRY();
 	{
-		int			wanted = 0;
-
-		for (int t = 0; t < md->topic_cnt; t++)
-			if (md->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR && topic_wanted(kc, md->topics[t].topic))
-				wanted += md->topics[t].partition_cnt;
-		open_consumer(kc, wanted);
-		for (int t = 0; t < md->topic_cnt; t++)
+		if (kc->assign != NIL)
 		{
-			const struct rd_kafka_metadata_topic *topic = &md->topics[t];
+			open_consumer(kc, list_length(kc->assign));
+			foreach(lc, kc->assign)
+			{
+				KafkaPartition *a = lfirst(lc);
 
-			if (topic->err != RD_KAFKA_RESP_ERR_NO_ERROR || !topic_wanted(kc, topic->topic))
+				add_partition(kc, a->topic, a->partition);
+			}
+		}
+		else
+		{
+			int			wanted = 0;
+			bool		matched = false;
+
+			for (int t = 0; t < md->topic_cnt; t++)
+				if (topic_wanted(kc, md->topics[t].topic))
+				{
+					matched = true;
+					if (md->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+						wanted += md->topics[t].partition_cnt;
+				}
+			open_consumer(kc, wanted);
+			for (int t = 0; t < md->topic_cnt; t++)
+			{
+				const struct rd_kafka_metadata_topic *topic = &md->topics[t];
+
+				if (!topic_wanted(kc, topic->topic))
+					continue;
+				if (topic->err != RD_KAFKA_RESP_ERR_NO_ERROR)
+				{
+					add_problem(kc, "topic \"%s\": %s", topic->topic, rd_kafka_err2str(topic->err));
+					continue;
+				}
+				for (int p = 0; p < topic->partition_cnt; p++)
+					add_partition(kc, topic->topic, topic->partitions[p].id);
+			}
+			if (kc->topic_pattern && !matched)
+				add_problem(kc, "no topic matches topic_pattern \"%s\"", kc->topic_pattern);
+			foreach(lc, kc->topics)
+				if (metadata_topic(md, lfirst(lc)) == NULL)
+					add_problem(kc, "topic \"%s\" does not exist", (char *) lfirst(lc));
+		}
+
+		/*
+		 * every partition's leader: -1 when the metadata has none, -2 when
+		 * its topic is missing or in error (a problem already says so)
+		 */
+		foreach(lc, kc->partitions)
+		{
+			KafkaPartition *p = lfirst(lc);
+			const struct rd_kafka_metadata_topic *topic = metadata_topic(md, p->topic);
+
+			p->leader = topic && topic->err == RD_KAFKA_RESP_ERR_NO_ERROR ? -1 : -2;
+			if (topic == NULL)
+			{
+				if (kc->assign != NIL)
+					add_problem(kc, "topic \"%s\" does not exist", p->topic);
 				continue;
-			for (int p = 0; p < topic->partition_cnt; p++)
-				add_partition(kc, topic->topic, topic->partitions[p].id);
+			}
+			if (topic->err != RD_KAFKA_RESP_ERR_NO_ERROR)
+			{
+				if (kc->assign != NIL)
+					add_problem(kc, "topic \"%s\": %s", p->topic, rd_kafka_err2str(topic->err));
+				continue;
+			}
+			for (int i = 0; i < topic->partition_cnt; i++)
+				if (topic->partitions[i].id == p->partition &&
+					topic->partitions[i].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+					p->leader = topic->partitions[i].leader;
 		}
 	}
 	PG_FINALLY();
@@ -472,58 +579,144 @@ refresh_partitions(KafkaSource *kc)
 }
 
 /*
- * One ListOffsets round for every partition: offset -1 asks for the high
- * watermark, -2 for the log start.  (rd_kafka_query_watermark_offsets, one
- * partition at a time, ignores its timeout in librdkafka 2.0.2 while the
- * brokers are down; this call honours it.)
+ * One ListOffsets round for the partitions in list: offset -1 asks for the
+ * high watermark, -2 for the log start.  In slices until the deadline, or a
+ * single slice.  (rd_kafka_query_watermark_offsets, one partition at a time,
+ * ignores its timeout in librdkafka 2.0.2 while the brokers are down; this
+ * call honours it, but fails whole when one of its leaders does not answer:
+ * hence one call per leader.)
  */
-static void
-list_offsets(KafkaSource *kc, int64 which)
+static rd_kafka_resp_err_t
+list_offsets(KafkaSource *kc, rd_kafka_topic_partition_list_t *list, int64 which,
+			 bool one_try)
 {
-	rd_kafka_topic_partition_list_t *list;
+	TimestampTz deadline = stm_kafka_deadline(one_try ? STM_KAFKA_SLICE_MS : stm_guc_kafka_timeout_ms);
 	rd_kafka_resp_err_t err;
-	ListCell   *lc;
-	int			i = 0;
 
-	if (kc->partitions == NIL)
-		return;
-	list = rd_kafka_topic_partition_list_new(list_length(kc->partitions));
-	foreach(lc, kc->partitions)
+	for (int i = 0; i < list->cnt; i++)
+		list->elems[i].offset = which;
+	for (;;)
 	{
-		KafkaPartition *p = lfirst(lc);
-
-		rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = which;
+		err = rd_kafka_offsets_for_times(kc->meta, list, stm_kafka_slice(deadline));
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR || stm_kafka_slice(deadline) == 0)
+			return err;
+		stm_check_for_interrupts();
+		/* a refused connection fails at once: do not spin */
+		if (err != RD_KAFKA_RESP_ERR__TIMED_OUT)
+			pg_usleep(Min(50, stm_kafka_slice(deadline)) * 1000L);
 	}
-	err = rd_kafka_offsets_for_times(kc->meta, list, stm_guc_kafka_timeout_ms);
-	foreach(lc, kc->partitions)
-	{
-		KafkaPartition *p = lfirst(lc);
-		rd_kafka_topic_partition_t *tp = &list->elems[i++];
-		rd_kafka_resp_err_t perr = err != RD_KAFKA_RESP_ERR_NO_ERROR ? err : tp->err;
-
-		if (perr != RD_KAFKA_RESP_ERR_NO_ERROR)
-		{
-			rd_kafka_topic_partition_list_destroy(list);
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("could not get the offsets of Kafka topic \"%s\" partition %d",
-							p->topic, p->partition),
-					 errdetail("%s", rd_kafka_err2str(perr))));
-		}
-		if (which == RD_KAFKA_OFFSET_END)
-			p->high = tp->offset;
-		else
-			p->low = tp->offset;
-	}
-	rd_kafka_topic_partition_list_destroy(list);
 }
 
-/* Low and high watermarks of every known partition, as the brokers say now. */
+/* "partitions 0, 3 of topic "t" and 2 of topic "u"": the partitions of a leader */
+static char *
+partitions_of_leader(KafkaSource *kc, int32 leader)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+	const char *topic = NULL;
+	int			n = 0;
+
+	initStringInfo(&buf);
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		if (p->leader != leader)
+			continue;
+		if (topic && strcmp(topic, p->topic) != 0)
+		{
+			appendStringInfo(&buf, " of topic \"%s\" and ", topic);
+			n = 0;
+		}
+		appendStringInfo(&buf, n > 0 ? ", %d" : "%d", p->partition);
+		topic = p->topic;
+		n++;
+	}
+	if (topic)
+		appendStringInfo(&buf, " of topic \"%s\"", topic);
+	return psprintf("%s %s", strchr(buf.data, ',') || strstr(buf.data, " and ") ?
+					"partitions" : "partition", buf.data);
+}
+
+/*
+ * Low and high watermarks of every partition, as their leaders say now.
+ * The partitions of a leader that does not answer, and partitions that
+ * answer with an error, are held (left out of this batch) and named in the
+ * plan's problem.
+ */
 static void
 query_watermarks(KafkaSource *kc)
 {
-	list_offsets(kc, RD_KAFKA_OFFSET_END);
-	list_offsets(kc, RD_KAFKA_OFFSET_BEGINNING);
+	List	   *leaders = NIL;
+	ListCell   *lc;
+
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		p->held_back = p->leader < 0;
+		if (p->leader == -1)
+			add_problem(kc, "partition %d of topic \"%s\" has no leader", p->partition, p->topic);
+		else
+			leaders = list_append_unique_int(leaders, p->leader);
+	}
+	foreach(lc, leaders)
+	{
+		int32		leader = lfirst_int(lc);
+		bool		suspect = list_member_int(kc->suspect_leaders, leader);
+		rd_kafka_topic_partition_list_t *high = rd_kafka_topic_partition_list_new(8);
+		rd_kafka_topic_partition_list_t *low = rd_kafka_topic_partition_list_new(8);
+		rd_kafka_resp_err_t err;
+		ListCell   *lc2;
+		int			i = 0;
+
+		foreach(lc2, kc->partitions)
+		{
+			KafkaPartition *p = lfirst(lc2);
+
+			if (p->leader != leader)
+				continue;
+			rd_kafka_topic_partition_list_add(high, p->topic, p->partition);
+			rd_kafka_topic_partition_list_add(low, p->topic, p->partition);
+		}
+		err = list_offsets(kc, high, RD_KAFKA_OFFSET_END, suspect);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			err = list_offsets(kc, low, RD_KAFKA_OFFSET_BEGINNING, suspect);
+		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		{
+			add_problem(kc, "%s: could not get offsets from leader broker %d: %s",
+						partitions_of_leader(kc, leader), leader, rd_kafka_err2str(err));
+			kc->suspect_leaders = list_append_unique_int(kc->suspect_leaders, leader);
+		}
+		else
+			kc->suspect_leaders = list_delete_int(kc->suspect_leaders, leader);
+		foreach(lc2, kc->partitions)
+		{
+			KafkaPartition *p = lfirst(lc2);
+			rd_kafka_resp_err_t perr;
+
+			if (p->leader != leader)
+				continue;
+			perr = err != RD_KAFKA_RESP_ERR_NO_ERROR ? err :
+				high->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR ? high->elems[i].err : low->elems[i].err;
+			if (perr != RD_KAFKA_RESP_ERR_NO_ERROR)
+			{
+				if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+					add_problem(kc, "partition %d of topic \"%s\": %s", p->partition, p->topic,
+								rd_kafka_err2str(perr));
+				p->held_back = true;
+			}
+			else
+			{
+				p->high = high->elems[i].offset;
+				p->low = low->elems[i].offset;
+			}
+			i++;
+		}
+		rd_kafka_topic_partition_list_destroy(high);
+		rd_kafka_topic_partition_list_destroy(low);
+	}
+	list_free(leaders);
 }
 
 /* starting_offsets for a partition seen in the stream's first batch */
@@ -587,16 +780,16 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 {
 	KafkaSource *kc = (KafkaSource *) src;
 	int32		stream_id = ctx->stream_id;
-	bool		initialized = ctx->initialized;
 	TimestampTz last_trigger = ctx->last_trigger;
 	ListCell   *lc;
-	bool		any_stored;
+	List	   *stored_topics = NIL;
 	int64		total = 0;
 	Oid			argtype = INT4OID;
 	Datum		arg = Int32GetDatum(stream_id);
 	StmCatalogScope scope;
 
 	resetStringInfo(&kc->data_loss);
+	resetStringInfo(&kc->problem);
 	if (kc->rk)
 		rd_kafka_poll(kc->rk, 0);
 	rd_kafka_poll(kc->meta, 0);
@@ -609,8 +802,6 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	if (SPI_execute_with_args("SELECT topic, partition, next_offset FROM streaming.offsets WHERE stream_id = $1",
 							  1, &argtype, &arg, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.offsets");
-	/* starting_offsets apply to the stream's first plan only */
-	any_stored = initialized || SPI_processed > 0;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -619,6 +810,9 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 		char	   *topic = SPI_getvalue(tup, desc, 1);
 		int32		part = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 		KafkaPartition *p = find_partition(kc, topic, part);
+
+		if (!list_member(stored_topics, makeString(topic)))
+			stored_topics = lappend(stored_topics, makeString(topic));
 
 		if (p)
 		{
@@ -634,8 +828,23 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	{
 		KafkaPartition *p = lfirst(lc);
 
+		/* a held partition stays where it is (one never stored stays out) */
+		if (p->held_back)
+		{
+			p->end = p->start;
+			if (kc->base.bounded && !kc->limits_fixed)
+				p->limit = -2;
+			continue;
+		}
+
+		/*
+		 * starting_offsets apply to the partitions of a topic the stream has
+		 * not read yet; new partitions of a topic it reads start at their
+		 * beginning (as Spark's)
+		 */
 		if (!p->stored)
-			p->start = any_stored ? p->low : starting_offset(kc, p);
+			p->start = list_member(stored_topics, makeString(p->topic)) ?
+				p->low : starting_offset(kc, p);
 		if (p->start < p->low || p->start > p->high)
 		{
 			note_data_loss(kc, p, p->start, p->low);
@@ -645,7 +854,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 		/* available_now: what was there at the first plan, and no more */
 		if (kc->base.bounded)
 		{
-			if (!kc->limits_fixed)
+			if (!kc->limits_fixed || p->limit == -2)
 				p->limit = p->high;
 			else if (p->limit < 0)
 				p->limit = p->start;
@@ -654,6 +863,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 		total += p->end - p->start;
 	}
 	kc->limits_fixed = kc->base.bounded;
+	kc->base.problem = kc->problem.len > 0 ? kc->problem.data : NULL;
 
 	/* max_offsets_per_trigger: split over partitions by their lag (Spark's rateLimit) */
 	if (kc->max_offsets_per_trigger > 0 && total > kc->max_offsets_per_trigger)
@@ -871,7 +1081,7 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		bool		progress = false;
 		KafkaPartition *waiting_on = NULL;
 
-		CHECK_FOR_INTERRUPTS();
+		stm_check_for_interrupts();
 		foreach(lc, kc->partitions)
 		{
 			KafkaPartition *p = lfirst(lc);
@@ -932,6 +1142,13 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	}
 }
 
+/* Has the stream a position in p?  Not when it was held back before it was ever stored. */
+static bool
+has_position(KafkaPartition *p)
+{
+	return p->stored || !p->held_back;
+}
+
 /* Write every partition's new position (end of this batch). */
 static void
 save_positions(KafkaSource *kc, int32 stream_id)
@@ -953,6 +1170,8 @@ save_positions(KafkaSource *kc, int32 stream_id)
 		KafkaPartition *p = lfirst(lc);
 		Datum		values[5];
 
+		if (!has_position(p))
+			continue;
 		values[0] = Int32GetDatum(stream_id);
 		values[1] = CStringGetTextDatum(p->topic);
 		values[2] = Int32GetDatum(p->partition);
@@ -980,6 +1199,8 @@ kafka_positions_json(StmSource *src, bool end)
 	{
 		KafkaPartition *p = lfirst(lc);
 
+		if (!has_position(p))
+			continue;
 		if (topic == NULL || strcmp(topic, p->topic) != 0)
 		{
 			if (topic != NULL)
@@ -1106,7 +1327,7 @@ kafka_save_idle_positions(StmSource *src, int32 stream_id)
 	ListCell   *lc;
 
 	foreach(lc, kc->partitions)
-		if (!((KafkaPartition *) lfirst(lc))->stored)
+		if (!((KafkaPartition *) lfirst(lc))->stored && !((KafkaPartition *) lfirst(lc))->held_back)
 			unsaved = true;
 	if (unsaved)
 		save_positions(kc, stream_id);
@@ -1128,8 +1349,15 @@ kafka_available(StmSource *src, int32 stream_id)
 	StringInfoData targets;
 	ListCell   *lc;
 
+	resetStringInfo(&kc->problem);
 	refresh_partitions(kc);
 	query_watermarks(kc);
+	/* what cannot be read now cannot be waited for */
+	if (kc->problem.len > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("source \"%s\" cannot be read whole now", kc->source),
+				 errdetail("%s", kc->problem.data)));
 	initStringInfo(&targets);
 	appendStringInfoChar(&targets, '[');
 	foreach(lc, kc->partitions)

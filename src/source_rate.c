@@ -52,6 +52,7 @@
 #include "options.h"
 #include "source.h"
 #include "source_rate.h"
+#include "worker.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_rate_source);
 
@@ -431,7 +432,7 @@ rate_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	{
 		int			n = (int) Min(RATE_CHUNK, rs->to - v);
 
-		CHECK_FOR_INTERRUPTS();
+		stm_check_for_interrupts();
 		for (int i = 0; i < n; i++)
 		{
 			rs->values[i] = v + i;

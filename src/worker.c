@@ -13,7 +13,14 @@
  * down) set status 'waiting' and are retried for ever; other errors are
  * retried with exponential backoff and set status 'failed' after
  * streaming.max_retries (at once for bad data, which no retry cures).
- * SIGTERM lets the batch in flight finish, then the worker exits.
+ * A source that cannot be read (whole or in part) is never silent: its
+ * reason is the stream's source_error, status 'waiting' when nothing could
+ * be read; it is logged as a WARNING when it begins and a LOG line when it
+ * ends, not once per attempt.
+ *
+ * SIGTERM: the batch in flight may finish for STM_SHUTDOWN_GRACE_MS; the
+ * long waits inside it (librdkafka calls, in slices) then give it up, and it
+ * rolls back, so the worker exits promptly whatever the brokers do.
  */
 #include "postgres.h"
 
@@ -38,6 +45,7 @@
 
 static int	my_slot = -1;
 static uint64 my_generation = 0;
+static bool source_trouble = false;	/* a WARNING said the source cannot be read */
 
 /* Runs at exit after locks are released: the slot no longer has a worker. */
 static void
@@ -112,6 +120,44 @@ catalog_ready(void)
 						STM_EXTVERSION)));
 	waiting = !ready;
 	return ready;
+}
+
+/*
+ * For the long waits of a batch (the sources' and sinks' librdkafka calls,
+ * made in slices): interrupts as anywhere, and in a worker told to stop, the
+ * batch in flight is given up once it has had STM_SHUTDOWN_GRACE_MS to
+ * finish (it rolls back: its records are read again by the next run).
+ * Elsewhere (run_batch in a backend) only the interrupts.
+ */
+void
+stm_check_for_interrupts(void)
+{
+	static TimestampTz noticed = 0;
+
+	CHECK_FOR_INTERRUPTS();
+	if (!ShutdownRequestPending)
+		return;
+	if (noticed == 0)
+		noticed = GetCurrentTimestamp();
+	else if (TimestampDifferenceExceeds(noticed, GetCurrentTimestamp(), STM_SHUTDOWN_GRACE_MS))
+		ereport(ERROR,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("the stream's worker is stopping: the batch in flight is rolled back")));
+}
+
+/* The source cannot be read (message), or can again (NULL): logged once each way. */
+static void
+report_source_trouble(StmStreamDef *def, const char *message)
+{
+	if (message && !source_trouble)
+		ereport(WARNING,
+				(errmsg("stream \"%s\" cannot read all of its source", def->name),
+				 errdetail("%s", message),
+				 errhint("The stream waits and tries again; streaming.streams shows the reason as source_error.")));
+	else if (message == NULL && source_trouble)
+		ereport(LOG,
+				(errmsg("stream \"%s\" reads all of its source again", def->name)));
+	source_trouble = message != NULL;
 }
 
 /* Write the outcome of a failed batch in a transaction of its own. */
@@ -197,6 +243,8 @@ streaming_worker_main(Datum main_arg)
 	lock_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
 	while (!stm_lock_stream(stream_id, true))
 	{
+		if (ShutdownRequestPending)
+			proc_exit(0);
 		if (GetCurrentTimestamp() > lock_deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_IN_USE),
@@ -210,6 +258,7 @@ streaming_worker_main(Datum main_arg)
 		int64		batch_id = -1;
 		TimestampTz batch_start = GetCurrentTimestamp();
 		int64		wait_ms;
+		const char *status;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -247,14 +296,13 @@ streaming_worker_main(Datum main_arg)
 			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", def->name));
 			rt->bounded = (def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
 			batch_id = stm_batch_run(rt);
-			/* the source answered: no longer waiting */
-			if (strcmp(def->status, "running") != 0)
-			{
-				stm_catalog_set_status(stream_id, "running", NULL, false, -1);
-				stm_catalog_set_source_error(stream_id, NULL);
-			}
+			/* the batch wrote source_error; waiting when the source gave nothing for a reason */
+			status = batch_id < 0 && rt->problem ? "waiting" : "running";
+			if (strcmp(def->status, status) != 0)
+				stm_catalog_set_status(stream_id, status, NULL, false, -1);
 			PopActiveSnapshot();
 			CommitTransactionCommand();
+			report_source_trouble(def, rt->problem);
 			/* what the source does only once the batch is committed */
 			if (batch_id >= 0)
 				stm_batch_after_commit(rt);
@@ -266,12 +314,21 @@ streaming_worker_main(Datum main_arg)
 
 			MemoryContextSwitchTo(worker_cxt);
 			edata = CopyErrorData();
-			EmitErrorReport();
+			/* a broker that cannot be reached: once, as a WARNING (below) */
+			if (def == NULL ||
+				ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_CONNECTION_EXCEPTION)
+				EmitErrorReport();
 			FlushErrorState();
 			AbortCurrentTransaction();
 			pgstat_report_activity(STATE_IDLE, NULL);
 			if (def == NULL)
 				proc_exit(1);
+			if (ShutdownRequestPending && edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
+				break;			/* stopping: nothing failed */
+			if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION)
+				report_source_trouble(def, edata->detail ?
+									  psprintf("%s: %s", edata->message, edata->detail) :
+									  edata->message);
 			wait_ms = record_failure(def, edata, &stop);
 			FreeErrorData(edata);
 			if (stop)

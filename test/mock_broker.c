@@ -31,9 +31,20 @@
  * With --stdin, command lines are read from stdin and each is answered with
  * "ok" or "error: ..." on stdout:
  *	  create TOPIC PARTITIONS	create a topic
- *	  down						take all brokers down (like SIGUSR1)
- *	  up						bring all brokers up (like SIGUSR2)
+ *	  down [BROKER]				take all brokers (or broker id BROKER) down
+ *								(all: like SIGUSR1)
+ *	  up [BROKER]				bring all brokers (or BROKER) up (all: like SIGUSR2)
+ *	  leader TOPIC PARTITION BROKER
+ *								move a partition's leader to broker BROKER
+ *	  topic-error TOPIC CODE	make metadata report Kafka error CODE for the
+ *								topic (e.g. 3 unknown topic, 29 not authorized);
+ *								0 clears it
+ *	  request-errors APIKEY CODE COUNT
+ *								the next COUNT requests of Kafka API APIKEY
+ *								(e.g. 1 Fetch, 2 ListOffsets) fail with CODE
  *	  quit						exit 0 (so does end of input)
+ *
+ * Broker ids are 1..N (--brokers N); partition leaders are spread over them.
  *
  * Limitations of the mock cluster (librdkafka 2.0.2) worth knowing:
  *	- It keeps at most 5 MiB of message sets per partition and silently
@@ -238,7 +249,7 @@ set_all_brokers(rd_kafka_mock_cluster_t *mcluster, int nbrokers, bool up)
 static bool
 run_command(char *line, rd_kafka_mock_cluster_t *mcluster, int nbrokers)
 {
-	char	   *words[4];
+	char	   *words[5];
 	int			nwords = 0;
 	char	   *tok;
 	char	   *save;
@@ -247,7 +258,7 @@ run_command(char *line, rd_kafka_mock_cluster_t *mcluster, int nbrokers)
 	for (tok = strtok_r(line, " \t\r", &save); tok != NULL;
 		 tok = strtok_r(NULL, " \t\r", &save))
 	{
-		if (nwords == 4)
+		if (nwords == 5)
 		{
 			reply("error: too many arguments", NULL);
 			return true;
@@ -287,17 +298,70 @@ run_command(char *line, rd_kafka_mock_cluster_t *mcluster, int nbrokers)
 	else if (strcmp(words[0], "down") == 0 || strcmp(words[0], "up") == 0)
 	{
 		bool		up = (words[0][0] == 'u');
+		int			broker;
 
-		if (nwords != 1)
+		if (nwords > 2 || (nwords == 2 && !parse_int(words[1], 1, nbrokers, &broker)))
 		{
-			reply("error: usage: %s", words[0]);
+			reply("error: usage: %s [BROKER], BROKER from 1 to the number of brokers", words[0]);
 			return true;
 		}
-		err = set_all_brokers(mcluster, nbrokers, up);
+		if (nwords == 1)
+			err = set_all_brokers(mcluster, nbrokers, up);
+		else if (up)
+			err = rd_kafka_mock_broker_set_up(mcluster, broker);
+		else
+			err = rd_kafka_mock_broker_set_down(mcluster, broker);
 		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 			reply("error: %s", rd_kafka_err2str(err));
 		else
 			reply("ok", NULL);
+	}
+	else if (strcmp(words[0], "leader") == 0)
+	{
+		int			partition;
+		int			broker;
+
+		if (nwords != 4 || !parse_int(words[2], 0, MAX_PARTITIONS, &partition) ||
+			!parse_int(words[3], 1, nbrokers, &broker))
+		{
+			reply("error: usage: leader TOPIC PARTITION BROKER", NULL);
+			return true;
+		}
+		err = rd_kafka_mock_partition_set_leader(mcluster, words[1], partition, broker);
+		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+			reply("error: %s", rd_kafka_err2str(err));
+		else
+			reply("ok", NULL);
+	}
+	else if (strcmp(words[0], "topic-error") == 0)
+	{
+		int			code;
+
+		if (nwords != 3 || !parse_int(words[2], 0, 1000, &code))
+		{
+			reply("error: usage: topic-error TOPIC CODE", NULL);
+			return true;
+		}
+		rd_kafka_mock_topic_set_error(mcluster, words[1], (rd_kafka_resp_err_t) code);
+		reply("ok", NULL);
+	}
+	else if (strcmp(words[0], "request-errors") == 0)
+	{
+		int			apikey;
+		int			code;
+		int			count;
+		rd_kafka_resp_err_t errs[1000];
+
+		if (nwords != 4 || !parse_int(words[1], 0, 1000, &apikey) ||
+			!parse_int(words[2], 0, 1000, &code) || !parse_int(words[3], 1, 1000, &count))
+		{
+			reply("error: usage: request-errors APIKEY CODE COUNT (COUNT at most 1000)", NULL);
+			return true;
+		}
+		for (int i = 0; i < count; i++)
+			errs[i] = (rd_kafka_resp_err_t) code;
+		rd_kafka_mock_push_request_errors_array(mcluster, (int16_t) apikey, (size_t) count, errs);
+		reply("ok", NULL);
 	}
 	else if (strcmp(words[0], "quit") == 0)
 	{
@@ -305,7 +369,7 @@ run_command(char *line, rd_kafka_mock_cluster_t *mcluster, int nbrokers)
 		return false;
 	}
 	else
-		reply("error: unknown command \"%s\" (expected create, down, up or quit)",
+		reply("error: unknown command \"%s\" (expected create, down, up, leader, topic-error, request-errors or quit)",
 			  words[0]);
 
 	return true;
