@@ -467,6 +467,9 @@ read_metadata(KafkaSource *kc)
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR || stm_kafka_slice(deadline) == 0)
 			break;
 		stm_check_for_interrupts();
+		/* a refused connection fails at once: do not spin */
+		if (err != RD_KAFKA_RESP_ERR__TIMED_OUT)
+			pg_usleep(Min(50, stm_kafka_slice(deadline)) * 1000L);
 	}
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		ereport(ERROR,
@@ -668,6 +671,7 @@ query_watermarks(KafkaSource *kc)
 		rd_kafka_topic_partition_list_t *low = rd_kafka_topic_partition_list_new(8);
 		rd_kafka_resp_err_t err;
 		ListCell   *lc2;
+		MemoryContext old;
 		int			i = 0;
 
 		foreach(lc2, kc->partitions)
@@ -682,6 +686,8 @@ query_watermarks(KafkaSource *kc)
 		err = list_offsets(kc, high, RD_KAFKA_OFFSET_END, suspect);
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			err = list_offsets(kc, low, RD_KAFKA_OFFSET_BEGINNING, suspect);
+		/* the suspects are remembered between batches: in the source's memory */
+		old = MemoryContextSwitchTo(kc->cxt);
 		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		{
 			add_problem(kc, "%s: could not get offsets from leader broker %d: %s",
@@ -690,6 +696,7 @@ query_watermarks(KafkaSource *kc)
 		}
 		else
 			kc->suspect_leaders = list_delete_int(kc->suspect_leaders, leader);
+		MemoryContextSwitchTo(old);
 		foreach(lc2, kc->partitions)
 		{
 			KafkaPartition *p = lfirst(lc2);

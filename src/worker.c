@@ -324,7 +324,13 @@ streaming_worker_main(Datum main_arg)
 			if (def == NULL)
 				proc_exit(1);
 			if (ShutdownRequestPending && edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
-				break;			/* stopping: nothing failed */
+			{
+				/* stopping: nothing failed */
+				ereport(LOG,
+						(errmsg("stream \"%s\" stopped during a batch: the batch was rolled back",
+								def->name)));
+				break;
+			}
 			if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION)
 				report_source_trouble(def, edata->detail ?
 									  psprintf("%s: %s", edata->message, edata->detail) :

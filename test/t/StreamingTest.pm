@@ -438,9 +438,10 @@ use Test::More;
 
 my @running_mocks;
 
+# start(brokers => N): N brokers in the mock (ids 1..N; default 1).
 sub start
 {
-	my ($class) = @_;
+	my ($class, %opts) = @_;
 	my $self = bless { lines_per_topic => {} }, $class;
 	my $unique = sprintf('%d_%d', time(), $$);
 
@@ -461,7 +462,7 @@ sub start
 	$self->{mock} = 1;
 	$self->{prefix} = '';
 	$self->{harness} = IPC::Run::start(
-		[ $bin, '--stdin' ],
+		[ $bin, '--stdin', '--brokers', $opts{brokers} || 1 ],
 		'<', \$self->{in}, '>', \$self->{out},
 		'2>', "$PostgreSQL::Test::Utils::log_path/${name}_mock_broker.log");
 	$self->{pid} = $self->{harness}->{KIDS}[0]{PID};
@@ -654,6 +655,20 @@ sub produce_lines
 		  if $hi != $self->{produced}{$topic}{$p};
 	}
 	return \@pos;
+}
+
+# produce_to(TOPIC, PARTITION, LINES): LINES into one partition (while
+# other partitions' leaders may be down: no watermark check).
+sub produce_to
+{
+	my ($self, $topic, $p, $lines) = @_;
+	my $file = PostgreSQL::Test::Utils::tempdir . "/p$p";
+	open my $fh, '>', $file or die "$file: $!";
+	print $fh map { "$_\n" } @$lines;
+	close $fh or die "$file: $!";
+	$self->kcat('-P', '-t', $topic, '-p', $p, '-l', $file);
+	$self->{produced}{$topic}{$p} += scalar @$lines;
+	return;
 }
 
 # produce_orders(TOPIC, ORDERS, N, poison => [I, ...]): the next N orders
