@@ -12,6 +12,12 @@ PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka) \
               -DSTM_EXTVERSION='"$(EXTVERSION)"'
 SHLIB_LINK  = $(shell pkg-config --libs rdkafka)
 
+# make FAULT_INJECTION=1: a test build with fault points (src/fault.h);
+# make test builds its own copy that way.
+ifeq ($(FAULT_INJECTION),1)
+PG_CPPFLAGS += -DSTM_FAULT_INJECTION
+endif
+
 # Tests (see README: "make test" runs them all on a private server).
 REGRESS        = init kafka_source rate_source api_errors stateless bad_records aggregates ext_aggregates sessions joins \
                  null_groups batch_memory watermarks idle_timeout security

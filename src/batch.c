@@ -38,6 +38,7 @@
 #include "aggstate.h"
 #include "batch.h"
 #include "dedup.h"
+#include "fault.h"
 #include "guc.h"
 #include "join.h"
 #include "parse.h"
@@ -226,6 +227,7 @@ write_dead_letter(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *
 	stm_catalog_exec("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
 					 "VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)",
 					 7, types, values, nulls, SPI_OK_INSERT);
+	STM_FAULT_POINT("after_dead_letter");
 }
 
 static void
@@ -279,6 +281,7 @@ process_chunk(void *arg, StmRecord *records, int n)
 		for (int i = 0; i < n; i++)
 			(void) parse_in_subxact(bc, records, recs, i, i + 1, true);
 	}
+	STM_FAULT_POINT("after_parse");
 
 	for (int i = 0; i < n; i++)
 	{
@@ -737,6 +740,7 @@ end_query(BatchContext *bc)
 		bc->num_late += agg_late;
 	}
 	stm_sink_end_batch(bc->sink);
+	STM_FAULT_POINT("after_sink_write");
 	bc->num_output = bc->sink->rows;
 	ExecDropSingleTupleTableSlot(bc->source_slot);
 	FreeExecutorState(bc->estate);
@@ -789,9 +793,11 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 	bc.src->routine->fetch(bc.src, process_chunk, &bc);
+	STM_FAULT_POINT("after_fetch");
 	end_query(&bc);
 	error_context_stack = errcb.previous;
 
+	STM_FAULT_POINT("before_watermark_update");
 	advance_watermark(&bc);
 	bc.src->routine->save_positions(bc.src, def->id, bc.batch_id);
 	/*

@@ -11,6 +11,7 @@
 #include "miscadmin.h"
 
 #include "api.h"
+#include "fault.h"
 #include "guc.h"
 #include "launcher.h"
 #include "shmem.h"
@@ -26,6 +27,10 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	/* before stm_guc_init reserves the prefix: a test build's extra setting */
+#ifdef STM_FAULT_INJECTION
+	stm_fault_init();
+#endif
 	stm_guc_init();
 	stm_source_register(&stm_kafka_source);
 	stm_source_register(&stm_rate_source);

@@ -39,6 +39,7 @@
 #include "api.h"
 #include "batch.h"
 #include "catalog.h"
+#include "fault.h"
 #include "guc.h"
 #include "shmem.h"
 #include "worker.h"
@@ -300,8 +301,12 @@ streaming_worker_main(Datum main_arg)
 			status = batch_id < 0 && rt->problem ? "waiting" : "running";
 			if (strcmp(def->status, status) != 0)
 				stm_catalog_set_status(stream_id, status, NULL, false, -1);
+			if (batch_id >= 0)
+				STM_FAULT_POINT("before_commit");
 			PopActiveSnapshot();
 			CommitTransactionCommand();
+			if (batch_id >= 0)
+				STM_FAULT_POINT("after_commit");
 			report_source_trouble(def, rt->problem);
 			/* what the source does only once the batch is committed */
 			if (batch_id >= 0)

@@ -5,9 +5,12 @@
 # a Kafka broker, and one clean-up that stops all of it:
 #
 #   stm_setup            check prerequisites, make the temp dir, install the
-#                        clean-up trap, make the private installation
-#   stm_make_installation SRC DEST LOG   a private installation of the
-#                        extension in SRC (the checkout, or an old release)
+#                        clean-up trap, make the private installation (of a
+#                        build with $STM_BUILD_ARGS when set: make test's
+#                        FAULT_INJECTION=1, in a clean copy of the sources)
+#   stm_make_installation SRC DEST LOG [MAKE ARGS]   a private installation
+#                        of the extension in SRC (the checkout, or an old
+#                        release)
 #   stm_run CMD...       run CMD as the server user (postgres when root)
 #   stm_copy_checkout D  copy the checkout into D, owned by the server user
 #   stm_make_vars V...   print "V=value" lines for Makefile variables
@@ -89,7 +92,7 @@ stm_make_vars()
 # stm_setup: everything the callers need before they start anything.
 stm_setup()
 {
-	local pgxs
+	local pgxs build
 
 	umask 022
 	export LANG=C.UTF-8
@@ -127,11 +130,22 @@ stm_setup()
 		return 1
 	fi
 
-	# The private installation, of this checkout.
+	# The private installation, of this checkout (built apart, from its
+	# sources only, when it needs other make arguments than the checkout's
+	# own build).
 	STM_INST=$STM_TMP/inst
 	STM_BINDIR=$STM_INST$("$PG_CONFIG" --bindir)
-	stm_make_installation "$STM_SRC" "$STM_INST" "$STM_TMP/install.log" ||
-		return 1
+	build=$STM_SRC
+	if [ -n "${STM_BUILD_ARGS:-}" ]; then
+		build=$STM_TMP/build
+		mkdir -p "$build" &&
+			tar -C "$STM_SRC" -cf - --exclude=./.git --exclude='*.o' --exclude='*.so' \
+				--exclude='*.bc' --exclude=./tmp_check --exclude=./results \
+				--exclude=./test/mock_broker . | tar -C "$build" -xf - || return 1
+	fi
+	# shellcheck disable=SC2086 # make arguments, one per word
+	stm_make_installation "$build" "$STM_INST" "$STM_TMP/install.log" \
+		${STM_BUILD_ARGS:-} || return 1
 	export PATH="$STM_BINDIR:$PATH"
 }
 
@@ -143,6 +157,7 @@ stm_setup()
 stm_make_installation()
 {
 	local src=$1 dest=$2 log=$3 d ext bindir
+	shift 3
 
 	# A copy of the PostgreSQL tree ...
 	for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" \
@@ -153,7 +168,7 @@ stm_make_installation()
 	bindir=$dest$("$PG_CONFIG" --bindir)
 
 	# ... with the extension installed into it.
-	if ! stm_make -C "$src" install DESTDIR="$dest" >"$log" 2>&1; then
+	if ! stm_make -C "$src" install DESTDIR="$dest" "$@" >"$log" 2>&1; then
 		cat "$log" >&2
 		stm_err "make install DESTDIR=$dest failed"
 		return 1

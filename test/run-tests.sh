@@ -17,6 +17,10 @@
 # unless set, is a suffix unique to this run, for topic names), or else the
 # embedded mock broker (test/kafka_env.sh).
 #
+# The tests run a build with fault points (make FAULT_INJECTION=1, made in a
+# copy of the sources: src/fault.h); the first check ("build") is that the
+# checkout's own build, what `make install` installs, has none of them.
+#
 # When an upgrade test (test/t/*_upgrade.pl) is among the TAP tests, the
 # newest release in test/releases is built from the checkout's git history
 # into a private installation of its own first (old_release below).
@@ -29,6 +33,7 @@
 
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/pg_env.sh"
+export STM_BUILD_ARGS=${STM_BUILD_ARGS-FAULT_INJECTION=1}
 
 passed=0
 failed=0
@@ -63,7 +68,7 @@ if [ -n "$TAP_TESTS" ]; then
 	# PGXS; a glob that matches nothing names no test.
 	tap_files=($(cd "$STM_SRC" && shopt -s nullglob && echo $PROVE_TESTS))
 fi
-planned=$((${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_files[@]}))
+planned=$((1 + ${#regress_tests[@]} + ${#isolation_tests[@]} + ${#tap_files[@]}))
 
 # Setup; if it fails, no test has passed.
 setup()
@@ -127,6 +132,25 @@ if ! setup; then
 	stm_err "setup failed, no test was run"
 	failed=$((planned > 0 ? planned : 1))
 	summary_exit
+fi
+
+# The production build (the checkout's, which make install installs) has no
+# fault points; the test build has them (else this check proves nothing).
+printf '\n== build ==\n'
+prod_lib=$STM_SRC/streaming.so
+test_lib=$STM_INST$("$PG_CONFIG" --pkglibdir)/streaming.so
+if [ ! -f "$prod_lib" ]; then
+	stm_err "build: $prod_lib is missing (run make)"
+	failed=$((failed + 1))
+elif grep -aq 'streaming\.test_fault' "$prod_lib"; then
+	stm_err "build: the production library $prod_lib has streaming.test_fault: it was built with FAULT_INJECTION=1"
+	failed=$((failed + 1))
+elif [ -n "$STM_BUILD_ARGS" ] && ! grep -aq 'streaming\.test_fault' "$test_lib"; then
+	stm_err "build: the test library $test_lib has no streaming.test_fault"
+	failed=$((failed + 1))
+else
+	echo "ok: the production library has no fault points; the tests run a build with them"
+	passed=$((passed + 1))
 fi
 
 # collect RELPATH...: copy test output from the work copy into the checkout.
