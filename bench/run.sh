@@ -930,11 +930,14 @@ report_plans()
 	echo "(2)'s $SECOND, EXPLAIN after it ran (orders_copy of $(group "$TOTAL") rows):"
 	sed 's/^/  /' "$TMP/explain_copy.txt"
 	echo
-	echo "plans logged by auto_explain (statements over 1 s: the stream's batches, (2)'s INSERT):"
-	# a plan is its LOG line and the tab-indented lines after it
-	awk '/ LOG:  duration: .* plan:/ { keep = 1; print; next }
-		/^\t/ { if (keep) print; next }
-		{ keep = 0 }' "$PGDATA_DIR/server.log" | head -80 | sed 's/^/  /'
+	echo "plans logged by auto_explain (over 1 s) of the stream's worker and of (2)'s INSERT:"
+	# a plan is its LOG line and the tab-indented lines after it (a
+	# CONTEXT line may come between); the worker's, and those of an INSERT
+	awk 'function flush() { if (block != "" && (block ~ /streaming worker LOG/ || block ~ /Query Text: INSERT/)) printf "%s", block; block = "" }
+		/ LOG:  duration: .* plan:/ { flush(); inplan = 1; block = $0 "\n"; next }
+		/^\t/ || (inplan && / CONTEXT:  /) { if (inplan) block = block $0 "\n"; next }
+		{ flush(); inplan = 0 }
+		END { flush() }' "$PGDATA_DIR/server.log" | head -80 | sed 's/^/  /'
 }
 
 if [ -z "$AGG" ]; then
