@@ -21,8 +21,11 @@
 #
 # and prints one table with records/s of each and the ratios stream/COPY and
 # stream/python, the CPU time and peak RSS (VmHWM, which counts the shared
-# buffers a process touched) of the processes doing the work, then the
-# stream's batches and the server log's streaming lines.  Every table is
+# buffers a process touched) of the processes doing the work, how long the
+# worker's main thread was on a CPU, waiting for one (the machine's other
+# work) and asleep (mostly waiting for the Kafka client's prefetch, which
+# streaming.batch_memory bounds), then the stream's batches and the server
+# log's streaming lines.  Every table is
 # checked to hold exactly the N records.
 #
 # The records are generated once (bench/gen_orders.py: JSON lines and the
@@ -113,7 +116,7 @@
 # report adds (2)'s split (COPY, INSERT ... JOIN), the EXPLAIN of (2)'s
 # INSERT ... SELECT (planned after it ran, over the 1M-row orders_copy), and
 # the stream's own plan as auto_explain (loaded with --join only, plans of
-# statements over 1 s, no ANALYZE: no cost per row) logged it from the
+# statements over 100 ms, no ANALYZE: no cost per row) logged it from the
 # worker: the plan join.c made for the batch's row count.
 #
 # Options:
@@ -428,7 +431,7 @@ EOF
 # --join: the plans of the stream's join (and of (2)'s INSERT) in the log
 [ -n "$JOIN" ] && cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
 shared_preload_libraries = 'streaming, auto_explain'
-auto_explain.log_min_duration = '1s'
+auto_explain.log_min_duration = '100ms'
 auto_explain.log_nested_statements = on
 EOF
 [ -n "$BATCH_MEMORY" ] && echo "streaming.batch_memory = '$BATCH_MEMORY'" >>"$PGDATA_DIR/postgresql.conf"
@@ -522,6 +525,20 @@ cpu_secs()
 		awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($12 + $13) / hz }'
 }
 
+# sched_secs PID: from /proc/PID/task/*/schedstat, "R W A": the main
+# thread's seconds on a CPU (R) and waiting on a run queue for one (W), and
+# the run-queue wait of all its threads (A); the rest of the main thread's
+# life it slept (waited for the broker, the disk, a lock)
+sched_secs()
+{
+	local t main=/proc/$1/task/$1/schedstat
+	[ -r "$main" ] || { echo "- - -"; return; }
+	for t in /proc/$1/task/*/schedstat; do
+		cat "$t" 2>/dev/null
+	done | awk -v m="$(cat "$main" 2>/dev/null)" '{ a += $2 }
+		END { split(m, f, " "); printf "%.2f %.2f %.2f", f[1] / 1e9, f[2] / 1e9, a / 1e9 }'
+}
+
 # produce_sentinel: --aggregate's last record, after the data.  Produced
 # with the data, it could be read (with max_offsets_per_trigger) in a batch
 # before the last records of other partitions, which its event time would
@@ -569,9 +586,9 @@ EOF
 	fi
 	pid=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = '$name'")
 	if [ -n "$pid" ]; then
-		echo "$secs $pid $(vmhwm_kb "$pid") $(cpu_secs "$pid")"
+		echo "$secs $pid $(vmhwm_kb "$pid") $(cpu_secs "$pid") $(sched_secs "$pid")"
 	else
-		echo "$secs - - -"
+		echo "$secs - - - - - -"
 	fi
 	psql_q -c "SELECT streaming.stop('$name')" >/dev/null
 }
@@ -588,7 +605,7 @@ LOAD_1=$(load1)
 B0=$(cpu_secs "$BROKER_PID")
 CATCH_UP=
 [ -n "$AGG" ] && CATCH_UP=produce_sentinel
-read -r STREAM_SECS WORKER_PID WORKER_HWM WORKER_CPU < <(AFTER_CATCH_UP=$CATCH_UP run_stream s "$STREAM_SINK") ||
+read -r STREAM_SECS WORKER_PID WORKER_HWM WORKER_CPU WORKER_RUN WORKER_RQ WORKER_RQ_ALL < <(AFTER_CATCH_UP=$CATCH_UP run_stream s "$STREAM_SINK") ||
 	{ tail -n 40 "$PGDATA_DIR/server.log" >&2; die "the stream run failed"; }
 [ -n "${STREAM_SECS:-}" ] || { tail -n 40 "$PGDATA_DIR/server.log" >&2; die "the stream run failed"; }
 
@@ -599,14 +616,15 @@ B1=$(cpu_secs "$BROKER_PID")
 LOAD_2=$(load1)
 if [ -z "$AGG" ] && [ -z "$JOIN" ]; then
 say "(2) COPY"
-read -r COPY_SECS COPY_HWM COPY_CPU < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" -v hz="$(getconf CLK_TCK)" <<'EOF'
+read -r COPY_SECS COPY_HWM COPY_CPU COPY_RQ < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" -v hz="$(getconf CLK_TCK)" <<'EOF'
 CHECKPOINT;
 SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
 COPY orders_copy FROM :'csv' (FORMAT csv);
 SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 3),
        substring(pg_read_file('/proc/self/status') FROM 'VmHWM:\s*(\d+)'),
        (SELECT round((f[12]::bigint + f[13]::bigint) / :hz::numeric, 2)
-        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f);
+        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f),
+       round(split_part(pg_read_file('/proc/self/schedstat'), ' ', 2)::numeric / 1e9, 2);
 EOF
 ) || die "COPY failed"
 [ -n "${COPY_SECS:-}" ] || die "COPY failed"
@@ -636,7 +654,7 @@ SELECT o.order_id, o.user_id, o.amount, o.status, o.event_time, u.name, u.countr
 fi
 say "(2) COPY + $SECOND"
 # two statements, two transactions, as one would run them by hand
-read -r COPY_SECS COPY_ONLY_SECS GROUP_SECS COPY_HWM COPY_CPU < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" \
+read -r COPY_SECS COPY_ONLY_SECS GROUP_SECS COPY_HWM COPY_CPU COPY_RQ < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" \
 	-v hz="$(getconf CLK_TCK)" -v second="$SECOND_SQL" <<'EOF'
 CHECKPOINT;
 SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
@@ -648,7 +666,8 @@ SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 3),
        round((extract(epoch FROM clock_timestamp()) - :t1)::numeric, 3),
        substring(pg_read_file('/proc/self/status') FROM 'VmHWM:\s*(\d+)'),
        (SELECT round((f[12]::bigint + f[13]::bigint) / :hz::numeric, 2)
-        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f);
+        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f),
+       round(split_part(pg_read_file('/proc/self/schedstat'), ' ', 2)::numeric / 1e9, 2);
 EOF
 ) || die "COPY + $SECOND failed"
 [ -n "${COPY_SECS:-}" ] || die "COPY + $SECOND failed"
@@ -846,7 +865,7 @@ elif [ -n "$DO_PERF" ]; then
 	PERF_PID=$!
 	sleep 1
 	kill -0 "$PERF_PID" 2>/dev/null || { cat "$TMP/perf-record.log" >&2; die "perf record failed"; }
-	read -r PERF_SECS PERF_WORKER PERF_HWM PERF_CPU < <(run_stream s_perf agg_perf) ||
+	read -r PERF_SECS PERF_WORKER PERF_HWM PERF_CPU _ < <(run_stream s_perf agg_perf) ||
 		die "the perf stream run failed"
 	kill -INT "$PERF_PID"
 	wait "$PERF_PID"
@@ -911,6 +930,12 @@ report_setup()
 {
 	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB, streaming.batch_memory ${BATCH_MEMORY:-64MB}"
 }
+# the stream worker's time: on a CPU, waiting for one, asleep
+report_sched()
+{
+	echo "(1)'s worker, main thread: $WORKER_RUN s on a CPU, $WORKER_RQ s waiting for one (all its threads: $WORKER_RQ_ALL s),"
+	echo "  asleep the rest of its life (timed part $STREAM_SECS s); (2)'s backend waited ${COPY_RQ:--} s for a CPU"
+}
 report_cpu_note()
 {
 	echo "(CPU seconds: user + system time of the process doing the work, with all its threads; python + its backend;"
@@ -930,10 +955,10 @@ report_plans()
 	echo "(2)'s $SECOND, EXPLAIN after it ran (orders_copy of $(group "$TOTAL") rows):"
 	sed 's/^/  /' "$TMP/explain_copy.txt"
 	echo
-	echo "plans logged by auto_explain (over 1 s) of the stream's worker and of (2)'s INSERT:"
+	echo "plans logged by auto_explain (over 100 ms) of the stream's worker and of (2)'s INSERT:"
 	# a plan is its LOG line and the tab-indented lines after it (a
-	# CONTEXT line may come between); the worker's, and those of an INSERT
-	awk 'function flush() { if (block != "" && (block ~ /streaming worker LOG/ || block ~ /Query Text: INSERT/)) printf "%s", block; block = "" }
+	# CONTEXT line may come between); the worker's, and (2)'s INSERT
+	awk 'function flush() { if (block != "" && (block ~ /streaming worker LOG/ || block ~ /Query Text: INSERT INTO (orders_join_copy|agg_copy) /)) printf "%s", block; block = "" }
 		/ LOG:  duration: .* plan:/ { flush(); inplan = 1; block = $0 "\n"; next }
 		/^\t/ || (inplan && / CONTEXT:  /) { if (inplan) block = block $0 "\n"; next }
 		{ flush(); inplan = 0 }
@@ -963,6 +988,7 @@ if [ -z "$AGG" ]; then
 	printf '%-52s %8s %11s  %-13s %s\n' "(3) bench/python_loop.py (confluent_kafka+psycopg2)" "$PY_SECS" \
 		"$(group "$PY_RATE")" "$PY_CPU + $PY_BACKEND_CPU" "$(mb "$PY_RSS_KB") python + $(mb "$PY_BACKEND_KB") backend"
 	report_cpu_note
+	report_sched
 	echo
 	printf 'stream / COPY    %s\n' "$R_COPY"
 	printf 'stream / python  %s\n' "$R_PY"
@@ -974,6 +1000,7 @@ if [ -z "$AGG" ]; then
 	echo "(3) python loop: not run with --join"
 	echo "(CPU seconds: user + system time of the process doing the work, with all its threads;"
 	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1), on the same $(nproc) cores)"
+	report_sched
 	echo
 	printf 'stream / (COPY + %s)  %-6s (target >= 0.8: %s)\n' "$SECOND" "$R_COPY" "$(met 0.8 "$R_COPY")"
 	fi
@@ -1026,6 +1053,7 @@ else
 	printf '%-56s %8s %11s  %-13s %s\n' "(3) python_loop.py --aggregate (COPY + ON CONFLICT)" "$PY_SECS" \
 		"$(group "$PY_RATE")" "$PY_CPU + $PY_BACKEND_CPU" "$(mb "$PY_RSS_KB") python + $(mb "$PY_BACKEND_KB") backend"
 	report_cpu_note
+	report_sched
 	echo
 	printf 'stream / (COPY + GROUP BY)  %-6s (target >= 1.0: %s)\n' "$R_COPY" "$(met 1.0 "$R_COPY")"
 	printf 'stream / python             %-6s (target >= 5.0: %s)\n' "$R_PY" "$(met 5.0 "$R_PY")"
@@ -1033,6 +1061,7 @@ else
 	echo "(3) python loop: not run with --join"
 	echo "(CPU seconds: user + system time of the process doing the work, with all its threads;"
 	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1), on the same $(nproc) cores)"
+	report_sched
 	echo
 	printf 'stream / (COPY + %s)  %s\n' "$SECOND" "$R_COPY"
 	fi
