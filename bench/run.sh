@@ -168,7 +168,7 @@ KEEP=
 
 usage()
 {
-	sed -n '/^# Options:/,/^#  BENCH_LZ4/p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '/^# Options:/,/^#  BENCH_USERS/p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
