@@ -26,6 +26,12 @@ Options (for the aggregate benchmark):
                   0.00, status "paid", its event time one day after the last
                   order's: it moves a stream's watermark past every window of
                   the orders, so all of them close
+
+Option (for the join benchmark):
+  --users K       user_id in 1..K (uniform) instead of 100000..999999, so
+                  that every order finds its user in a table of users 1..K:
+                  user_id = (the default's user_id - 100000) mod K + 1, the
+                  other values as without it (the sentinel's user_id is 1)
 """
 import argparse
 import random
@@ -46,8 +52,11 @@ def main():
     ap.add_argument("--step-ms", type=int, default=37)
     ap.add_argument("--jitter-ms", type=int, default=120000)
     ap.add_argument("--sentinel", action="store_true")
+    ap.add_argument("--users", type=int, default=0)
     args = ap.parse_args()
     n = args.n
+    if args.users < 0:
+        ap.error("--users wants a positive integer")
     rnd = random.Random(42)
     jit = random.Random(4242)   # its own sequence: the other values stay as without --in-order
     start_ms = 1795910400000    # 2026-11-29T00:00:00Z
@@ -63,6 +72,8 @@ def main():
             cl = []
             for i in range(lo, min(lo + chunk, n + 1)):
                 user = rnd.randint(100000, 999999)
+                if args.users:
+                    user = (user - 100000) % args.users + 1
                 cents = rnd.randint(1000, 99999)
                 total_cents += cents
                 amount = "%d.%02d" % (cents // 100, cents % 100)
@@ -87,9 +98,10 @@ def main():
             if not args.in_order:
                 last_ms = start_ms + 86400000  # the default times stay within 2026-11-29
             ts = iso_ms(last_ms + 86400000)
-            s = '{"order_id":%d,"user_id":0,"amount":0.00,"status":"paid","event_time":"%s"}\n' % (n + 1, ts)
+            su = 1 if args.users else 0
+            s = '{"order_id":%d,"user_id":%d,"amount":0.00,"status":"paid","event_time":"%s"}\n' % (n + 1, su, ts)
             fj.write(s)
-            fc.write("%d,0,0.00,paid,%s\n" % (n + 1, ts))
+            fc.write("%d,%d,0.00,paid,%s\n" % (n + 1, su, ts))
             nbytes += len(s)
             lines += 1
     print(lines, nbytes, "%.1f" % ((nbytes - lines) / lines if lines else 0),

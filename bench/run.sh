@@ -21,8 +21,11 @@
 #
 # and prints one table with records/s of each and the ratios stream/COPY and
 # stream/python, the CPU time and peak RSS (VmHWM, which counts the shared
-# buffers a process touched) of the processes doing the work, then the
-# stream's batches and the server log's streaming lines.  Every table is
+# buffers a process touched) of the processes doing the work, how long the
+# worker's main thread was on a CPU, waiting for one (the machine's other
+# work) and asleep (mostly waiting for the Kafka client's prefetch, which
+# streaming.batch_memory bounds), then the stream's batches and the server
+# log's streaming lines.  Every table is
 # checked to hold exactly the N records.
 #
 # The records are generated once (bench/gen_orders.py: JSON lines and the
@@ -75,10 +78,54 @@
 # the same --partitions and compression: the Kafka client's prefetch is per
 # partition).
 #
+# With --join it measures a stream-static join instead (SPEC 3.5, issue 10),
+# on the same setup plus a table users (user_id bigint PRIMARY KEY, name
+# text, country text) of --users rows (default 100000), filled and VACUUM
+# ANALYZEd before anything is timed; the orders' user_id is then in
+# 1..--users (gen_orders.py --users), so every order has its user:
+#
+#   (1) stream "s": SELECT o.order_id, o.user_id, o.amount, o.status,
+#       o.event_time, u.name AS user_name, u.country FROM orders o JOIN users
+#       u ON u.user_id = o.user_id, into orders_stream of those seven typed
+#       columns; timed as above;
+#   (2) COPY of the CSV into orders_copy, then INSERT INTO orders_join_copy
+#       (the same seven columns) SELECT ... FROM orders_copy o JOIN users u
+#       ON u.user_id = o.user_id, two statements, timed together (as one
+#       would do it by hand: no ANALYZE of orders_copy in between);
+#   (3) not run (the Python loop would only add the same INSERT ... JOIN
+#       after its COPY; it measures the client, not the join).
+#
+# With --join --aggregate: the aggregate benchmark's data and timing, the
+# group being the user's country:
+#
+#   (1) stream "s", append, watermark 10 minutes:
+#         SELECT streaming.window_start() AS window_start,
+#                streaming.window_end() AS window_end, u.country,
+#                count(*) AS cnt, sum(o.amount) AS total_amount
+#         FROM orders o JOIN users u ON u.user_id = o.user_id
+#         GROUP BY streaming.tumble(o.event_time, '5 minutes'), u.country
+#   (2) COPY into orders_copy, then INSERT INTO agg_copy SELECT
+#       date_bin('5 minutes', o.event_time, 'epoch'), ..., u.country,
+#       count(*), sum(o.amount) FROM orders_copy o JOIN users u ON ...
+#       GROUP BY 1, 2, 3, timed together;
+#   (3) not run.
+#
+# Checked as above, without the Python loop's table: the stream's sink
+# equals (2)'s table (EXCEPT ALL both ways, every column; for the aggregate
+# the windows the final watermark closed), and holds every order once.  The
+# report adds (2)'s split (COPY, INSERT ... JOIN), the EXPLAIN of (2)'s
+# INSERT ... SELECT (planned after it ran, over the 1M-row orders_copy), and
+# the stream's own plan as auto_explain (loaded with --join only, plans of
+# statements over 100 ms, no ANALYZE: no cost per row) logged it from the
+# worker: the plan join.c made for the batch's row count.
+#
 # Options:
 #   --records N     records to generate (default 1000000)
 #   --partitions P  partitions of the topic (default 32)
 #   --aggregate     the windowed aggregate benchmark described above
+#   --join          the stream-static join benchmark described above (with
+#                   --aggregate: the window per country over the join)
+#   --users K       rows of the users table with --join (default 100000)
 #   --lz4           produce lz4-compressed from the start (default: only when
 #                   the uncompressed topic does not fit in the mock)
 #   --max-offsets-per-trigger M
@@ -95,8 +142,8 @@
 #                   --aggregate the whole machine is recorded (perf record -a)
 #                   and the report is the worker's, plus CPU time per process
 #   --keep          keep the temp dir (data, server log, perf.data)
-# (under make: make bench BENCH_RECORDS=N BENCH_PARTITIONS=P BENCH_AGG=1
-#  BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_BATCH_MEMORY=SIZE BENCH_PERF=1)
+# (under make: make bench BENCH_RECORDS=N BENCH_PARTITIONS=P BENCH_AGG=1 BENCH_JOIN=1
+#  BENCH_USERS=K BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_BATCH_MEMORY=SIZE BENCH_PERF=1)
 #
 # As root it installs what is missing (apt-get: kcat python3-confluent-kafka
 # python3-psycopg2, and linux-perf for --perf), runs `make install` in the
@@ -112,6 +159,8 @@ RECORDS=${BENCH_RECORDS:-1000000}
 PARTITIONS=${BENCH_PARTITIONS:-32}
 DO_PERF=${BENCH_PERF:-}
 AGG=${BENCH_AGG:-}
+JOIN=${BENCH_JOIN:-}
+USERS=${BENCH_USERS:-100000}
 FORCE_LZ4=${BENCH_LZ4:-}
 MAX_OFFSETS=${BENCH_MAX_OFFSETS:-}
 BATCH_MEMORY=${BENCH_BATCH_MEMORY:-}
@@ -119,7 +168,7 @@ KEEP=
 
 usage()
 {
-	sed -n '/^# Options:/,/^#  BENCH_LZ4/p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '/^# Options:/,/^#  BENCH_USERS/p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -130,6 +179,9 @@ while [ $# -gt 0 ]; do
 		--partitions=*) PARTITIONS=${1#*=}; shift ;;
 		--perf) DO_PERF=1; shift ;;
 		--aggregate) AGG=1; shift ;;
+		--join) JOIN=1; shift ;;
+		--users) USERS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--users=*) USERS=${1#*=}; shift ;;
 		--lz4) FORCE_LZ4=1; shift ;;
 		--max-offsets-per-trigger) MAX_OFFSETS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--max-offsets-per-trigger=*) MAX_OFFSETS=${1#*=}; shift ;;
@@ -142,6 +194,7 @@ while [ $# -gt 0 ]; do
 done
 case $RECORDS in ''|*[!0-9]*|0) echo "bench/run.sh: --records wants a positive integer" >&2; exit 2 ;; esac
 case $PARTITIONS in ''|*[!0-9]*|0) echo "bench/run.sh: --partitions wants a positive integer" >&2; exit 2 ;; esac
+case $USERS in ''|*[!0-9]*|0) echo "bench/run.sh: --users wants a positive integer" >&2; exit 2 ;; esac
 case $MAX_OFFSETS in ''|[1-9]|[1-9]*[0-9]) ;; *) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 case $MAX_OFFSETS in *[!0-9]*) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 
@@ -269,7 +322,8 @@ SOCK=$TMP/sock
 
 GEN_OPTS=()
 [ -n "$AGG" ] && GEN_OPTS=(--in-order --sentinel)
-say "generating $RECORDS records${AGG:+ (in order, and a sentinel)}"
+[ -n "$JOIN" ] && GEN_OPTS+=(--users "$USERS")
+say "generating $RECORDS records${AGG:+ (in order, and a sentinel)}${JOIN:+ (user_id in 1..$USERS)}"
 read -r TOTAL JSON_BYTES AVG_LEN EXPECT_SUM < <("$PY" "$BENCH/gen_orders.py" "${GEN_OPTS[@]}" "$RECORDS" \
 	"$TMP/data/orders.jsonl" "$TMP/data/orders.csv") || die "gen_orders.py failed"
 [ -n "$EXPECT_SUM" ] || die "gen_orders.py failed"
@@ -374,6 +428,12 @@ streaming.max_workers = 4
 streaming.log_batches = on
 log_line_prefix = '%m [%p] %b '
 EOF
+# --join: the plans of the stream's join (and of (2)'s INSERT) in the log
+[ -n "$JOIN" ] && cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
+shared_preload_libraries = 'streaming, auto_explain'
+auto_explain.log_min_duration = '100ms'
+auto_explain.log_nested_statements = on
+EOF
 [ -n "$BATCH_MEMORY" ] && echo "streaming.batch_memory = '$BATCH_MEMORY'" >>"$PGDATA_DIR/postgresql.conf"
 as_server "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$PGDATA_DIR/server.log" -w -t 60 start >/dev/null ||
 	{ tail -n 30 "$PGDATA_DIR/server.log" >&2; die "the server did not start"; }
@@ -389,14 +449,37 @@ COLS='order_id bigint, user_id bigint, amount numeric(10,2), status text, event_
 # holds (create_stream makes agg_stream from the select list), (3) keyed for
 # its upsert
 AGG_COLS='window_start timestamptz, window_end timestamptz, status text, cnt bigint, total_amount numeric, avg_amount numeric'
-psql_q -v cols="$COLS" -v aggcols="$AGG_COLS" -v bootstrap="$BOOTSTRAP" -v topic="$TOPIC" \
-	-v max_offsets="$MAX_OFFSETS" <<'EOF' || die "setup failed"
+# their columns, in order (what the checks compare)
+AGG_LIST='window_start, window_end, status, cnt, total_amount, avg_amount'
+# --join: the sinks of the stream and of (2) get the user's two columns; the
+# aggregate groups by the user's country and has no avg
+SINK_COLS=$COLS
+if [ -n "$JOIN" ]; then
+	SINK_COLS="$COLS, user_name text, country text"
+	AGG_COLS='window_start timestamptz, window_end timestamptz, country text, cnt bigint, total_amount numeric'
+	AGG_LIST='window_start, window_end, country, cnt, total_amount'
+fi
+psql_q -v cols="$COLS" -v sinkcols="$SINK_COLS" -v aggcols="$AGG_COLS" -v bootstrap="$BOOTSTRAP" -v topic="$TOPIC" \
+	-v max_offsets="$MAX_OFFSETS" -v join="${JOIN:-0}" -v users="$USERS" <<'EOF' || die "setup failed"
 CREATE EXTENSION streaming;
-SELECT format('CREATE TABLE %I (%s)', t, :'cols') FROM unnest(ARRAY['orders_stream', 'orders_copy', 'orders_py', 'orders_perf']) t
+SELECT format('CREATE TABLE %I (%s)', t, :'cols') FROM unnest(ARRAY['orders_copy', 'orders_py']) t
+\gexec
+SELECT format('CREATE TABLE %I (%s)', t, :'sinkcols') FROM unnest(ARRAY['orders_stream', 'orders_perf', 'orders_join_copy']) t
 \gexec
 SELECT format('CREATE TABLE agg_copy (%s)', :'aggcols'),
-       format('CREATE TABLE agg_py (%s, PRIMARY KEY (window_start, status))', :'aggcols')
+       format('CREATE TABLE agg_py (%s, PRIMARY KEY (window_start, %s))', :'aggcols',
+              CASE WHEN :join = 1 THEN 'country' ELSE 'status' END)
 \gexec
+-- --join's table: user_id 1..users, a name and one of 20 countries
+\if :join
+CREATE TABLE users (user_id bigint PRIMARY KEY, name text NOT NULL, country text NOT NULL);
+INSERT INTO users
+SELECT i, 'user ' || i,
+       (ARRAY['US', 'DE', 'FR', 'GB', 'IT', 'ES', 'NL', 'BE', 'SE', 'NO',
+              'DK', 'FI', 'PL', 'PT', 'AT', 'CH', 'JP', 'BR', 'CA', 'AU'])[1 + abs(hashint8(i)) % 20]
+  FROM generate_series(1, :users) i;
+VACUUM ANALYZE users;
+\endif
 SELECT streaming.create_kafka_source('orders', :'bootstrap', topics => ARRAY[:'topic'],
     starting_offsets => 'earliest', columns => :'cols',
     max_offsets_per_trigger => nullif(:'max_offsets', '')::bigint)
@@ -405,13 +488,25 @@ EOF
 
 # the stream's query and options: create_stream(name, $QUERY, sink => ...,
 # output_mode => $OUTPUT_MODE, watermark => $WATERMARK)
-if [ -n "$AGG" ]; then
+if [ -n "$AGG" ] && [ -n "$JOIN" ]; then
+	QUERY="SELECT streaming.window_start() AS window_start, streaming.window_end() AS window_end,
+       u.country, count(*) AS cnt, sum(o.amount) AS total_amount
+  FROM orders o JOIN users u ON u.user_id = o.user_id
+ GROUP BY streaming.tumble(o.event_time, '5 minutes'), u.country"
+	OUTPUT_MODE=append
+	WATERMARK='10 minutes'
+elif [ -n "$AGG" ]; then
 	QUERY="SELECT streaming.window_start() AS window_start, streaming.window_end() AS window_end,
        status, count(*) AS cnt, sum(amount) AS total_amount, avg(amount) AS avg_amount
   FROM orders
  GROUP BY streaming.tumble(event_time, '5 minutes'), status"
 	OUTPUT_MODE=append
 	WATERMARK='10 minutes'
+elif [ -n "$JOIN" ]; then
+	QUERY='SELECT o.order_id, o.user_id, o.amount, o.status, o.event_time, u.name AS user_name, u.country
+  FROM orders o JOIN users u ON u.user_id = o.user_id'
+	OUTPUT_MODE=append
+	WATERMARK=
 else
 	QUERY='SELECT order_id, user_id, amount, status, event_time FROM orders'
 	OUTPUT_MODE=append
@@ -428,6 +523,20 @@ cpu_secs()
 {
 	sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null |
 		awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($12 + $13) / hz }'
+}
+
+# sched_secs PID: from /proc/PID/task/*/schedstat, "R W A": the main
+# thread's seconds on a CPU (R) and waiting on a run queue for one (W), and
+# the run-queue wait of all its threads (A); the rest of the main thread's
+# life it slept (waited for the broker, the disk, a lock)
+sched_secs()
+{
+	local t main=/proc/$1/task/$1/schedstat
+	[ -r "$main" ] || { echo "- - -"; return; }
+	for t in /proc/$1/task/*/schedstat; do
+		cat "$t" 2>/dev/null
+	done | awk -v m="$(cat "$main" 2>/dev/null)" '{ a += $2 }
+		END { split(m, f, " "); printf "%.2f %.2f %.2f", f[1] / 1e9, f[2] / 1e9, a / 1e9 }'
 }
 
 # produce_sentinel: --aggregate's last record, after the data.  Produced
@@ -477,9 +586,9 @@ EOF
 	fi
 	pid=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = '$name'")
 	if [ -n "$pid" ]; then
-		echo "$secs $pid $(vmhwm_kb "$pid") $(cpu_secs "$pid")"
+		echo "$secs $pid $(vmhwm_kb "$pid") $(cpu_secs "$pid") $(sched_secs "$pid")"
 	else
-		echo "$secs - - -"
+		echo "$secs - - - - - -"
 	fi
 	psql_q -c "SELECT streaming.stop('$name')" >/dev/null
 }
@@ -496,56 +605,83 @@ LOAD_1=$(load1)
 B0=$(cpu_secs "$BROKER_PID")
 CATCH_UP=
 [ -n "$AGG" ] && CATCH_UP=produce_sentinel
-read -r STREAM_SECS WORKER_PID WORKER_HWM WORKER_CPU < <(AFTER_CATCH_UP=$CATCH_UP run_stream s "$STREAM_SINK") ||
+read -r STREAM_SECS WORKER_PID WORKER_HWM WORKER_CPU WORKER_RUN WORKER_RQ WORKER_RQ_ALL < <(AFTER_CATCH_UP=$CATCH_UP run_stream s "$STREAM_SINK") ||
 	{ tail -n 40 "$PGDATA_DIR/server.log" >&2; die "the stream run failed"; }
 [ -n "${STREAM_SECS:-}" ] || { tail -n 40 "$PGDATA_DIR/server.log" >&2; die "the stream run failed"; }
 
 B1=$(cpu_secs "$BROKER_PID")
 
-# ---- (2) server-side COPY (and, with --aggregate, GROUP BY) ----------------
+# ---- (2) server-side COPY (and, with --aggregate or --join, INSERT ... SELECT)
 
 LOAD_2=$(load1)
-if [ -z "$AGG" ]; then
+if [ -z "$AGG" ] && [ -z "$JOIN" ]; then
 say "(2) COPY"
-read -r COPY_SECS COPY_HWM COPY_CPU < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" -v hz="$(getconf CLK_TCK)" <<'EOF'
+read -r COPY_SECS COPY_HWM COPY_CPU COPY_RQ < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" -v hz="$(getconf CLK_TCK)" <<'EOF'
 CHECKPOINT;
 SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
 COPY orders_copy FROM :'csv' (FORMAT csv);
 SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 3),
        substring(pg_read_file('/proc/self/status') FROM 'VmHWM:\s*(\d+)'),
        (SELECT round((f[12]::bigint + f[13]::bigint) / :hz::numeric, 2)
-        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f);
+        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f),
+       round(split_part(pg_read_file('/proc/self/schedstat'), ' ', 2)::numeric / 1e9, 2);
 EOF
 ) || die "COPY failed"
 [ -n "${COPY_SECS:-}" ] || die "COPY failed"
 else
-say "(2) COPY + GROUP BY"
-# two statements, two transactions, as one would run them by hand
-read -r COPY_SECS COPY_ONLY_SECS GROUP_SECS COPY_HWM COPY_CPU < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" \
-	-v hz="$(getconf CLK_TCK)" <<'EOF'
-CHECKPOINT;
-SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
-COPY orders_copy FROM :'csv' (FORMAT csv);
-SELECT extract(epoch FROM clock_timestamp()) AS t1 \gset
-INSERT INTO agg_copy (window_start, window_end, status, cnt, total_amount, avg_amount)
+# the statement after the COPY
+if [ -n "$AGG" ] && [ -n "$JOIN" ]; then
+	SECOND="INSERT .. JOIN .. GROUP BY"
+	SECOND_SQL="INSERT INTO agg_copy (window_start, window_end, country, cnt, total_amount)
+SELECT date_bin('5 minutes', o.event_time, 'epoch'),
+       date_bin('5 minutes', o.event_time, 'epoch') + interval '5 minutes',
+       u.country, count(*), sum(o.amount)
+  FROM orders_copy o JOIN users u ON u.user_id = o.user_id
+ GROUP BY 1, 2, 3"
+elif [ -n "$AGG" ]; then
+	SECOND="INSERT .. GROUP BY"
+	SECOND_SQL="INSERT INTO agg_copy (window_start, window_end, status, cnt, total_amount, avg_amount)
 SELECT date_bin('5 minutes', event_time, 'epoch'),
        date_bin('5 minutes', event_time, 'epoch') + interval '5 minutes',
        status, count(*), sum(amount), avg(amount)
   FROM orders_copy
- GROUP BY 1, 2, 3;
+ GROUP BY 1, 2, 3"
+else
+	SECOND="INSERT .. JOIN"
+	SECOND_SQL="INSERT INTO orders_join_copy (order_id, user_id, amount, status, event_time, user_name, country)
+SELECT o.order_id, o.user_id, o.amount, o.status, o.event_time, u.name, u.country
+  FROM orders_copy o JOIN users u ON u.user_id = o.user_id"
+fi
+say "(2) COPY + $SECOND"
+# two statements, two transactions, as one would run them by hand
+read -r COPY_SECS COPY_ONLY_SECS GROUP_SECS COPY_HWM COPY_CPU COPY_RQ < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" \
+	-v hz="$(getconf CLK_TCK)" -v second="$SECOND_SQL" <<'EOF'
+CHECKPOINT;
+SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
+COPY orders_copy FROM :'csv' (FORMAT csv);
+SELECT extract(epoch FROM clock_timestamp()) AS t1 \gset
+:second;
 SELECT round((extract(epoch FROM clock_timestamp()) - :t0)::numeric, 3),
        round((:t1 - :t0)::numeric, 3),
        round((extract(epoch FROM clock_timestamp()) - :t1)::numeric, 3),
        substring(pg_read_file('/proc/self/status') FROM 'VmHWM:\s*(\d+)'),
        (SELECT round((f[12]::bigint + f[13]::bigint) / :hz::numeric, 2)
-        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f);
+        FROM string_to_array(split_part(pg_read_file('/proc/self/stat'), ') ', 2), ' ') f),
+       round(split_part(pg_read_file('/proc/self/schedstat'), ' ', 2)::numeric / 1e9, 2);
 EOF
-) || die "COPY + GROUP BY failed"
-[ -n "${COPY_SECS:-}" ] || die "COPY + GROUP BY failed"
+) || die "COPY + $SECOND failed"
+[ -n "${COPY_SECS:-}" ] || die "COPY + $SECOND failed"
+# its plan, planned again now (orders_copy as it is: analysed only if
+# autovacuum got to it)
+[ -n "$JOIN" ] && psql_q -v second="$SECOND_SQL" >"$TMP/explain_copy.txt" 2>&1 <<'EOF'
+EXPLAIN :second;
+EOF
 fi
 
 # ---- (3) the Python loop ---------------------------------------------------
 
+LOAD_3=-
+if [ -z "$JOIN" ]; then
 say "(3) python_loop.py${AGG:+ --aggregate}"
 psql_q -c CHECKPOINT || die "CHECKPOINT failed"
 LOAD_3=$(load1)
@@ -558,23 +694,35 @@ read -r PY_ROWS PY_SECS _ PY_BATCHES PY_RSS_KB PY_BACKEND_KB PY_CPU PY_BACKEND_C
 	die "python_loop.py failed"
 [ -n "${PY_SECS:-}" ] || die "python_loop.py failed"
 B3=$(cpu_secs "$BROKER_PID")
+else
+	# --join: no Python loop (see the header)
+	B2=0 B3=0 PY_SECS=0 PY_BATCHES=- PY_RSS_KB=- PY_BACKEND_KB=- PY_CPU=- PY_BACKEND_CPU=-
+fi
 
 # ---- checks ----------------------------------------------------------------
 
 if [ -z "$AGG" ]; then
-CHECKS=$(psql_q -F ' ' -v n="$RECORDS" -v sum="$EXPECT_SUM" <<'EOF'
+# the third table: python's, or with --join (2)'s joined rows
+THIRD="SELECT 'python', order_id, amount FROM orders_py"
+REF=orders_copy
+if [ -n "$JOIN" ]; then
+	THIRD="SELECT 'copy_join', order_id, amount FROM orders_join_copy"
+	REF=orders_join_copy
+fi
+CHECKS=$(psql_q -F ' ' -v n="$RECORDS" -v sum="$EXPECT_SUM" -v third="$THIRD" <<'EOF'
 SELECT t, count(*) = :n AND count(DISTINCT order_id) = :n AND sum(amount) = :sum
           AND min(order_id) = 1 AND max(order_id) = :n,
        count(*), sum(amount)
 FROM (SELECT 'stream' t, order_id, amount FROM orders_stream
       UNION ALL SELECT 'copy', order_id, amount FROM orders_copy
-      UNION ALL SELECT 'python', order_id, amount FROM orders_py) x
+      UNION ALL :third) x
 GROUP BY t ORDER BY t;
 EOF
 ) || die "checking the tables failed"
 CHECK_FAIL=$(awk '$2 != "t" { print $1 ": " $3 " rows, sum " $4 }' <<<"$CHECKS")
-# the stream's exact contents against COPY's (same records, same types)
-DIFF_ROWS=$(psql_q -c "SELECT count(*) FROM ((TABLE orders_stream EXCEPT ALL TABLE orders_copy) UNION ALL (TABLE orders_copy EXCEPT ALL TABLE orders_stream)) d")
+# the stream's exact contents against COPY's (same records, same types;
+# --join: against COPY + INSERT .. JOIN, the user's columns too)
+DIFF_ROWS=$(psql_q -c "SELECT count(*) FROM ((TABLE orders_stream EXCEPT ALL TABLE $REF) UNION ALL (TABLE $REF EXCEPT ALL TABLE orders_stream)) d")
 
 PROGRESS=$(psql_q -F ' | ' -P footer=off <<'EOF'
 SELECT batch_id, num_input_rows, num_bad_rows, duration,
@@ -588,7 +736,12 @@ else
 # must be in one of them (sum(cnt) = N), only the sentinel's window is left
 # out of agg_copy and agg_py, and nothing may have been late.
 FINAL_WM=$(psql_q -c "SELECT watermark FROM streaming.streams WHERE name = 's'")
-CHECKS=$(psql_q -F ' ' -v n="$RECORDS" -v sum="$EXPECT_SUM" -v total="$TOTAL" <<'EOF'
+# (--join: no python table; the columns are AGG_LIST)
+PY_ON=1
+[ -n "$JOIN" ] && PY_ON=0
+CHECKS=$(psql_q -F ' ' -v n="$RECORDS" -v sum="$EXPECT_SUM" -v total="$TOTAL" -v cl="$AGG_LIST" -v py="$PY_ON" \
+	-v pyunion="$([ "$PY_ON" = 1 ] && echo "UNION ALL SELECT 'python', cnt, total_amount FROM closed_py")" \
+	-v pyunion_all="$([ "$PY_ON" = 1 ] && echo "UNION ALL SELECT 'python', cnt FROM agg_py")" <<'EOF'
 SELECT watermark AS w FROM streaming.streams WHERE name = 's' \gset
 CREATE TEMP VIEW closed_copy AS SELECT * FROM agg_copy WHERE window_end <= :'w';
 CREATE TEMP VIEW closed_py AS SELECT * FROM agg_py WHERE window_end <= :'w';
@@ -596,31 +749,31 @@ CREATE TEMP VIEW closed_py AS SELECT * FROM agg_py WHERE window_end <= :'w';
 SELECT t, sum(cnt) = :n AND sum(total_amount) = :sum, count(*), sum(cnt), sum(total_amount)
 FROM (SELECT 'stream' t, cnt, total_amount FROM agg_stream
       UNION ALL SELECT 'copy', cnt, total_amount FROM closed_copy
-      UNION ALL SELECT 'python', cnt, total_amount FROM closed_py) x
+      :pyunion) x
 GROUP BY t ORDER BY t;
 -- rows of the stream's sink missing from the other table, and the other way
 SELECT 'diff_copy', count(*) = 0, count(*) FILTER (WHERE side = 1), count(*) FILTER (WHERE side = 2) FROM (
-    (SELECT 1 side, * FROM (SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM agg_stream
-                            EXCEPT ALL SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM closed_copy) a)
+    (SELECT 1 side, * FROM (SELECT :cl FROM agg_stream EXCEPT ALL SELECT :cl FROM closed_copy) a)
     UNION ALL
-    (SELECT 2, * FROM (SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM closed_copy
-                       EXCEPT ALL SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM agg_stream) b)) d;
+    (SELECT 2, * FROM (SELECT :cl FROM closed_copy EXCEPT ALL SELECT :cl FROM agg_stream) b)) d;
+\if :py
 SELECT 'diff_python', count(*) = 0, count(*) FILTER (WHERE side = 1), count(*) FILTER (WHERE side = 2) FROM (
-    (SELECT 1 side, * FROM (SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM agg_stream
-                            EXCEPT ALL SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM closed_py) a)
+    (SELECT 1 side, * FROM (SELECT :cl FROM agg_stream EXCEPT ALL SELECT :cl FROM closed_py) a)
     UNION ALL
-    (SELECT 2, * FROM (SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM closed_py
-                       EXCEPT ALL SELECT window_start, window_end, status, cnt, total_amount, avg_amount FROM agg_stream) b)) d;
+    (SELECT 2, * FROM (SELECT :cl FROM closed_py EXCEPT ALL SELECT :cl FROM agg_stream) b)) d;
+\endif
 -- what the watermark left open: the sentinel's window only (one row, one record)
 SELECT 'open_copy', count(*) = 1 AND sum(cnt) = 1, count(*), sum(cnt) FROM agg_copy WHERE window_end > :'w';
+\if :py
 SELECT 'open_python', count(*) = 1 AND sum(cnt) = 1, count(*), sum(cnt) FROM agg_py WHERE window_end > :'w';
+\endif
 -- every record went through the stream, none late, none bad
 SELECT 'progress', sum(num_input_rows) = :total AND sum(num_late_rows) = 0 AND sum(num_bad_rows) = 0,
        sum(num_input_rows), sum(num_late_rows), sum(num_bad_rows)
 FROM streaming.progress WHERE stream = 's';
 -- each of agg_copy and agg_py (all windows) holds every record
 SELECT 'all_' || t, sum(cnt) = :total, sum(cnt) FROM (SELECT 'copy' t, cnt FROM agg_copy
-    UNION ALL SELECT 'python', cnt FROM agg_py) x GROUP BY t ORDER BY t;
+    :pyunion_all) x GROUP BY t ORDER BY t;
 EOF
 ) || die "checking the tables failed"
 CHECK_FAIL=$(awk '$2 != "t" { print }' <<<"$CHECKS")
@@ -653,9 +806,10 @@ PERF_OUT=
 LOCK_PID=
 if [ -n "$DO_PERF" ] && [ -z "$AGG" ]; then
 	say "(perf) stream again under perf record -p <worker>"
-	psql_q -c "SELECT streaming.create_stream('s_perf',
-		\$\$SELECT order_id, user_id, amount, status, event_time FROM orders\$\$,
-		sink => 'orders_perf', start => false)" -c CHECKPOINT >/dev/null || die "create_stream s_perf failed"
+	psql_q -v query="$QUERY" >/dev/null <<'EOF' || die "create_stream s_perf failed"
+SELECT streaming.create_stream('s_perf', :'query', sink => 'orders_perf', start => false);
+CHECKPOINT;
+EOF
 	PGAPPNAME=bench-lock psql_q -c "BEGIN; LOCK TABLE orders_perf; SELECT pg_sleep(600)" \
 		>/dev/null 2>&1 &
 	LOCK_PID=$!
@@ -711,7 +865,7 @@ elif [ -n "$DO_PERF" ]; then
 	PERF_PID=$!
 	sleep 1
 	kill -0 "$PERF_PID" 2>/dev/null || { cat "$TMP/perf-record.log" >&2; die "perf record failed"; }
-	read -r PERF_SECS PERF_WORKER PERF_HWM PERF_CPU < <(run_stream s_perf agg_perf) ||
+	read -r PERF_SECS PERF_WORKER PERF_HWM PERF_CPU _ < <(run_stream s_perf agg_perf) ||
 		die "the perf stream run failed"
 	kill -INT "$PERF_PID"
 	wait "$PERF_PID"
@@ -776,21 +930,57 @@ report_setup()
 {
 	echo "commit $COMMIT; nproc $(nproc); PostgreSQL $SERVER_VERSION; librdkafka $RDKAFKA; fsync on, shared_buffers 1GB, max_wal_size 4GB, streaming.batch_memory ${BATCH_MEMORY:-64MB}"
 }
+# the stream worker's time: on a CPU, waiting for one, asleep
+report_sched()
+{
+	echo "(1)'s worker, main thread: $WORKER_RUN s on a CPU, $WORKER_RQ s waiting for one (all its threads: $WORKER_RQ_ALL s),"
+	echo "  asleep the rest of its life (timed part $STREAM_SECS s); (2)'s backend waited ${COPY_RQ:--} s for a CPU"
+}
 report_cpu_note()
 {
 	echo "(CPU seconds: user + system time of the process doing the work, with all its threads; python + its backend;"
 	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1) and $(awk -v a="$B2" -v b="$B3" 'BEGIN { printf "%.2f", b - a }') s during (3), on the same $(nproc) cores)"
 }
 
+AGG_GROUP=status AGG_OTHERS=" = agg_py"
+[ -n "$JOIN" ] && AGG_GROUP=country AGG_OTHERS=
+# met TARGET_RATIO RATIO: "met" or "NOT met"
+met() { awk -v t="$1" -v r="$2" 'BEGIN { print (r != "-" && r + 0 >= t) ? "met" : "NOT met" }'; }
+
+# --join: the plans, (2)'s by EXPLAIN, the stream's by auto_explain
+report_plans()
+{
+	[ -n "$JOIN" ] || return 0
+	echo
+	echo "(2)'s $SECOND, EXPLAIN after it ran (orders_copy of $(group "$TOTAL") rows):"
+	sed 's/^/  /' "$TMP/explain_copy.txt"
+	echo
+	echo "plans logged by auto_explain (over 100 ms) of the stream's worker and of (2)'s INSERT:"
+	# a plan is its LOG line and the tab-indented lines after it (a
+	# CONTEXT line may come between); the worker's, and (2)'s INSERT
+	awk 'function flush() { if (block != "" && (block ~ /streaming worker LOG/ || block ~ /Query Text: INSERT INTO (orders_join_copy|agg_copy) /)) printf "%s", block; block = "" }
+		/ LOG:  duration: .* plan:/ { flush(); inplan = 1; block = $0 "\n"; next }
+		/^\t/ || (inplan && / CONTEXT:  /) { if (inplan) block = block $0 "\n"; next }
+		{ flush(); inplan = 0 }
+		END { flush() }' "$PGDATA_DIR/server.log" | head -80 | sed 's/^/  /'
+}
+
 if [ -z "$AGG" ]; then
 {
 	echo
-	echo "streaming benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes),"
+	if [ -n "$JOIN" ]; then
+		echo "streaming join benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes)"
+		echo "  joined to users ($(group "$USERS") rows, user_id primary key, ANALYZEd): the user's name and country added, typed sink of 7 columns;"
+	else
+		echo "streaming benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes),"
+	fi
 	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
 	report_setup
 	echo "load average before $LOAD_BEFORE, after $LOAD_AFTER (other work on the machine skews the numbers)"
 	echo
-	printf '%-52s %8s %11s  %-13s %s\n' "method" "seconds" "records/s" "CPU seconds" "peak RSS (VmHWM)"
+	W=52; [ -n "$JOIN" ] && W=56
+	printf "%-${W}s %8s %11s  %-13s %s\n" "method" "seconds" "records/s" "CPU seconds" "peak RSS (VmHWM)"
+	if [ -z "$JOIN" ]; then
 	printf '%-52s %8s %11s  %-13s %s\n' "(1) streaming: stream s, background worker" "$STREAM_SECS" \
 		"$(group "$STREAM_RATE")" "$WORKER_CPU" "$(mb "$WORKER_HWM") worker (pid $WORKER_PID)"
 	printf '%-52s %8s %11s  %-13s %s\n' "(2) COPY orders_copy FROM file (FORMAT csv)" "$COPY_SECS" \
@@ -798,14 +988,31 @@ if [ -z "$AGG" ]; then
 	printf '%-52s %8s %11s  %-13s %s\n' "(3) bench/python_loop.py (confluent_kafka+psycopg2)" "$PY_SECS" \
 		"$(group "$PY_RATE")" "$PY_CPU + $PY_BACKEND_CPU" "$(mb "$PY_RSS_KB") python + $(mb "$PY_BACKEND_KB") backend"
 	report_cpu_note
+	report_sched
 	echo
 	printf 'stream / COPY    %s\n' "$R_COPY"
 	printf 'stream / python  %s\n' "$R_PY"
+	else
+	printf '%-56s %8s %11s  %-13s %s\n' "(1) streaming: join stream s, background worker" "$STREAM_SECS" \
+		"$(group "$STREAM_RATE")" "$WORKER_CPU" "$(mb "$WORKER_HWM") worker (pid $WORKER_PID)"
+	printf '%-56s %8s %11s  %-13s %s\n' "(2) COPY ($COPY_ONLY_SECS s) + $SECOND ($GROUP_SECS s)" "$COPY_SECS" \
+		"$(group "$COPY_RATE")" "$COPY_CPU" "$(mb "$COPY_HWM") backend"
+	echo "(3) python loop: not run with --join"
+	echo "(CPU seconds: user + system time of the process doing the work, with all its threads;"
+	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1), on the same $(nproc) cores)"
+	report_sched
+	echo
+	printf 'stream / (COPY + %s)  %-6s (target >= 0.8: %s)\n' "$SECOND" "$R_COPY" "$(met 0.8 "$R_COPY")"
+	fi
 	echo
 	if [ -z "$CHECK_FAIL" ] && [ "$DIFF_ROWS" = 0 ]; then
-		echo "checked: each table holds exactly the $(group "$RECORDS") records (count, distinct order_id, sum(amount) = $EXPECT_SUM); stream rows = COPY rows"
+		if [ -n "$JOIN" ]; then
+			echo "checked: each table holds exactly the $(group "$RECORDS") records (count, distinct order_id, sum(amount) = $EXPECT_SUM); stream rows = COPY + $SECOND rows (all 7 columns, EXCEPT ALL both ways)"
+		else
+			echo "checked: each table holds exactly the $(group "$RECORDS") records (count, distinct order_id, sum(amount) = $EXPECT_SUM); stream rows = COPY rows"
+		fi
 	else
-		echo "CHECK FAILED: ${CHECK_FAIL:-} ${DIFF_ROWS} rows differ between orders_stream and orders_copy"
+		echo "CHECK FAILED: ${CHECK_FAIL:-} ${DIFF_ROWS} rows differ between orders_stream and $REF"
 	fi
 	echo "python loop: $PY_BATCHES batches; stream s: status | last batch | last_error | source_error = $STREAM_STATE; dead letters: $DEAD"
 	echo
@@ -813,19 +1020,24 @@ if [ -z "$AGG" ]; then
 	sed 's/^/  /' <<<"$PROGRESS"
 	echo
 	echo "server log (errors, warnings, streaming lines):"
-	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | head -40 | sed 's/^/  /'
+	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | grep -v "^$(printf '\t')" |
+		head -40 | sed 's/^/  /'
+	report_plans
 	if [ -n "$PERF_OUT" ]; then
 		echo
 		echo "$PERF_OUT"
 	fi
 }
 else
-# met TARGET_RATIO RATIO: "met" or "NOT met"
-met() { awk -v t="$1" -v r="$2" 'BEGIN { print (r != "-" && r + 0 >= t) ? "met" : "NOT met" }'; }
 {
 	echo
 	echo "streaming aggregate benchmark: $(group "$RECORDS") JSON order records + 1 sentinel (avg $AVG_LEN bytes, $JSON_BYTES bytes),"
-	echo "  event times in order (37 ms apart, jitter < 2 min), 5-minute tumbling windows by status, watermark 10 minutes;"
+	if [ -n "$JOIN" ]; then
+		echo "  joined to users ($(group "$USERS") rows, user_id primary key, ANALYZEd): count and sum(amount) per user's country,"
+		echo "  event times in order (37 ms apart, jitter < 2 min), 5-minute tumbling windows by country, watermark 10 minutes;"
+	else
+		echo "  event times in order (37 ms apart, jitter < 2 min), 5-minute tumbling windows by status, watermark 10 minutes;"
+	fi
 	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
 	echo "  source max_offsets_per_trigger ${MAX_OFFSETS:-none}"
 	report_setup
@@ -835,20 +1047,30 @@ met() { awk -v t="$1" -v r="$2" 'BEGIN { print (r != "-" && r + 0 >= t) ? "met" 
 	printf '%-56s %8s %11s  %-13s %s\n' "method" "seconds" "records/s" "CPU seconds" "peak RSS (VmHWM)"
 	printf '%-56s %8s %11s  %-13s %s\n' "(1) streaming: aggregate stream s, append, worker" "$STREAM_SECS" \
 		"$(group "$STREAM_RATE")" "$WORKER_CPU" "$(mb "$WORKER_HWM") worker (pid $WORKER_PID; $WORKER_HWM kB)"
-	printf '%-56s %8s %11s  %-13s %s\n' "(2) COPY ($COPY_ONLY_SECS s) + INSERT .. GROUP BY ($GROUP_SECS s)" "$COPY_SECS" \
+	printf '%-56s %8s %11s  %-13s %s\n' "(2) COPY ($COPY_ONLY_SECS s) + $SECOND ($GROUP_SECS s)" "$COPY_SECS" \
 		"$(group "$COPY_RATE")" "$COPY_CPU" "$(mb "$COPY_HWM") backend"
+	if [ -z "$JOIN" ]; then
 	printf '%-56s %8s %11s  %-13s %s\n' "(3) python_loop.py --aggregate (COPY + ON CONFLICT)" "$PY_SECS" \
 		"$(group "$PY_RATE")" "$PY_CPU + $PY_BACKEND_CPU" "$(mb "$PY_RSS_KB") python + $(mb "$PY_BACKEND_KB") backend"
 	report_cpu_note
+	report_sched
 	echo
 	printf 'stream / (COPY + GROUP BY)  %-6s (target >= 1.0: %s)\n' "$R_COPY" "$(met 1.0 "$R_COPY")"
 	printf 'stream / python             %-6s (target >= 5.0: %s)\n' "$R_PY" "$(met 5.0 "$R_PY")"
+	else
+	echo "(3) python loop: not run with --join"
+	echo "(CPU seconds: user + system time of the process doing the work, with all its threads;"
+	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1), on the same $(nproc) cores)"
+	report_sched
+	echo
+	printf 'stream / (COPY + %s)  %s\n' "$SECOND" "$R_COPY"
+	fi
 	printf 'worker peak RSS             %s kB at %s records (compare across --records)\n' "$WORKER_HWM" "$(group "$RECORDS")"
 	printf 'after the timed part: the sentinel produced, process_available again took %s s (untimed)\n' \
 		"$(cat "$TMP/catch_up_secs" 2>/dev/null || echo -)"
 	echo
 	if [ -z "$CHECK_FAIL" ]; then
-		echo "checked: $AGG_ROWS result rows ($AGG_WINDOWS windows x status) in agg_stream = agg_copy = agg_py for the windows closed by"
+		echo "checked: $AGG_ROWS result rows ($AGG_WINDOWS windows x $AGG_GROUP) in agg_stream = agg_copy$AGG_OTHERS for the windows closed by"
 		echo "  the final watermark $FINAL_WM (EXCEPT ALL both ways, 0 rows); they count all $(group "$RECORDS") orders, sum(amount) = $EXPECT_SUM;"
 		echo "  only the sentinel's window is open; late rows: $LATE_ROWS; every record went through the stream once"
 	else
@@ -863,7 +1085,9 @@ met() { awk -v t="$1" -v r="$2" 'BEGIN { print (r != "-" && r + 0 >= t) ? "met" 
 	sed 's/^/  /' <<<"$PROGRESS"
 	echo
 	echo "server log (errors, warnings, streaming lines):"
-	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | head -40 | sed 's/^/  /'
+	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | grep -v "^$(printf '\t')" |
+		head -40 | sed 's/^/  /'
+	report_plans
 	if [ -n "$PERF_OUT" ]; then
 		echo
 		echo "$PERF_OUT"
