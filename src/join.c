@@ -22,10 +22,12 @@
  *               partial aggregation (aggstate.c) reads those columns, as it
  *               reads a source row when there is no join.
  *
- * Plans are kept for the runtime (a worker's life), one per size class of
- * batch (a power of ten of rows: the planner's estimate), and made again
- * when the analysed query differs or an object the plan uses changes
- * (relcache and syscache invalidation, as PostgreSQL's plan cache does).
+ * One plan is kept for the runtime (a worker's life), with the size class
+ * of the batch it was made for (a power of ten of rows; the planner is
+ * given the first such batch's exact count), and made again for a batch of
+ * another class, when the analysed query differs, or when an object the
+ * plan uses changes (relcache and syscache invalidation, as PostgreSQL's
+ * plan cache does).  Batches of one size, the usual case, plan once.
  * Each batch runs in the batch's snapshot, as the stream's owner, so a table
  * changed between batches affects later batches only, and the executor
  * checks the owner's SELECT privileges on every table.
