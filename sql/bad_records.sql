@@ -150,6 +150,30 @@ SELECT * FROM br_jsonv ORDER BY off;
 SELECT * FROM br_text ORDER BY off;
 SELECT * FROM br_dead WHERE stream IN ('br_jsonv', 'br_text') ORDER BY stream, part, off;
 
+-- bad records larger than 64 kB: raw keeps their first 64 kB, raw_length
+-- and raw_sha256 describe all of each (offset 0: malformed JSON of 100 kB;
+-- 1: 150 kB, over streaming.max_record_size)
+\set t br_big:run
+\! (printf '{"id": 1, "pad": "'; head -c 100000 /dev/zero | tr '\000' 'a'; printf '\n') | kcat -P -b "$KAFKA_BOOTSTRAP" -t "br_big$KAFKA_RUN_ID" -p 0
+\! (printf '{"id": 2, "pad": "'; head -c 150000 /dev/zero | tr '\000' 'b'; printf '"}\n') | kcat -P -b "$KAFKA_BOOTSTRAP" -t "br_big$KAFKA_RUN_ID" -p 0
+SET streaming.max_record_size = 120000;
+SELECT streaming.create_kafka_source('br_big_src', :'bs', topics => ARRAY[:'t'],
+    starting_offsets => 'earliest', columns => 'id int, pad text');
+SELECT streaming.create_stream('br_big', 'SELECT id FROM br_big_src', start => false);
+SELECT streaming.run_batch('br_big');
+SELECT (position->>'offset')::int AS off, length(raw) AS raw_kept, raw_length,
+       raw = substring(convert_to(CASE WHEN position->>'offset' = '0'
+                                       THEN '{"id": 1, "pad": "' || repeat('a', 100000)
+                                       ELSE '{"id": 2, "pad": "' || repeat('b', 150000) || '"}' END, 'UTF8')
+                       FROM 1 FOR 65536) AS raw_is_the_start,
+       raw_sha256 = sha256(convert_to(CASE WHEN position->>'offset' = '0'
+                                           THEN '{"id": 1, "pad": "' || repeat('a', 100000)
+                                           ELSE '{"id": 2, "pad": "' || repeat('b', 150000) || '"}' END, 'UTF8'))
+           AS sha256_of_all,
+       sqlstate
+FROM streaming.dead_letters WHERE stream = 'br_big' ORDER BY 1;
+SET streaming.max_record_size = 200;
+
 -- dropping a stream drops its dead letters
 SELECT stream, count(*) FROM streaming.dead_letters GROUP BY stream ORDER BY stream;
 SELECT streaming.drop_stream('br_dl', drop_sink => true);

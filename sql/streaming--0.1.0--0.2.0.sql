@@ -31,6 +31,11 @@ UPDATE streaming.dead_letters d SET stream_id = s.id FROM streaming.stream_defs 
 DELETE FROM streaming.dead_letters WHERE stream_id IS NULL;
 ALTER TABLE streaming.dead_letters ALTER COLUMN stream_id SET NOT NULL;
 CREATE INDEX ON streaming.dead_letters (stream_id);
+-- raw keeps the first 64 kB; its length and SHA-256 describe the whole record
+ALTER TABLE streaming.dead_letters ADD COLUMN raw_length bigint, ADD COLUMN raw_sha256 bytea;
+UPDATE streaming.dead_letters
+SET raw_length = length(raw), raw_sha256 = sha256(raw), raw = substring(raw FROM 1 FOR 65536)
+WHERE raw IS NOT NULL;
 
 ALTER TABLE streaming.late_rows
     ADD COLUMN stream_id integer REFERENCES streaming.stream_defs (id) ON DELETE CASCADE;

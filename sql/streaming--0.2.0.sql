@@ -92,7 +92,10 @@ CREATE TABLE streaming.dead_letters (
     sqlstate    text NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
     -- a record belongs to its stream by id: a later stream of the same name sees none
-    stream_id   integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE
+    stream_id   integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE,
+    -- raw holds at most the first 64 kB; these describe the whole record
+    raw_length  bigint,
+    raw_sha256  bytea
 );
 CREATE INDEX ON streaming.dead_letters (stream_id);
 COMMENT ON TABLE streaming.dead_letters IS 'Records that could not be parsed or converted, written in the batch''s transaction.';

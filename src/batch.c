@@ -19,6 +19,8 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "catalog/pg_authid.h"
@@ -44,6 +46,9 @@
 #include "parse.h"
 #include "query.h"
 #include "sink.h"
+
+/* a dead letter keeps this much of its record (SPEC 5); length and hash describe it all */
+#define STM_DEAD_LETTER_RAW (64 * 1024)
 
 /* State of one batch while its records flow through. */
 typedef struct BatchContext
@@ -200,18 +205,40 @@ record_position(BatchContext *bc, ParsedRecord *rec)
 	return stm_source_position(bc->src, rec->values + bc->ndeclared, rec->nulls + bc->ndeclared);
 }
 
+/* SHA-256 of a whole record, as bytea */
+static bytea *
+record_sha256(const char *data, int len)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	bytea	   *result = palloc(PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
+
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
+		pg_cryptohash_final(ctx, (uint8 *) VARDATA(result), PG_SHA256_DIGEST_LENGTH) < 0)
+		elog(ERROR, "could not compute the SHA-256 of a record: %s", pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+	SET_VARSIZE(result, PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
+	return result;
+}
+
+/*
+ * A bad record into streaming.dead_letters (SPEC 5): its first
+ * STM_DEAD_LETTER_RAW bytes, and the length and SHA-256 of all of it.
+ */
 static void
 write_dead_letter(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
 {
-	Oid			types[7] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID, INT4OID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[9] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID, INT4OID,
+	INT8OID, BYTEAOID};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int			kept = Min(r->len, STM_DEAD_LETTER_RAW);
 	bytea	   *raw;
 
-	raw = palloc(r->len + VARHDRSZ);
-	SET_VARSIZE(raw, r->len + VARHDRSZ);
-	if (r->len > 0)
-		memcpy(VARDATA(raw), r->data, r->len);
+	raw = palloc(kept + VARHDRSZ);
+	SET_VARSIZE(raw, kept + VARHDRSZ);
+	if (kept > 0)
+		memcpy(VARDATA(raw), r->data, kept);
 
 	values[0] = CStringGetTextDatum(bc->def->name);
 	values[1] = CStringGetTextDatum(bc->def->source);
@@ -224,9 +251,14 @@ write_dead_letter(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *
 									edata->message);
 	values[5] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
 	values[6] = Int32GetDatum(bc->def->id);
-	stm_catalog_exec("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
-					 "VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)",
-					 7, types, values, nulls, SPI_OK_INSERT);
+	values[7] = Int64GetDatum(r->len);
+	if (r->data != NULL)
+		values[8] = PointerGetDatum(record_sha256(r->data, r->len));
+	else
+		nulls[7] = nulls[8] = 'n';
+	stm_catalog_exec("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id, "
+					 "raw_length, raw_sha256) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9)",
+					 9, types, values, nulls, SPI_OK_INSERT);
 	STM_FAULT_POINT("after_dead_letter");
 }
 

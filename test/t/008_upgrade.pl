@@ -158,6 +158,10 @@ is( $old->safe_psql('postgres', "SELECT setting FROM pg_config WHERE name = 'PKG
 	"$old_install/lib", "its library is that of release $from");
 define_streams($old, 'postgres', 'true');
 process_available($old);
+# a dead letter as the earlier release kept it: the whole record, 100 kB
+$old->safe_psql('postgres',
+	"INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate) "
+	  . "VALUES ('up_all', 'orders_src', '{}', convert_to(repeat('x', 100000), 'UTF8'), 'a test', '22P02')");
 is(processed($old), expected_processed(), "release $from: every stream read the first records");
 # 6,000 s of event time: the windows that end by 6,000 - 3,600 s are closed
 is( $old->safe_psql('postgres', 'SELECT count(*) FROM up_append'),
@@ -228,6 +232,11 @@ is($said, scalar @streams, 'each worker said once in the log why it waits, with 
 $new->safe_psql('postgres', 'ALTER EXTENSION streaming UPDATE');
 is($new->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'streaming'"),
 	$to, "the catalog is at $to");
+is( $new->safe_psql('postgres',
+		"SELECT length(raw) || ' ' || raw_length || ' ' || (raw_sha256 = sha256(convert_to(repeat('x', 100000), 'UTF8'))) "
+		  . "FROM streaming.dead_letters WHERE error = 'a test'"),
+	'65536 100000 true',
+	'the earlier release\'s dead letter keeps its first 64 kB, with the length and SHA-256 of the whole record');
 $kafka->produce_orders($topic, $orders, 1_500);
 produce_dups(901 .. 1500, 1 .. 100);
 process_available($new);
