@@ -139,7 +139,7 @@ parse_one(BatchContext *bc, StmRecord *r, ParsedRecord *rec)
 	bc->src->routine->fill_metadata(bc->src, r, rec->values + bc->ndeclared,
 									rec->nulls + bc->ndeclared);
 	rec->meta_ok = true;
-	stm_parse_record(&bc->parser, r->data, r->len, rec->values, rec->nulls);
+	stm_source_parse(&bc->parser, r, rec->values, rec->nulls);
 	if (bc->event_time_att >= 0 && rec->nulls[bc->event_time_att])
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

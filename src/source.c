@@ -1,7 +1,8 @@
 /*
  * source.c: what every source kind shares (source.h): finding a kind's
  * routine, opening a source from its catalog row, the declared columns of
- * its view, a row's position as text.
+ * its view, a row's position as text, parsing a record as the source
+ * handed it, the checks of arguments that kinds share.
  */
 #include "postgres.h"
 
@@ -94,6 +95,47 @@ stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls)
 	initStringInfo(&buf);
 	src->routine->position_json(src, meta, meta_nulls, &buf);
 	return buf.data;
+}
+
+/*
+ * A record's declared columns, as the batch wants them: the fields the
+ * source split (converted as they are), or the payload parsed by the
+ * source's format.  A record the source could not read raises the error
+ * the source kept for it, so it goes where bad records go.
+ */
+void
+stm_source_parse(StmParser *parser, const StmRecord *rec, Datum *values, bool *nulls)
+{
+	if (rec->error)
+		ReThrowError(rec->error);
+	if (rec->fields)
+		stm_parse_fields(parser, rec->fields, rec->nfields, rec->data, rec->len,
+						 values, nulls);
+	else
+		stm_parse_record(parser, rec->data, rec->len, values, nulls);
+}
+
+/* An argument of a create function that may not be NULL (SPEC 5). */
+void
+stm_source_require_option(Jsonb *options, const char *key)
+{
+	if (!stm_option_given(options, key))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", key)));
+}
+
+/* A numeric argument that must be greater than zero when given. */
+void
+stm_source_check_positive(Jsonb *options, const char *key)
+{
+	char	   *v = stm_option_text(options, key);
+
+	if (v != NULL && pg_strtoint64(v) <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be greater than zero", key),
+				 errdetail("The value given was %s.", v)));
 }
 
 /*

@@ -1195,29 +1195,6 @@ kafka_metadata_columns(Jsonb *options)
 	return result;
 }
 
-/* An argument that may not be NULL (SPEC 5). */
-static void
-require_option(Jsonb *o, const char *key)
-{
-	if (!stm_option_given(o, key))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"%s\" must not be null", key)));
-}
-
-/* A bigint argument that must be greater than zero when given. */
-static void
-check_positive(Jsonb *o, const char *key)
-{
-	char	   *v = stm_option_text(o, key);
-
-	if (v != NULL && pg_strtoint64(v) <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be greater than zero", key),
-				 errdetail("The value given was %s.", v)));
-}
-
 /* create_kafka_source's arguments (SPEC 2.1) */
 static Jsonb *
 kafka_validate(Jsonb *o, Oid role)
@@ -1235,7 +1212,7 @@ kafka_validate(Jsonb *o, Oid role)
 	ListCell   *lc;
 
 	for (int i = 0; required[i]; i++)
-		require_option(o, required[i]);
+		stm_source_require_option(o, required[i]);
 	starting = stm_option_text(o, "starting_offsets");
 	format = stm_arg_lower(stm_option_text(o, "format"));
 	on_bad_record = stm_arg_lower(stm_option_text(o, "on_bad_record"));
@@ -1319,8 +1296,8 @@ kafka_validate(Jsonb *o, Oid role)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("format \"%s\" does not take columns", format),
 				 errdetail("Records of this format appear as one column named value.")));
-	check_positive(o, "max_offsets_per_trigger");
-	check_positive(o, "min_offsets_per_trigger");
+	stm_source_check_positive(o, "max_offsets_per_trigger");
+	stm_source_check_positive(o, "min_offsets_per_trigger");
 	if (!stm_arg_check_sql("SELECT $1::interval > interval '0'", TEXTOID,
 						   CStringGetTextDatum(stm_option_text(o, "max_trigger_delay"))))
 		ereport(ERROR,
