@@ -14,6 +14,7 @@
 #include "guc.h"
 #include "launcher.h"
 #include "shmem.h"
+#include "source_file.h"
 #include "source_kafka.h"
 #include "utility.h"
 
@@ -26,6 +27,7 @@ _PG_init(void)
 {
 	stm_guc_init();
 	stm_source_register(&stm_kafka_source);
+	stm_source_register(&stm_file_source);
 	stm_api_init();
 	stm_utility_init();
 	if (process_shared_preload_libraries_in_progress)
