@@ -23,6 +23,7 @@
 #include "nodes/makefuncs.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 
@@ -119,6 +120,8 @@ stm_sink_open(Relation rel, EState *estate)
 			sink->slots[i] = table_slot_create(rel, NULL);
 		sink->bistate = GetBulkInsertState();
 		sink->cid = GetCurrentCommandId(true);
+		sink->flush_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming sink flush",
+												ALLOCSET_DEFAULT_SIZES);
 	}
 	else
 		prepare_slow_path(sink);
@@ -158,12 +161,20 @@ stm_sink_put(StmSink *sink, Datum *values, bool *nulls)
 	}
 }
 
-/* Write the buffered rows and their index entries. */
+/*
+ * Write the buffered rows and their index entries.  What that allocates
+ * (heap_multi_insert's array of tuples, index work) goes with a reset after
+ * each flush, as COPY runs it in its per-tuple context: a batch's memory
+ * does not grow with its rows.
+ */
 void
 stm_sink_flush(StmSink *sink)
 {
+	MemoryContext oldcxt;
+
 	if (!sink->fast || sink->nbuffered == 0)
 		return;
+	oldcxt = MemoryContextSwitchTo(sink->flush_cxt);
 	table_multi_insert(sink->rel, sink->slots, sink->nbuffered, sink->cid, 0,
 					   sink->bistate);
 	for (int i = 0; i < sink->nbuffered; i++)
@@ -179,6 +190,8 @@ stm_sink_flush(StmSink *sink)
 		ExecClearTuple(sink->slots[i]);
 	}
 	sink->nbuffered = 0;
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(sink->flush_cxt);
 }
 
 void
@@ -192,6 +205,7 @@ stm_sink_close(StmSink *sink)
 		table_finish_bulk_insert(sink->rel, 0);
 		for (int i = 0; i < STM_SINK_BUFFER; i++)
 			ExecDropSingleTupleTableSlot(sink->slots[i]);
+		MemoryContextDelete(sink->flush_cxt);
 	}
 	else if (sink->plan)
 		SPI_freeplan(sink->plan);

@@ -20,6 +20,7 @@ typedef struct StmSink
 	int			nbuffered;
 	struct BulkInsertStateData *bistate;
 	CommandId	cid;
+	MemoryContext flush_cxt;	/* what a flush allocates, reset after it */
 	/* slow path */
 	SPIPlanPtr	plan;
 	Oid		   *argtypes;
