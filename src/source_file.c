@@ -178,7 +178,8 @@ typedef struct FileSource
 	/* names already reported in this runtime (clean-up failed, bad name) */
 	HTAB	   *reported;
 	/* fetch */
-	MemoryContext fetch_cxt;	/* the file being read, reset per fetch */
+	MemoryContext batch_cxt;	/* current when the batch called fetch */
+	MemoryContext fetch_cxt;	/* the file being read, reset per file */
 	MemoryContext chunk_cxt;	/* the chunk being filled, reset per chunk */
 	Datum		current_name;	/* file_name of the records handed over */
 	int			nrecords;
@@ -440,6 +441,7 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	int64		total = 0;
 	bool		fix_allowed;
 	MemoryContext oldcxt;
+	MemoryContext spi_cxt;
 	StmCatalogScope scope;
 	ListCell   *lc;
 
@@ -458,6 +460,7 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	entry_arrays(list_directory(fs), values + 1);
 	scope = stm_catalog_begin();
 	SPI_connect();
+	spi_cxt = CurrentMemoryContext;
 	if (SPI_execute_with_args(psprintf("SELECT f.name, f.size, f.mtime, o.topic IS NOT NULL, o.high_watermark "
 									   "FROM unnest($2, $3, $4) AS f(name, size, mtime) "
 									   "LEFT JOIN streaming.offsets o ON o.stream_id = $1 AND o.topic = f.name AND o.partition = 0 "
@@ -473,10 +476,13 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 		bool		isnull;
 		bool		seen = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 		Datum		stored_size = SPI_getbinval(tup, desc, 5, &isnull);
-		FileEntry  *f = MemoryContextAlloc(fs->plan_cxt, sizeof(FileEntry));
+		FileEntry  *f;
 		bool		settled;
 
-		f->name = MemoryContextStrdup(fs->plan_cxt, SPI_getvalue(tup, desc, 1));
+		/* the plan's lists outlive SPI's memory */
+		MemoryContextSwitchTo(fs->plan_cxt);
+		f = palloc(sizeof(FileEntry));
+		f->name = pstrdup(SPI_getvalue(tup, desc, 1));
 		f->size = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 		f->mtime = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
 		/* max_file_age counts when the stream first sees a file */
@@ -499,6 +505,7 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 		else
 			fs->pending = lappend(fs->pending, f);
 	}
+	MemoryContextSwitchTo(spi_cxt);
 	if (SPI_execute_with_args("SELECT count(*) FROM streaming.offsets WHERE stream_id = $1",
 							  1, types, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read streaming.offsets");
@@ -603,12 +610,21 @@ file_positions_json(StmSource *src, bool end)
 
 /* ---- fetch --------------------------------------------------------------- */
 
-/* Give the records gathered so far to the batch; their memory goes after. */
+/*
+ * Give the records gathered so far to the batch, in the memory context that
+ * was current when it called fetch (what it allocates there is its own);
+ * the records' memory goes after.
+ */
 static void
 hand_chunk(FileSource *fs, StmChunkFn fn, void *arg)
 {
 	if (fs->nrecords > 0)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(fs->batch_cxt);
+
 		fn(arg, fs->records, fs->nrecords);
+		MemoryContextSwitchTo(oldcxt);
+	}
 	fs->nrecords = 0;
 	fs->chunk_bytes = 0;
 	MemoryContextReset(fs->chunk_cxt);
@@ -902,6 +918,9 @@ read_csv(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 			csv_reading = NULL;
 			if (!csv_data_error(edata->sqlerrcode))
 				ReThrowError(edata);
+			/* read as SQL_ASCII, the one invalid byte is a zero byte */
+			if (edata->sqlerrcode == ERRCODE_CHARACTER_NOT_IN_REPERTOIRE)
+				edata->message = MemoryContextStrdup(fs->chunk_cxt, "record contains a zero byte");
 			edata->detail = MemoryContextStrdup(fs->chunk_cxt,
 												psprintf("COPY cannot read past this point, so the rest of the file, from line " INT64_FORMAT ", is this one bad record.",
 														 r->line));
@@ -944,9 +963,10 @@ read_lines(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 	char	   *buf = MemoryContextAlloc(fs->fetch_cxt, size);
 	Size		start = 0;		/* the line being looked at */
 	Size		len = 0;		/* bytes in buf */
-	char	   *head = NULL;	/* a line too long: its start, */
-	int64		head_len = 0;	/* its length so far */
 	Size		max_line = (Size) stm_guc_max_record_size + 1;
+	bool		skipping = false;	/* in a line too long for a record */
+	int64		skipped = 0;	/* its bytes so far */
+	char	   *head = NULL;	/* its first RAW_KEEP bytes */
 
 	for (;;)
 	{
@@ -955,13 +975,11 @@ read_lines(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 
 		if (nl == NULL && !r->eof)
 		{
-			int			n;
-
 			/* the records point into buf: hand them over before it moves */
 			hand_chunk(fs, fn, arg);
-			if (head != NULL)
+			if (skipping)
 			{
-				head_len += len - start;
+				skipped += len - start;
 				start = len;
 			}
 			memmove(buf, buf + start, len - start);
@@ -970,9 +988,11 @@ read_lines(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 			if (len == size && size >= max_line)
 			{
 				/* too long for a record: keep its start, skip the rest */
-				head = MemoryContextAlloc(fs->fetch_cxt, RAW_KEEP);
+				if (head == NULL)
+					head = MemoryContextAlloc(fs->fetch_cxt, RAW_KEEP);
 				memcpy(head, buf, RAW_KEEP);
-				head_len = len;
+				skipping = true;
+				skipped = len;
 				len = 0;
 			}
 			else if (len == size)
@@ -980,18 +1000,17 @@ read_lines(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 				size = Min(size * 2, max_line);
 				buf = repalloc(buf, size);
 			}
-			n = read_some(r, buf + len, (int) Min(size - len, (Size) INT_MAX));
-			len += n;
+			len += read_some(r, buf + len, (int) Min(size - len, (Size) INT_MAX));
 			continue;
 		}
-		if (nl == NULL && start == len)
-			break;				/* the end: a last line without "\n" is done too */
+		if (nl == NULL && start == len && !skipping)
+			break;				/* the end, after a line break */
 		end = nl ? nl - buf : len;
-		if (head != NULL)
+		if (skipping)
 		{
-			add_unreadable(fs, r->line, record_size_error(fs, head_len + (end - start)),
+			add_unreadable(fs, r->line, record_size_error(fs, skipped + (end - start)),
 						   head, RAW_KEEP);
-			head = NULL;
+			skipping = false;
 		}
 		else
 		{
@@ -1003,7 +1022,9 @@ read_lines(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 				new_record(fs, r->line, buf + start, (int) linelen);
 		}
 		r->line++;
-		start = nl ? end + 1 : len;
+		if (nl == NULL)
+			break;				/* a last line without a line break counts too */
+		start = end + 1;
 		if (chunk_full(fs))
 			hand_chunk(fs, fn, arg);
 	}
@@ -1068,6 +1089,7 @@ file_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	MemoryContext oldcxt;
 	ListCell   *lc;
 
+	fs->batch_cxt = CurrentMemoryContext;
 	/* what an earlier, failed fetch left goes now */
 	MemoryContextReset(fs->fetch_cxt);
 	MemoryContextReset(fs->chunk_cxt);
