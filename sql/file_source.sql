@@ -262,11 +262,14 @@ SELECT streaming.create_stream('fs_json_s', 'SELECT * FROM fs_json', start => fa
 SELECT streaming.create_stream('fs_jsonb_s', 'SELECT * FROM fs_jsonb', start => false);
 SET streaming.max_record_size = '100kB';
 \! (printf '{"id": 1, "tags": ["a"], "ts": "2024-01-01 10:00:00+00"}\n   \n{"id": 2, "extra": true}\r\nnot json\n{"id": "x"}\n{"id": 3, "big": "'; head -c 1500000 /dev/zero | tr '\0' y; printf '"}\n{"id": 4}') | test/put_file.sh data/a.json
+-- such a line last, without a line break, is a bad record too
+\! (printf '{"id": 5}\n{"id": 6, "big": "'; head -c 1500000 /dev/zero | tr '\0' y) | test/put_file.sh data/b.json '50 minutes ago'
 SELECT streaming.run_batch('fs_json_s');
 SELECT streaming.run_batch('fs_jsonb_s');
-SELECT * FROM fs_json_s ORDER BY file_line;
-SELECT value->'id' AS id, file_line FROM fs_jsonb_s ORDER BY file_line;
-SELECT stream, position, length(raw), error FROM streaming.dead_letters ORDER BY stream, (position->>'line')::int;
+SELECT * FROM fs_json_s ORDER BY file_name, file_line;
+SELECT value->'id' AS id, file_name, file_line FROM fs_jsonb_s ORDER BY file_name, file_line;
+SELECT stream, position, length(raw), error FROM streaming.dead_letters
+ORDER BY stream, position->>'file', (position->>'line')::int;
 DELETE FROM streaming.dead_letters;
 RESET streaming.max_record_size;
 
