@@ -6,6 +6,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "nodes/parsenodes.h"
 #include "parser/parse_type.h"
 #include "parser/parser.h"
@@ -136,6 +137,48 @@ stm_source_check_positive(Jsonb *options, const char *key)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be greater than zero", key),
 				 errdetail("The value given was %s.", v)));
+}
+
+/* An interval argument that must be greater than zero when given. */
+void
+stm_source_check_positive_interval(Jsonb *options, const char *key)
+{
+	char	   *v = stm_option_text(options, key);
+
+	if (v != NULL &&
+		!stm_arg_check_sql("SELECT $1::interval > interval '0'", TEXTOID, CStringGetTextDatum(v)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be greater than zero", key)));
+}
+
+/*
+ * The columns a format takes: csv needs declared columns (by position),
+ * text and bytes take none (one value column), json either.
+ */
+void
+stm_source_check_columns(const char *format, bool has_columns)
+{
+	if (strcmp(format, "csv") == 0 && !has_columns)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("format \"csv\" needs columns"),
+				 errhint("Give the columns in order, for example columns => 'order_id bigint, amount numeric'.")));
+	if ((strcmp(format, "text") == 0 || strcmp(format, "bytes") == 0) && has_columns)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("format \"%s\" does not take columns", format),
+				 errdetail("Records of this format appear as one column named value.")));
+}
+
+/* on_bad_record (SPEC 5), already lower-cased */
+void
+stm_source_check_on_bad_record(const char *on_bad_record)
+{
+	static const char *const choices[] = {"dead_letter", "skip", "fail", NULL};
+
+	stm_arg_check_choice("on_bad_record", on_bad_record, choices,
+						 "Valid values are \"dead_letter\", \"skip\" and \"fail\".");
 }
 
 /*

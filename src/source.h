@@ -212,6 +212,9 @@ extern char *stm_source_position(StmSource *src, const Datum *meta, const bool *
 extern void stm_source_parse(StmParser *parser, const StmRecord *rec, Datum *values, bool *nulls);
 extern void stm_source_require_option(Jsonb *options, const char *key);
 extern void stm_source_check_positive(Jsonb *options, const char *key);
+extern void stm_source_check_positive_interval(Jsonb *options, const char *key);
+extern void stm_source_check_columns(const char *format, bool has_columns);
+extern void stm_source_check_on_bad_record(const char *on_bad_record);
 
 /* api_source.c: the create function of every kind */
 extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);

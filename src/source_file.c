@@ -447,6 +447,7 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	MemoryContext oldcxt;
 	MemoryContext spi_cxt;
 	StmCatalogScope scope;
+	bool		isnull;
 	ListCell   *lc;
 
 	if (fs->clean != CLEAN_OFF)
@@ -477,7 +478,6 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
 		bool		seen = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 		Datum		stored_size = SPI_getbinval(tup, desc, 5, &isnull);
 		FileEntry  *f;
@@ -510,17 +510,10 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 			fs->pending = lappend(fs->pending, f);
 	}
 	MemoryContextSwitchTo(spi_cxt);
-	if (SPI_execute_with_args("SELECT count(*) FROM streaming.offsets WHERE stream_id = $1",
-							  1, types, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.offsets");
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-
-		stored = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
 	SPI_finish();
 	stm_catalog_end(scope);
+	stored = DatumGetInt64(stm_catalog_value("SELECT count(*) FROM streaming.offsets WHERE stream_id = $1",
+											 1, types, values, &isnull));
 	/* what streaming.offsets holds is not the pending files now */
 	fs->pending_changed = stored != unchanged ||
 		unchanged != list_length(fs->pending) + list_length(fs->batch);
@@ -1355,30 +1348,14 @@ static void *
 file_available(StmSource *src, int32 stream_id)
 {
 	FileSource *fs = (FileSource *) src;
-	MemoryContext cxt = CurrentMemoryContext;
 	Oid			types[4] = {INT4OID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID};
 	Datum		values[4];
-	List	   *names = NIL;
-	StmCatalogScope scope;
 
 	values[0] = Int32GetDatum(stream_id);
 	entry_arrays(list_directory(fs), values + 1);
-	scope = stm_catalog_begin();
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT f.name FROM unnest($2) AS f(name) "
-							  "WHERE NOT EXISTS (SELECT FROM streaming.files p WHERE p.stream_id = $1 AND p.file_name = f.name)",
-							  2, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.files");
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		MemoryContext old = MemoryContextSwitchTo(cxt);
-
-		names = lappend(names, pstrdup(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1)));
-		MemoryContextSwitchTo(old);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return names;
+	return stm_catalog_strings("SELECT f.name FROM unnest($2) AS f(name) "
+							   "WHERE NOT EXISTS (SELECT FROM streaming.files p WHERE p.stream_id = $1 AND p.file_name = f.name)",
+							   2, types, values);
 }
 
 /* Has the stream read (or set aside) every file file_available saw? */
@@ -1387,23 +1364,13 @@ file_reached(StmSource *src, int32 stream_id, void *available)
 {
 	Oid			types[2] = {INT4OID, TEXTARRAYOID};
 	Datum		values[2] = {Int32GetDatum(stream_id), PointerGetDatum(text_array(available))};
-	bool		reached = false;
-	StmCatalogScope scope = stm_catalog_begin();
+	bool		isnull;
+	Datum		reached;
 
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT NOT EXISTS (SELECT FROM unnest($2) AS f(name) WHERE NOT EXISTS "
-							  "(SELECT FROM streaming.files p WHERE p.stream_id = $1 AND p.file_name = f.name))",
-							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.files");
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-
-		reached = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return reached;
+	reached = stm_catalog_value("SELECT NOT EXISTS (SELECT FROM unnest($2) AS f(name) WHERE NOT EXISTS "
+								"(SELECT FROM streaming.files p WHERE p.stream_id = $1 AND p.file_name = f.name))",
+								2, types, values, &isnull);
+	return !isnull && DatumGetBool(reached);
 }
 
 /* reset: the stream forgets which files it read (they are read again). */
@@ -1477,7 +1444,6 @@ file_validate(Jsonb *o, Oid role)
 {
 	static const char *const formats[] = {"csv", "json", "text", NULL};
 	static const char *const cleans[] = {"off", "delete", "archive", NULL};
-	static const char *const bad_record_choices[] = {"dead_letter", "skip", "fail", NULL};
 	static const char *const required[] = {"directory", "format", "pattern", "csv_header",
 	"csv_delimiter", "latest_first", "clean_source", "on_bad_record", NULL};
 	char	   *format;
@@ -1487,7 +1453,6 @@ file_validate(Jsonb *o, Oid role)
 	char	   *pattern;
 	char	   *directory;
 	char	   *archive = NULL;
-	char	   *max_file_age = stm_option_text(o, "max_file_age");
 	bool		has_columns = stm_option_given(o, "columns");
 	DIR		   *dir;
 
@@ -1513,16 +1478,7 @@ file_validate(Jsonb *o, Oid role)
 
 	stm_arg_check_choice("format", format, formats,
 						 "Valid formats are \"csv\", \"json\" and \"text\".");
-	if (strcmp(format, "csv") == 0 && !has_columns)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("format \"csv\" needs columns"),
-				 errhint("Give the columns in order, for example columns => 'order_id bigint, amount numeric'.")));
-	if (strcmp(format, "text") == 0 && has_columns)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("format \"text\" does not take columns"),
-				 errdetail("Each line is one value, in a column named value.")));
+	stm_source_check_columns(format, has_columns);
 	if (strcmp(format, "csv") != 0 &&
 		(stm_option_bool(o, "csv_header", false) || strcmp(delimiter, ",") != 0))
 		ereport(ERROR,
@@ -1549,17 +1505,10 @@ file_validate(Jsonb *o, Oid role)
 				 errmsg("pattern must not contain \"/\""),
 				 errdetail("The pattern is matched against the names of the files in the directory; subdirectories are not read.")));
 	stm_source_check_positive(o, "max_files_per_trigger");
-	if (max_file_age != NULL &&
-		!stm_arg_check_sql("SELECT $1::interval > interval '0'", TEXTOID,
-						   CStringGetTextDatum(max_file_age)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_file_age must be greater than zero"),
-				 errdetail("The max_file_age given was \"%s\".", max_file_age)));
+	stm_source_check_positive_interval(o, "max_file_age");
 	stm_arg_check_choice("clean_source", clean, cleans,
 						 "Valid values are \"off\", \"delete\" and \"archive\".");
-	stm_arg_check_choice("on_bad_record", on_bad_record, bad_record_choices,
-						 "Valid values are \"dead_letter\", \"skip\" and \"fail\".");
+	stm_source_check_on_bad_record(on_bad_record);
 
 	directory = check_directory("directory", stm_option_text(o, "directory"));
 	dir = AllocateDir(directory);
