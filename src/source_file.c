@@ -811,6 +811,18 @@ csv_rest(CopyFromState cstate, Size *len)
 	return rest;
 }
 
+/*
+ * COPY's options for a source's files: CSV with the delimiter, read as
+ * SQL_ASCII (each record's encoding is checked by parse.c).
+ */
+static List *
+csv_options(const char *delimiter)
+{
+	return list_make3(makeDefElem("format", (Node *) makeString("csv"), -1),
+					  makeDefElem("delimiter", (Node *) makeString(pstrdup(delimiter)), -1),
+					  makeDefElem("encoding", (Node *) makeString("SQL_ASCII"), -1));
+}
+
 /* Errors of COPY's reading that make the rest of the file a bad record. */
 static bool
 csv_data_error(int sqlerrcode)
@@ -876,13 +888,11 @@ static void
 read_csv(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 {
 	Relation	view = relation_open(fs->view, AccessShareLock);
-	List	   *options = list_make3(makeDefElem("format", (Node *) makeString("csv"), -1),
-									 makeDefElem("delimiter", (Node *) makeString(fs->delimiter), -1),
-									 makeDefElem("encoding", (Node *) makeString("SQL_ASCII"), -1));
 	volatile bool more = true;
 
 	/* the view's columns are COPY's template; no column has a default */
-	r->cstate = BeginCopyFrom(NULL, view, NULL, NULL, false, csv_read_cb, NIL, options);
+	r->cstate = BeginCopyFrom(NULL, view, NULL, NULL, false, csv_read_cb, NIL,
+							  csv_options(fs->delimiter));
 	r->header = fs->csv_header;
 	while (more)
 	{
@@ -1252,6 +1262,8 @@ written_here(char *xids)
 	char	   *tok;
 	char	   *save;
 
+	if (xids == NULL)
+		return false;
 	for (tok = strtok_r(xids, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 		if (TransactionIdIsCurrentTransactionId((TransactionId) strtoul(tok, NULL, 10)))
 			return true;
@@ -1494,6 +1506,15 @@ file_validate(Jsonb *o, Oid role)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("csv_delimiter cannot be newline, carriage return or the quote character \"\"\"")));
+	/* and whatever else COPY would refuse when it reads the files */
+	if (strcmp(format, "csv") == 0)
+	{
+		CopyFormatOptions copy_opts = {0};
+
+		STM_ARG_ERRCONTEXT_BEGIN("csv_delimiter", delimiter);
+		ProcessCopyOptions(NULL, &copy_opts, true, csv_options(delimiter));
+		STM_ARG_ERRCONTEXT_END();
+	}
 	if (pattern[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
