@@ -42,10 +42,11 @@
  * time, and only COPY's reader knows where a record with quoted line breaks
  * ends.  Measured on 1M orders (5 columns) in 10 files, one batch into a
  * typed sink: with COPY's fields handed over the batch took 1.10 s, with
- * each record's text split again by parse.c 1.20 to 1.36 s; bench/files.sh
- * puts the stream at 0.8 to 1.07 times the speed of COPY of the same files
- * in the same run (1 GB in one file: 1.07, 5 MB of private memory, as for
- * 100 MB).  What the COPY route costs:
+ * each record's text split again by parse.c 1.20 to 1.36 s.  bench/files.sh
+ * puts the stream at 0.86 to 0.99 times the speed of COPY of the same files
+ * in the same run (1M orders in 10 files), 1.07 for 1 GB in one file, with
+ * 5 MB of private memory for 100 MB and for 1 GB.  What the COPY route
+ * costs:
  *   - the raw record (for dead letters) and the physical line numbers come
  *     from CopyFromStateData (commands/copyfrom_internal.h): line_buf,
  *     eol_type, the input buffer's state.  Those fields exist in PG 15 to 17.
