@@ -43,6 +43,7 @@ ORDER BY p.proname;
 \d streaming.streams
 \d streaming.progress
 \d streaming.source_lag
+\d streaming.processed_files
 \d streaming.dead_letters
 
 -- nothing defined yet

@@ -143,3 +143,57 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_rate_source'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.create_rate_source IS 'Define a rate source (values 0, 1, 2, ... at rows_per_second) and the view of its columns.';
+
+/* The file source (issue 9): its positions, its create function, processed_files. */
+/*
+ * File sources' positions: every file a stream has read, with the batch that
+ * read it (written in that batch's transaction), and the files it will never
+ * read (batch_id NULL: older than max_file_age when the stream first saw
+ * them).  A file is read once: a name listed here is never read again.  The
+ * files waiting to be read are in streaming.offsets (topic = the file name,
+ * high_watermark = its size), so that source_lag lists them.
+ */
+CREATE TABLE streaming.files (
+    stream_id       integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE,
+    file_name       text NOT NULL,
+    size            bigint NOT NULL,
+    mtime           timestamptz NOT NULL,
+    batch_id        bigint,
+    processed_at    timestamptz NOT NULL DEFAULT now(),
+    cleaned_at      timestamptz,    -- clean_source deleted or archived it
+    PRIMARY KEY (stream_id, file_name)
+);
+-- what clean_source has still to do
+CREATE INDEX files_to_clean ON streaming.files (stream_id)
+    WHERE batch_id IS NOT NULL AND cleaned_at IS NULL;
+COMMENT ON TABLE streaming.files IS 'Files that file-source streams have read (or will never read), written in the batch''s transaction; read it through streaming.processed_files.';
+SELECT pg_catalog.pg_extension_config_dump('streaming.files', '');
+ALTER TABLE streaming.files ENABLE ROW LEVEL SECURITY;
+CREATE POLICY stream_owner_only ON streaming.files FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+GRANT SELECT ON streaming.files TO PUBLIC;
+
+CREATE FUNCTION streaming.create_file_source(
+    name text,
+    directory text,
+    format text DEFAULT 'csv',
+    columns text DEFAULT NULL,
+    pattern text DEFAULT '*',
+    csv_header boolean DEFAULT false,
+    csv_delimiter text DEFAULT ',',
+    max_files_per_trigger integer DEFAULT NULL,
+    latest_first boolean DEFAULT false,
+    max_file_age interval DEFAULT NULL,
+    clean_source text DEFAULT 'off',
+    archive_directory text DEFAULT NULL,
+    on_bad_record text DEFAULT 'dead_letter')
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_file_source'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_file_source IS 'Define a source over the files of a directory and the view of its columns.';
+
+CREATE VIEW streaming.processed_files WITH (security_invoker = true) AS
+SELECT s.name AS stream, f.file_name, f.size, f.mtime, f.batch_id, f.processed_at
+FROM streaming.files f JOIN streaming.stream_defs s ON s.id = f.stream_id
+WHERE f.batch_id IS NOT NULL;
+GRANT SELECT ON streaming.processed_files TO PUBLIC;

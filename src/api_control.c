@@ -207,6 +207,7 @@ streaming_reset(PG_FUNCTION_ARGS)
 {
 	char	   *name = stm_arg_name(fcinfo);
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
+	const StmSourceRoutine *routine;
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(def->id);
 
@@ -218,6 +219,10 @@ streaming_reset(PG_FUNCTION_ARGS)
 				 errhint("Stop it first with streaming.stop().")));
 	(void) stm_catalog_get_stream_by_id(def->id, true);
 	stm_catalog_exec("DELETE FROM streaming.offsets WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	/* positions a source kind keeps elsewhere (the file source's files) */
+	routine = stm_source_routine(stm_catalog_get_source_of_stream(def)->kind);
+	if (routine->reset_positions)
+		routine->reset_positions(def->id);
 	stm_catalog_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	stm_api_clear_state_tables(def->id, false);
 	stm_catalog_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "

@@ -147,7 +147,7 @@ parse_one(BatchContext *bc, StmRecord *r, ParsedRecord *rec)
 	bc->src->routine->fill_metadata(bc->src, r, rec->values + bc->ndeclared,
 									rec->nulls + bc->ndeclared);
 	rec->meta_ok = true;
-	stm_parse_record(&bc->parser, r->data, r->len, rec->values, rec->nulls);
+	stm_source_parse(&bc->parser, r, rec->values, rec->nulls);
 	if (bc->event_time_att >= 0 && rec->nulls[bc->event_time_att])
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -251,9 +251,21 @@ write_dead_letter(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *
 									edata->message);
 	values[5] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
 	values[6] = Int32GetDatum(bc->def->id);
-	values[7] = Int64GetDatum(r->len);
-	if (r->data != NULL)
+	if (r->whole)
+	{
+		/* the source kept only the record's start: it says what the whole was */
+		bytea	   *sha = palloc(PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
+
+		SET_VARSIZE(sha, PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
+		memcpy(VARDATA(sha), r->whole->sha256, PG_SHA256_DIGEST_LENGTH);
+		values[7] = Int64GetDatum(r->whole->length);
+		values[8] = PointerGetDatum(sha);
+	}
+	else if (r->data != NULL)
+	{
+		values[7] = Int64GetDatum(r->len);
 		values[8] = PointerGetDatum(record_sha256(r->data, r->len));
+	}
 	else
 		nulls[7] = nulls[8] = 'n';
 	stm_catalog_exec("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id, "

@@ -189,6 +189,29 @@ stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const ch
 	stm_catalog_end(scope);
 }
 
+/*
+ * The first column of the first row of a query over the catalog, of a type
+ * passed by value (bool, integers), read as the extension's owner; *isnull
+ * when there is no row or the value is NULL.  Not a read-only query: under
+ * READ COMMITTED each call sees the latest commits.
+ */
+Datum
+stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *values, bool *isnull)
+{
+	StmCatalogScope scope = stm_catalog_begin();
+	Datum		result = (Datum) 0;
+
+	*isnull = true;
+	SPI_connect();
+	if (SPI_execute_with_args(sql, nargs, types, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "SPI failed: %s", sql);
+	if (SPI_processed > 0)
+		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
+	SPI_finish();
+	stm_catalog_end(scope);
+	return result;
+}
+
 static char *
 copy_text(MemoryContext cxt, HeapTuple tup, TupleDesc desc, int col)
 {
@@ -591,20 +614,20 @@ stm_catalog_mark_positions_initialized(int32 stream_id)
 	update_stream(stream_id, "positions_initialized = true");
 }
 
-/* The dedup_keys of a stream, as a list of column names. */
+/*
+ * The first column of every row of a query over the catalog, as a List of
+ * C strings (in the caller's memory context), read as the extension's owner.
+ */
 List *
-stm_catalog_dedup_keys(int32 stream_id)
+stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	List	   *result = NIL;
-	Oid			type = INT4OID;
-	Datum		value = Int32GetDatum(stream_id);
 	StmCatalogScope scope = stm_catalog_begin();
 
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT unnest(dedup_keys) FROM streaming.stream_defs WHERE id = $1",
-							  1, &type, &value, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.stream_defs");
+	if (SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "SPI failed: %s", sql);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);
@@ -615,4 +638,15 @@ stm_catalog_dedup_keys(int32 stream_id)
 	SPI_finish();
 	stm_catalog_end(scope);
 	return result;
+}
+
+/* The dedup_keys of a stream, as a list of column names. */
+List *
+stm_catalog_dedup_keys(int32 stream_id)
+{
+	Oid			type = INT4OID;
+	Datum		value = Int32GetDatum(stream_id);
+
+	return stm_catalog_strings("SELECT unnest(dedup_keys) FROM streaming.stream_defs WHERE id = $1",
+							   1, &type, &value);
 }

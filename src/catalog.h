@@ -84,6 +84,9 @@ extern StmCatalogScope stm_catalog_begin(void);
 extern void stm_catalog_end(StmCatalogScope scope);
 extern void stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, int expect);
+extern Datum stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *values,
+							   bool *isnull);
+extern List *stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values);
 
 extern StmStreamDef *stm_catalog_get_stream(const char *name, bool missing_ok);
 extern StmStreamDef *stm_catalog_get_stream_by_id(int32 id, bool lock);

@@ -26,6 +26,7 @@ int			stm_guc_retry_delay_ms = 1000;
 int			stm_guc_progress_history = 1000;
 int			stm_guc_max_record_size = 1024 * 1024;
 int			stm_guc_kafka_timeout_ms = 10000;
+int			stm_guc_file_settle_time_ms = 2000;
 
 void
 stm_guc_init(void)
@@ -85,6 +86,13 @@ stm_guc_init(void)
 							"How long a batch waits for the Kafka cluster before the stream is marked waiting and retried.",
 							NULL,
 							&stm_guc_kafka_timeout_ms, 10000, 100, 3600 * 1000,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	/* superuser only, and settable per session for run_batch (tests) */
+	DefineCustomIntVariable("streaming.file_settle_time",
+							"A file of a file source is read once its size and modification time have not changed for this long.",
+							"A file written in place is taken only after it has been quiet this long; a file renamed into the directory is taken when its modification time is this old.",
+							&stm_guc_file_settle_time_ms, 2000, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("streaming");

@@ -8,9 +8,11 @@
  * which gives the same results and error messages as a cast from text.
  *
  * CSV: PostgreSQL's COPY parser works on a stream, not on one record whose
- * boundaries are given, so one record's fields are split here (RFC 4180:
- * quotes, doubled quotes, delimiter inside quotes); an unquoted empty field
- * is NULL, as in COPY ... CSV.
+ * boundaries are given, so one record's fields (a Kafka message's) are
+ * split here (RFC 4180: quotes, doubled quotes, delimiter inside quotes);
+ * an unquoted empty field is NULL, as in COPY ... CSV.  A source that reads
+ * a stream of records (a file, through COPY's own parser) hands the fields
+ * it split, and stm_parse_fields only converts them.
  *
  * Errors are raised with ereport; the batch catches them per record and
  * sends the record to the dead-letter table.
@@ -355,6 +357,40 @@ parse_csv_fields(StmParser *p, const char *data, int len)
 
 /* ---- one record ---------------------------------------------------------- */
 
+static void
+check_record_size(int len)
+{
+	if (len > stm_guc_max_record_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("record of %d bytes is larger than streaming.max_record_size (%d bytes)",
+						len, stm_guc_max_record_size)));
+}
+
+/* The record's text is valid in the database encoding and has no zero byte. */
+static void
+check_record_text(const char *data, int len)
+{
+	/* rejects invalid byte sequences for the database encoding */
+	(void) pg_verify_mbstr(GetDatabaseEncoding(), data, len, false);
+	if (memchr(data, '\0', len) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+				 errmsg("record contains a zero byte")));
+}
+
+/* p->fields (text or NULL, one per column) to values and nulls */
+static void
+convert_fields(StmParser *p, Datum *values, bool *nulls)
+{
+	for (int i = 0; i < p->ncols; i++)
+	{
+		values[i] = InputFunctionCall(&p->infuncs[i], p->fields[i],
+									  p->ioparams[i], p->typmods[i]);
+		nulls[i] = (p->fields[i] == NULL);
+	}
+}
+
 /*
  * Fill values/nulls[0 .. ncols-1] from one record.  data need not be
  * NUL-terminated.  Raises an error for a bad record.
@@ -382,11 +418,7 @@ stm_parse_record(StmParser *p, const char *data, int len,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("record has no value")));
 	}
-	if (len > stm_guc_max_record_size)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("record of %d bytes is larger than streaming.max_record_size (%d bytes)",
-						len, stm_guc_max_record_size)));
+	check_record_size(len);
 
 	if (p->format == STM_FORMAT_BYTES)
 	{
@@ -404,12 +436,7 @@ stm_parse_record(StmParser *p, const char *data, int len,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("empty record")));
 
-	/* rejects invalid byte sequences for the database encoding */
-	(void) pg_verify_mbstr(GetDatabaseEncoding(), data, len, false);
-	if (memchr(data, '\0', len) != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
-				 errmsg("record contains a zero byte")));
+	check_record_text(data, len);
 
 	if (p->format == STM_FORMAT_TEXT)
 	{
@@ -442,11 +469,24 @@ stm_parse_record(StmParser *p, const char *data, int len,
 		parse_json_columns(p, buf, len);
 	}
 	MemoryContextSwitchTo(oldcxt);
+	convert_fields(p, values, nulls);
+}
 
-	for (int i = 0; i < p->ncols; i++)
-	{
-		values[i] = InputFunctionCall(&p->infuncs[i], p->fields[i],
-									  p->ioparams[i], p->typmods[i]);
-		nulls[i] = (p->fields[i] == NULL);
-	}
+/*
+ * Fill values/nulls[0 .. ncols-1] from the fields of a CSV record that its
+ * source split (NULL fields are SQL NULLs), data being the raw record:
+ * the same checks and conversions as stm_parse_record.
+ */
+void
+stm_parse_fields(StmParser *p, char **fields, int nfields, const char *data, int len,
+				 Datum *values, bool *nulls)
+{
+	check_record_size(len);
+	check_record_text(data, len);
+	if (nfields != p->ncols)
+		ereport(ERROR,
+				(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
+				 errmsg("CSV record has %d fields, expected %d", nfields, p->ncols)));
+	memcpy(p->fields, fields, sizeof(char *) * p->ncols);
+	convert_fields(p, values, nulls);
 }

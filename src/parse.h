@@ -39,5 +39,7 @@ extern void stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
 							char delimiter, TupleDesc desc, int ncols);
 extern void stm_parse_record(StmParser *p, const char *data, int len,
 							 Datum *values, bool *nulls);
+extern void stm_parse_fields(StmParser *p, char **fields, int nfields,
+							 const char *data, int len, Datum *values, bool *nulls);
 
 #endif

@@ -36,6 +36,7 @@
 #include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 
@@ -70,6 +71,7 @@ typedef struct TableSinkBatch
 	TupleTableSlot *slots[STM_SINK_BUFFER];
 	int			nbuffered;
 	struct BulkInsertStateData *bistate;
+	MemoryContext flush_cxt;	/* what a flush allocates, reset after it */
 	SPIPlanPtr	insert_plan;
 	Datum	   *values;			/* slow path: a table row */
 	bool	   *isnull;
@@ -292,6 +294,8 @@ stm_table_sink_begin(StmSink *sink, Oid relid, const StmSinkOutput *output,
 		InitResultRelInfo(tb->rri, tb->rel, 1, NULL, 0);
 		ExecOpenIndices(tb->rri, false);
 		tb->bistate = GetBulkInsertState();
+		tb->flush_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming sink flush",
+											  ALLOCSET_DEFAULT_SIZES);
 	}
 	else
 		prepare_insert(tb);
@@ -304,14 +308,21 @@ table_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_id, ES
 	return stm_table_sink_begin(sink, ((TableSink *) sink)->relid, output, batch_id, estate);
 }
 
-/* Write the buffered rows and their index entries. */
+/*
+ * Write the buffered rows and their index entries.  What that allocates
+ * (heap_multi_insert's array of tuples, index work) goes with a reset after
+ * each flush, as COPY runs it in a per-tuple context: a batch's memory does
+ * not grow with its rows.
+ */
 static void
 flush(TableSinkBatch *tb)
 {
 	CommandId	cid;
+	MemoryContext old;
 
 	if (tb->nbuffered == 0)
 		return;
+	old = MemoryContextSwitchTo(tb->flush_cxt);
 	cid = GetCurrentCommandId(true);
 	table_multi_insert(tb->rel, tb->slots, tb->nbuffered, cid, 0, tb->bistate);
 	for (int i = 0; i < tb->nbuffered; i++)
@@ -322,6 +333,8 @@ flush(TableSinkBatch *tb)
 		ExecClearTuple(tb->slots[i]);
 	}
 	tb->nbuffered = 0;
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(tb->flush_cxt);
 }
 
 /* Add one row; its values are copied, so the caller may reset their memory. */
@@ -506,6 +519,7 @@ stm_table_sink_end(StmSinkBatch *batch)
 		table_finish_bulk_insert(tb->rel, 0);
 		for (int i = 0; i < STM_SINK_BUFFER && tb->slots[i]; i++)
 			ExecDropSingleTupleTableSlot(tb->slots[i]);
+		MemoryContextDelete(tb->flush_cxt);
 	}
 	if (tb->insert_plan)
 		SPI_freeplan(tb->insert_plan);

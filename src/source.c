@@ -1,11 +1,12 @@
 /*
  * source.c: what every source kind shares (source.h): finding a kind's
  * routine, opening a source from its catalog row, the declared columns of
- * its view, the arguments its create function requires, a row's position
- * as text.
+ * its view, a row's position as text, parsing a record as the source
+ * handed it, the checks of arguments that kinds share.
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "nodes/parsenodes.h"
 #include "parser/parse_type.h"
 #include "parser/parser.h"
@@ -106,6 +107,79 @@ stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls)
 	initStringInfo(&buf);
 	src->routine->position_json(src, meta, meta_nulls, &buf);
 	return buf.data;
+}
+
+/*
+ * A record's declared columns, as the batch wants them: the fields the
+ * source split (converted as they are), or the payload parsed by the
+ * source's format.  A record the source could not read raises the error
+ * the source kept for it, so it goes where bad records go.
+ */
+void
+stm_source_parse(StmParser *parser, const StmRecord *rec, Datum *values, bool *nulls)
+{
+	if (rec->error)
+		ReThrowError(rec->error);
+	if (rec->fields)
+		stm_parse_fields(parser, rec->fields, rec->nfields, rec->data, rec->len,
+						 values, nulls);
+	else
+		stm_parse_record(parser, rec->data, rec->len, values, nulls);
+}
+
+/* A numeric argument that must be greater than zero when given. */
+void
+stm_source_check_positive(Jsonb *options, const char *key)
+{
+	char	   *v = stm_option_text(options, key);
+
+	if (v != NULL && pg_strtoint64(v) <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be greater than zero", key),
+				 errdetail("The value given was %s.", v)));
+}
+
+/* An interval argument that must be greater than zero when given. */
+void
+stm_source_check_positive_interval(Jsonb *options, const char *key)
+{
+	char	   *v = stm_option_text(options, key);
+
+	if (v != NULL &&
+		!stm_arg_check_sql("SELECT $1::interval > interval '0'", TEXTOID, CStringGetTextDatum(v)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be greater than zero", key)));
+}
+
+/*
+ * The columns a format takes: csv needs declared columns (by position),
+ * text and bytes take none (one value column), json either.
+ */
+void
+stm_source_check_columns(const char *format, bool has_columns)
+{
+	if (strcmp(format, "csv") == 0 && !has_columns)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("format \"csv\" needs columns"),
+				 errhint("Give the columns in order, for example columns => 'order_id bigint, amount numeric'.")));
+	if ((strcmp(format, "text") == 0 || strcmp(format, "bytes") == 0) && has_columns)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("format \"%s\" does not take columns", format),
+				 errdetail("Records of this format appear as one column named value.")));
+}
+
+/* on_bad_record (SPEC 5), already lower-cased */
+void
+stm_source_check_on_bad_record(const char *on_bad_record)
+{
+	static const char *const choices[] = {"dead_letter", "skip", "fail", NULL};
+
+	stm_arg_check_choice("on_bad_record", on_bad_record, choices,
+						 "Valid values are \"dead_letter\", \"skip\" and \"fail\".");
 }
 
 /*

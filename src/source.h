@@ -21,6 +21,9 @@
  *     save_positions      the new positions, in the batch's transaction
  *     after_commit        clean-up that must wait for the commit (optional)
  *
+ * and, outside batches, validate and metadata_columns (create time),
+ * available and reached (process_available), reset_positions (reset).
+ *
  * Positions are the source's to store (in streaming.offsets, or a table of
  * its own) and always in the batch's own transaction: that is what makes a
  * batch exactly-once.
@@ -64,13 +67,32 @@ typedef struct StmSource
 	char	   *problem;		/* set by plan: what it could not read and why (source_error), or NULL */
 } StmSource;
 
-/* One record a source hands to the batch. */
+/*
+ * One record a source hands to the batch.  Most sources give the payload
+ * only, and the batch parses it as the source's format says.  A source that
+ * splits records itself (the file source reads CSV with COPY's parser) also
+ * gives the fields, which the batch then converts as they are; a record the
+ * source could not read at all carries the error that makes it bad.  data
+ * is still the raw record (dead letters keep it).  Sources that use neither
+ * leave fields and error NULL (palloc0 the records).
+ */
 typedef struct StmRecord
 {
 	const char *data;			/* the payload; NULL when there is none */
 	int			len;
 	void	   *opaque;			/* the source's own (a message, a line) */
+	char	  **fields;			/* split already: nfields values (NULL: SQL NULL) */
+	int			nfields;
+	ErrorData  *error;			/* unreadable: the record is bad with this error */
+	const struct StmRecordDigest *whole;	/* data is only the record's start: all of it */
 } StmRecord;
+
+/* A record a source could not keep whole, as dead letters describe it (SPEC 5). */
+typedef struct StmRecordDigest
+{
+	int64		length;
+	uint8		sha256[32];
+} StmRecordDigest;
 
 /* The batch's function that takes each chunk of records from fetch. */
 typedef void (*StmChunkFn) (void *arg, StmRecord *records, int n);
@@ -175,8 +197,18 @@ struct StmSourceRoutine
 	void	   *(*available) (StmSource *src, int32 stream_id);
 	bool		(*reached) (StmSource *src, int32 stream_id, void *available);
 
-	/* Work that must wait for the batch's commit (removing what was read). */
+	/*
+	 * Work that must wait for the batch's commit (removing what was read),
+	 * called outside any transaction: it starts its own if it needs one.
+	 */
 	void		(*after_commit) (StmSource *src, int32 stream_id);
+
+	/*
+	 * streaming.reset(): forget the stream's positions that the kind keeps
+	 * outside streaming.offsets (which reset empties itself), in reset's
+	 * transaction.  Called without opening the source.
+	 */
+	void		(*reset_positions) (int32 stream_id);
 
 	/* Give resources back before the memory context goes (else it does). */
 	void		(*close) (StmSource *src);
@@ -189,6 +221,11 @@ extern void stm_source_close(StmSource *src);
 extern List *stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine);
 extern char *stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls);
 extern void stm_source_require_options(Jsonb *options, const char *const *keys);
+extern void stm_source_parse(StmParser *parser, const StmRecord *rec, Datum *values, bool *nulls);
+extern void stm_source_check_positive(Jsonb *options, const char *key);
+extern void stm_source_check_positive_interval(Jsonb *options, const char *key);
+extern void stm_source_check_columns(const char *format, bool has_columns);
+extern void stm_source_check_on_bad_record(const char *on_bad_record);
 
 /* api_source.c: the create function of every kind */
 extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);

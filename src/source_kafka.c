@@ -1388,25 +1388,15 @@ kafka_reached(StmSource *src, int32 stream_id, void *available)
 {
 	Oid			types[2] = {INT4OID, TEXTOID};
 	Datum		values[2] = {Int32GetDatum(stream_id), CStringGetTextDatum(available)};
-	bool		reached = false;
-	StmCatalogScope scope = stm_catalog_begin();
+	bool		isnull;
+	Datum		reached;
 
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($2::jsonb) "
-							  "AS t(topic text, partition int, \"offset\" bigint) "
-							  "LEFT JOIN streaming.offsets o ON o.stream_id = $1 AND o.topic = t.topic "
-							  "AND o.partition = t.partition WHERE coalesce(o.next_offset, -1) < t.\"offset\")",
-							  2, types, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.offsets");
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-
-		reached = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return reached;
+	reached = stm_catalog_value("SELECT NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($2::jsonb) "
+								"AS t(topic text, partition int, \"offset\" bigint) "
+								"LEFT JOIN streaming.offsets o ON o.stream_id = $1 AND o.topic = t.topic "
+								"AND o.partition = t.partition WHERE coalesce(o.next_offset, -1) < t.\"offset\")",
+								2, types, values, &isnull);
+	return !isnull && DatumGetBool(reached);
 }
 
 /* ---- create time --------------------------------------------------------- */
@@ -1430,25 +1420,11 @@ kafka_metadata_columns(Jsonb *options)
 	return result;
 }
 
-/* A bigint argument that must be greater than zero when given. */
-static void
-check_positive(Jsonb *o, const char *key)
-{
-	char	   *v = stm_option_text(o, key);
-
-	if (v != NULL && pg_strtoint64(v) <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be greater than zero", key),
-				 errdetail("The value given was %s.", v)));
-}
-
 /* create_kafka_source's arguments (SPEC 2.1) */
 static Jsonb *
 kafka_validate(Jsonb *o, Oid role)
 {
 	static const char *const formats[] = {"json", "csv", "text", "bytes", NULL};
-	static const char *const bad_record_choices[] = {"dead_letter", "skip", "fail", NULL};
 	static const char *const required[] = {"bootstrap_servers", "starting_offsets", "format",
 	"max_trigger_delay", "fail_on_data_loss", "include_headers", "on_bad_record", "kafka_options", NULL};
 	char	   *topic_pattern = stm_option_text(o, "topic_pattern");
@@ -1533,25 +1509,11 @@ kafka_validate(Jsonb *o, Oid role)
 
 	stm_arg_check_choice("format", format, formats,
 						 "Valid formats are \"json\", \"csv\", \"text\" and \"bytes\".");
-	if (strcmp(format, "csv") == 0 && !has_columns)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("format \"csv\" needs columns"),
-				 errhint("Give the columns in order, for example columns => 'order_id bigint, amount numeric'.")));
-	if ((strcmp(format, "text") == 0 || strcmp(format, "bytes") == 0) && has_columns)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("format \"%s\" does not take columns", format),
-				 errdetail("Records of this format appear as one column named value.")));
-	check_positive(o, "max_offsets_per_trigger");
-	check_positive(o, "min_offsets_per_trigger");
-	if (!stm_arg_check_sql("SELECT $1::interval > interval '0'", TEXTOID,
-						   CStringGetTextDatum(stm_option_text(o, "max_trigger_delay"))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_trigger_delay must be greater than zero")));
-	stm_arg_check_choice("on_bad_record", on_bad_record, bad_record_choices,
-						 "Valid values are \"dead_letter\", \"skip\" and \"fail\".");
+	stm_source_check_columns(format, has_columns);
+	stm_source_check_positive(o, "max_offsets_per_trigger");
+	stm_source_check_positive(o, "min_offsets_per_trigger");
+	stm_source_check_positive_interval(o, "max_trigger_delay");
+	stm_source_check_on_bad_record(on_bad_record);
 
 	/* kafka_options: an object of scalars that librdkafka accepts */
 	if (!stm_arg_check_sql("SELECT jsonb_typeof($1) = 'object' AND NOT EXISTS ("

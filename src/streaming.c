@@ -16,6 +16,7 @@
 #include "launcher.h"
 #include "shmem.h"
 #include "sink.h"
+#include "source_file.h"
 #include "source_kafka.h"
 #include "source_rate.h"
 #include "utility.h"
@@ -34,6 +35,7 @@ _PG_init(void)
 	stm_guc_init();
 	stm_source_register(&stm_kafka_source);
 	stm_source_register(&stm_rate_source);
+	stm_source_register(&stm_file_source);
 	stm_sink_register(&stm_table_sink_routine);
 	stm_sink_register(&stm_function_sink_routine);
 	stm_api_init();
