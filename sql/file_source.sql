@@ -234,7 +234,11 @@ SET streaming.max_record_size = '100kB';
 \! (printf 'id;name;note\n1;small;\n2;'; head -c 300000 /dev/zero | tr '\0' x; printf ';\n3;lost;\n') | test/put_file.sh data/e.csv
 SELECT streaming.run_batch('fs_csv_s');
 SELECT id, file_line FROM fs_csv_s WHERE file_name = 'e.csv';
-SELECT position, length(raw), error FROM streaming.dead_letters;
+-- raw keeps 64 kB; raw_length and raw_sha256 are of the whole rest of the file
+SELECT position, length(raw), raw_length,
+       raw_sha256 = sha256(convert_to('2;' || repeat('x', 300000) || E';\n3;lost;\n', 'UTF8')) AS sha256_of_all,
+       error
+FROM streaming.dead_letters;
 DELETE FROM streaming.dead_letters;
 RESET streaming.max_record_size;
 -- on_bad_record => 'fail' names the file and line
@@ -268,7 +272,15 @@ SELECT streaming.run_batch('fs_json_s');
 SELECT streaming.run_batch('fs_jsonb_s');
 SELECT * FROM fs_json_s ORDER BY file_name, file_line;
 SELECT value->'id' AS id, file_name, file_line FROM fs_jsonb_s ORDER BY file_name, file_line;
-SELECT stream, position, length(raw), error FROM streaming.dead_letters
+-- the long lines: raw keeps 64 kB, raw_length and raw_sha256 describe the line
+SELECT stream, position, length(raw), raw_length,
+       raw_sha256 = CASE WHEN raw_length < 65536 THEN sha256(raw)
+                         WHEN position->>'file' = 'a.json'
+                         THEN sha256(convert_to('{"id": 3, "big": "' || repeat('y', 1500000) || '"}', 'UTF8'))
+                         ELSE sha256(convert_to('{"id": 6, "big": "' || repeat('y', 1500000), 'UTF8')) END
+           AS sha256_of_all,
+       error
+FROM streaming.dead_letters
 ORDER BY stream, position->>'file', (position->>'line')::int;
 DELETE FROM streaming.dead_letters;
 RESET streaming.max_record_size;
