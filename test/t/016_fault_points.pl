@@ -11,6 +11,10 @@
 # exactly once, the dead letters are the 3 records once each, and the
 # stored offsets are the ends of the partitions.
 #
+# The file source's own point, mid_file (between two chunks of one file),
+# the same way over 4 CSV files of 2,500 lines: every line once, every file
+# read once.
+#
 # Then before_commit:sleep: a batch that sleeps before its commit while the
 # server stops (immediate) is absent after the restart, its offsets not
 # moved; and streaming.stop() gives up such a batch promptly, rolled back.
@@ -23,6 +27,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use StreamingTest;
 use Test::More;
+use Cwd qw(abs_path);
 use Time::HiRes qw(time);
 
 my $kafka = StreamingTest::Kafka->start;
@@ -78,6 +83,45 @@ for my $point (@points)
 			"SELECT streaming.drop_stream('$name', drop_sink => true); "
 			  . "SELECT streaming.drop_source('${name}_src')");
 	}
+}
+
+#
+# mid_file: a fault between two chunks of a file
+#
+my $dir = abs_path(PostgreSQL::Test::Utils::tempdir());
+for my $f (1 .. 4)
+{
+	open my $fh, '>', "$dir/.part" or die "$dir/.part: $!";
+	printf $fh "%d,%d.50\n", ($f - 1) * 2_500 + $_, $_ for 1 .. 2_500;
+	close $fh or die "$dir/.part: $!";
+	utime(time() - 60, time() - 60, "$dir/.part") or die "utime: $!";
+	rename("$dir/.part", "$dir/orders_$f.csv") or die "rename: $!";
+}
+for my $action (qw(kill9 error fatal))
+{
+	my $name = "file_$action";
+	my $what = "mid_file:$action";
+
+	$node->safe_psql('postgres',
+		"SELECT streaming.create_file_source('${name}_src', '$dir', columns => 'id int, amount numeric'); "
+		  . "SELECT streaming.create_stream('$name', 'SELECT id, amount, file_name, file_line FROM ${name}_src', "
+		  . "start => false)");
+	set_fault($what);
+	my $log_start = -s $node->logfile;
+	$node->safe_psql('postgres', "SELECT streaming.start('$name')");
+	$node->wait_for_log(qr/streaming fault point reached: mid_file/, $log_start);
+	set_fault(undef);
+	query_retry($node, "SELECT streaming.process_available('$name', '120s')");
+	is( query_retry($node,
+			"SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || sum(id) || ' ' || "
+			  . "count(DISTINCT (file_name, file_line)) FROM $name"),
+		'10000 10000 50005000 10000', "$what: every line of every file once");
+	is( query_retry($node,
+			"SELECT count(*) || ' ' || count(DISTINCT file_name) FROM streaming.processed_files WHERE stream = '$name'"),
+		'4 4', "$what: every file read once");
+	$node->safe_psql('postgres',
+		"SELECT streaming.drop_stream('$name', drop_sink => true); "
+		  . "SELECT streaming.drop_source('${name}_src')");
 }
 
 #
