@@ -157,6 +157,39 @@ SELECT name, source, query, owner, status FROM streaming.stream_defs ORDER BY na
 SELECT count(*) AS mallory_objects FROM pg_class WHERE relowner = 'regress_sec_mallory'::regrole;
 
 --
+-- nothing in the extension is SECURITY DEFINER: its functions are C code
+-- that takes the extension owner's identity itself for catalog work, with
+-- search_path pinned; so an operator a role puts in front of pg_catalog is
+-- never called by the extension's own SQL (mallory's fails when called)
+--
+SELECT count(*) FILTER (WHERE p.prosecdef) AS security_definer,
+       count(*) FILTER (WHERE l.lanname <> 'c') AS not_in_c
+FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+WHERE p.pronamespace = 'streaming'::regnamespace;
+CREATE SCHEMA regress_sec_trap AUTHORIZATION regress_sec_mallory;
+SET ROLE regress_sec_mallory;
+CREATE FUNCTION regress_sec_trap.trap_eq(integer, integer) RETURNS boolean
+    LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'hijacked: % = %', $1, $2; END$$;
+CREATE OPERATOR regress_sec_trap.= (LEFTARG = integer, RIGHTARG = integer,
+    FUNCTION = regress_sec_trap.trap_eq);
+CREATE FUNCTION regress_sec_trap.trap_text_eq(text, text) RETURNS boolean
+    LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'hijacked: % = %', $1, $2; END$$;
+CREATE OPERATOR regress_sec_trap.= (LEFTARG = text, RIGHTARG = text,
+    FUNCTION = regress_sec_trap.trap_text_eq);
+SET search_path = regress_sec_trap, pg_catalog, public;
+SELECT streaming.create_kafka_source('sec_trap_src', :'bs', topics => ARRAY[:'t'],
+    starting_offsets => 'earliest', columns => 'id bigint, v text');
+SELECT streaming.create_stream('sec_trap', 'SELECT id, v FROM sec_trap_src', start => false);
+SELECT streaming.run_batch('sec_trap') IS NOT NULL AS ran;
+SELECT count(*) > 0 AS read_rows FROM regress_sec_trap.sec_trap;
+SELECT streaming.reset('sec_trap');
+SELECT streaming.drop_stream('sec_trap', drop_sink => true);
+SELECT streaming.drop_source('sec_trap_src');
+RESET search_path;
+RESET ROLE;
+DROP SCHEMA regress_sec_trap CASCADE;
+
+--
 -- a property smuggled into a stored definition (by a superuser, by a
 -- restore) is checked again, for the owners, when a client is built from it
 --
