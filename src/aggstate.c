@@ -187,7 +187,7 @@ build_hash_tables(StmAggBatch *ab)
 }
 
 StmAggBatch *
-stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
+stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, StmOutputMode output_mode,
 				   StmSinkBatch *sink, bool has_watermark, TimestampTz watermark,
 				   int event_time_att, StmLateRows *keep_late)
 {
@@ -199,9 +199,9 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, const char *output_mode,
 	ab->keep_late = keep_late;
 	ab->stream_id = stream_id;
 	/* one group and no key: the single result row is rewritten, as in complete mode */
-	ab->complete = strcmp(output_mode, "complete") == 0 ||
+	ab->complete = output_mode == STM_OUTPUT_COMPLETE ||
 		(agg->nkeys == 0 && agg->window.kind == STM_WINDOW_NONE);
-	ab->append = strcmp(output_mode, "append") == 0;
+	ab->append = output_mode == STM_OUTPUT_APPEND;
 	/*
 	 * Without a window, groups close when the watermark passes their event
 	 * time, if the event-time column is one of them (as in Spark).

@@ -19,7 +19,7 @@ typedef struct StmAggBatch StmAggBatch;
 extern char *stm_aggstate_table(int32 stream_id);
 extern void stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner);
 extern StmAggBatch *stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id,
-									   const char *output_mode, StmSinkBatch *sink,
+									   StmOutputMode output_mode, StmSinkBatch *sink,
 									   bool has_watermark, TimestampTz watermark,
 									   int event_time_att, StmLateRows *keep_late);
 extern void stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext);

@@ -282,7 +282,7 @@ streaming_process_available(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("timeout must be greater than zero")));
-	if (!def->enabled && strcmp(def->status, "finished") != 0)
+	if (!def->enabled && def->status != STM_STATUS_FINISHED)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("stream \"%s\" is not running", name),
@@ -304,12 +304,12 @@ streaming_process_available(PG_FUNCTION_ARGS)
 					 errmsg("stream \"%s\" was dropped", name)));
 		if (!now->no_data_batch_due && src->routine->reached(src, def->id, available))
 			break;
-		if (strcmp(now->status, "failed") == 0)
+		if (now->status == STM_STATUS_FAILED)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("stream \"%s\" failed", name),
 					 now->last_error ? errdetail("%s", now->last_error) : 0));
-		if (strcmp(now->status, "stopped") == 0 || strcmp(now->status, "finished") == 0)
+		if (now->status == STM_STATUS_STOPPED || now->status == STM_STATUS_FINISHED)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("stream \"%s\" stopped before it processed all available records", name)));

@@ -315,7 +315,8 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		Oid			nspid = RangeVarGetCreationNamespace(sink_rv);
 		char	   *qualified = quote_qualified_identifier(get_namespace_name(nspid), sink_rv->relname);
 
-		stm_api_exec(stm_sink_table_ddl(stm_sink_output(qi, output_mode), qualified,
+		stm_api_exec(stm_sink_table_ddl(stm_sink_output(qi, stm_catalog_parse_output_mode(output_mode)),
+										qualified,
 										strcmp(output_mode, "append") != 0),
 					 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 		CommandCounterIncrement();

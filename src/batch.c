@@ -695,7 +695,7 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 	bc->source_slot = MakeSingleTupleTableSlot(bc->source_desc, &TTSOpsVirtual);
 	bc->output = stm_sink_output(qi, def->output_mode);
 	bc->sink = stm_sink_begin_batch(open_sink(rt, def), bc->output, bc->batch_id, bc->estate);
-	if (strcmp(def->late_rows, "keep") == 0)
+	if (def->keep_late_rows)
 	{
 		keep_late = palloc(sizeof(StmLateRows));
 		keep_late->stream_id = def->id;

@@ -212,69 +212,144 @@ stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *values, bool *i
 	return result;
 }
 
-static char *
-copy_text(MemoryContext cxt, HeapTuple tup, TupleDesc desc, int col)
+StmOutputMode
+stm_catalog_parse_output_mode(const char *name)
 {
-	char	   *v = SPI_getvalue(tup, desc, col);
-
-	return v ? MemoryContextStrdup(cxt, v) : NULL;
+	if (strcmp(name, "update") == 0)
+		return STM_OUTPUT_UPDATE;
+	if (strcmp(name, "complete") == 0)
+		return STM_OUTPUT_COMPLETE;
+	if (strcmp(name, "append") == 0)
+		return STM_OUTPUT_APPEND;
+	elog(ERROR, "unrecognized output_mode \"%s\" in streaming.stream_defs", name);
+	return STM_OUTPUT_APPEND;	/* keep compiler quiet */
 }
 
-static Datum
-get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
+static const char *const status_names[] = {
+	[STM_STATUS_RUNNING] = "running",
+	[STM_STATUS_WAITING] = "waiting",
+	[STM_STATUS_STOPPED] = "stopped",
+	[STM_STATUS_FAILED] = "failed",
+	[STM_STATUS_FINISHED] = "finished",
+};
+
+const char *
+stm_catalog_status_name(StmStreamStatus status)
 {
-	return SPI_getbinval(tup, desc, col, isnull);
+	return status_names[status];
+}
+
+static StmStreamStatus
+parse_status(const char *name)
+{
+	for (int i = 0; i < lengthof(status_names); i++)
+		if (strcmp(status_names[i], name) == 0)
+			return (StmStreamStatus) i;
+	elog(ERROR, "unrecognized status \"%s\" in streaming.stream_defs", name);
+	return STM_STATUS_RUNNING;	/* keep compiler quiet */
+}
+
+/* One row of a catalog query, its columns found by name. */
+typedef struct CatalogRow
+{
+	MemoryContext cxt;
+	HeapTuple	tup;
+	TupleDesc	desc;
+} CatalogRow;
+
+static int
+column(CatalogRow *row, const char *name)
+{
+	int			col = SPI_fnumber(row->desc, name);
+
+	if (col <= 0)
+		elog(ERROR, "catalog query has no column \"%s\"", name);
+	return col;
+}
+
+/* the column's value, or (Datum) 0 with *isnull */
+static Datum
+get_value(CatalogRow *row, const char *name, bool *isnull)
+{
+	return SPI_getbinval(row->tup, row->desc, column(row, name), isnull);
+}
+
+/* a text column as a string in row->cxt, or NULL */
+static char *
+get_text(CatalogRow *row, const char *name)
+{
+	char	   *v = SPI_getvalue(row->tup, row->desc, column(row, name));
+
+	return v ? MemoryContextStrdup(row->cxt, v) : NULL;
+}
+
+static Oid
+get_oid(CatalogRow *row, const char *name)
+{
+	bool		isnull;
+	Datum		d = get_value(row, name, &isnull);
+
+	return isnull ? InvalidOid : DatumGetObjectId(d);
+}
+
+static bool
+get_bool(CatalogRow *row, const char *name)
+{
+	bool		isnull;
+	Datum		d = get_value(row, name, &isnull);
+
+	return !isnull && DatumGetBool(d);
 }
 
 #define STREAM_COLUMNS \
-	"id, name, source, query, sink::oid, output_mode, watermark_delay, " \
-	"event_time, trigger, search_path, owner::oid, enabled, status, " \
-	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, sink_function::oid, " \
-	"dedup_keys IS NOT NULL, dedup_within_watermark, late_rows, " \
-	"(extract(epoch FROM idle_timeout) * 1000000)::bigint, idle_clock_at, last_error"
+	"id, name, source, query, sink::oid AS sink, output_mode, watermark_delay, " \
+	"event_time, trigger, search_path, owner::oid AS owner, enabled, status, " \
+	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, " \
+	"sink_function::oid AS sink_function, dedup_keys IS NOT NULL AS has_dedup, " \
+	"dedup_within_watermark, late_rows, " \
+	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 {
 	StmStreamDef *s = MemoryContextAllocZero(cxt, sizeof(StmStreamDef));
+	CatalogRow	row = {cxt, tup, desc};
 	bool		isnull;
 	Datum		d;
 
-	s->id = DatumGetInt32(get_bin(tup, desc, 1, &isnull));
-	s->name = copy_text(cxt, tup, desc, 2);
-	s->source = copy_text(cxt, tup, desc, 3);
-	s->query = copy_text(cxt, tup, desc, 4);
-	d = get_bin(tup, desc, 5, &isnull);
-	s->sink = isnull ? InvalidOid : DatumGetObjectId(d);
-	s->output_mode = copy_text(cxt, tup, desc, 6);
-	d = get_bin(tup, desc, 7, &isnull);
+	s->id = DatumGetInt32(get_value(&row, "id", &isnull));
+	s->name = get_text(&row, "name");
+	s->source = get_text(&row, "source");
+	s->query = get_text(&row, "query");
+	s->sink = get_oid(&row, "sink");
+	s->output_mode = stm_catalog_parse_output_mode(get_text(&row, "output_mode"));
+	d = get_value(&row, "watermark_delay", &isnull);
 	s->has_watermark = !isnull;
 	if (!isnull)
 		s->watermark_delay = *DatumGetIntervalP(d);
-	s->event_time = copy_text(cxt, tup, desc, 8);
-	s->trigger = copy_text(cxt, tup, desc, 9);
+	s->event_time = get_text(&row, "event_time");
+	s->trigger = get_text(&row, "trigger");
 	s->trigger_kind = stm_catalog_parse_trigger(s->trigger, &s->trigger_interval_ms);
-	s->search_path = copy_text(cxt, tup, desc, 10);
-	s->owner = DatumGetObjectId(get_bin(tup, desc, 11, &isnull));
-	s->enabled = DatumGetBool(get_bin(tup, desc, 12, &isnull));
-	s->status = copy_text(cxt, tup, desc, 13);
-	d = get_bin(tup, desc, 14, &isnull);
+	s->search_path = get_text(&row, "search_path");
+	s->owner = get_oid(&row, "owner");
+	s->enabled = get_bool(&row, "enabled");
+	s->status = parse_status(get_text(&row, "status"));
+	d = get_value(&row, "last_batch_id", &isnull);
 	s->last_batch_id = isnull ? -1 : DatumGetInt64(d);
-	d = get_bin(tup, desc, 15, &isnull);
+	d = get_value(&row, "watermark", &isnull);
 	s->has_watermark_value = !isnull;
 	s->watermark_value = isnull ? 0 : DatumGetTimestampTz(d);
-	s->failures = DatumGetInt32(get_bin(tup, desc, 16, &isnull));
-	s->positions_initialized = DatumGetBool(get_bin(tup, desc, 17, &isnull));
-	s->no_data_batch_due = DatumGetBool(get_bin(tup, desc, 18, &isnull));
-	d = get_bin(tup, desc, 19, &isnull);
-	s->sink_function = isnull ? InvalidOid : DatumGetObjectId(d);
-	s->has_dedup = DatumGetBool(get_bin(tup, desc, 20, &isnull));
-	s->dedup_within_watermark = DatumGetBool(get_bin(tup, desc, 21, &isnull));
-	s->late_rows = copy_text(cxt, tup, desc, 22);
-	d = get_bin(tup, desc, 23, &isnull);
+	s->failures = DatumGetInt32(get_value(&row, "failures", &isnull));
+	s->positions_initialized = get_bool(&row, "positions_initialized");
+	s->no_data_batch_due = get_bool(&row, "no_data_batch_due");
+	s->sink_function = get_oid(&row, "sink_function");
+	s->has_dedup = get_bool(&row, "has_dedup");
+	s->dedup_within_watermark = get_bool(&row, "dedup_within_watermark");
+	s->keep_late_rows = strcmp(get_text(&row, "late_rows"), "keep") == 0;
+	d = get_value(&row, "idle_timeout_us", &isnull);
 	s->idle_timeout_us = isnull ? 0 : DatumGetInt64(d);
-	s->idle_clock_at = DatumGetTimestampTz(get_bin(tup, desc, 24, &isnull));
-	s->last_error = copy_text(cxt, tup, desc, 25);
+	s->idle_clock_at = DatumGetTimestampTz(get_value(&row, "idle_clock_at", &isnull));
+	s->last_error = get_text(&row, "last_error");
 	return s;
 }
 
@@ -350,7 +425,7 @@ get_source(const char *where, Oid argtype, Datum arg, Oid visible_to)
 	StmCatalogScope scope = stm_catalog_begin();
 	char	   *sql;
 
-	sql = psprintf("SELECT name, kind, view::oid, owner::oid FROM streaming.sources WHERE %s "
+	sql = psprintf("SELECT name, kind, view::oid AS view, owner::oid AS owner FROM streaming.sources WHERE %s "
 				   "AND ($2 IS NULL OR pg_has_role($2, owner, 'USAGE'))",
 				   where);
 	SPI_connect();
@@ -358,15 +433,13 @@ get_source(const char *where, Oid argtype, Datum arg, Oid visible_to)
 		elog(ERROR, "could not read streaming.sources");
 	if (SPI_processed > 0)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
+		CatalogRow	row = {cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc};
 
 		s = MemoryContextAllocZero(cxt, sizeof(StmSourceDef));
-		s->name = copy_text(cxt, tup, desc, 1);
-		s->kind = copy_text(cxt, tup, desc, 2);
-		s->view = DatumGetObjectId(get_bin(tup, desc, 3, &isnull));
-		s->owner = DatumGetObjectId(get_bin(tup, desc, 4, &isnull));
+		s->name = get_text(&row, "name");
+		s->kind = get_text(&row, "kind");
+		s->view = get_oid(&row, "view");
+		s->owner = get_oid(&row, "owner");
 	}
 	SPI_finish();
 	stm_catalog_end(scope);
@@ -480,7 +553,11 @@ stm_catalog_source_option_list(const char *source, const char *sql_expr)
 		MemoryContext old;
 
 		for (int c = 0; c < natts; c++)
-			row[c] = copy_text(cxt, SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1);
+		{
+			char	   *v = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1);
+
+			row[c] = v ? MemoryContextStrdup(cxt, v) : NULL;
+		}
 		old = MemoryContextSwitchTo(cxt);
 		result = lappend(result, row);
 		MemoryContextSwitchTo(old);
@@ -495,7 +572,7 @@ stm_catalog_source_option_list(const char *source, const char *sql_expr)
  * clear_error, else kept; failures < 0 keeps the counter.
  */
 void
-stm_catalog_set_status(int32 stream_id, const char *status,
+stm_catalog_set_status(int32 stream_id, StmStreamStatus status,
 					   const char *last_error, bool clear_error, int failures)
 {
 	Oid			types[5] = {INT4OID, TEXTOID, TEXTOID, BOOLOID, INT4OID};
@@ -504,7 +581,7 @@ stm_catalog_set_status(int32 stream_id, const char *status,
 	StmCatalogScope scope = stm_catalog_begin();
 
 	values[0] = Int32GetDatum(stream_id);
-	values[1] = CStringGetTextDatum(status);
+	values[1] = CStringGetTextDatum(stm_catalog_status_name(status));
 	if (last_error)
 		values[2] = CStringGetTextDatum(last_error);
 	else

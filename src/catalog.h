@@ -23,6 +23,24 @@ typedef enum StmTriggerKind
 	STM_TRIGGER_ONCE
 } StmTriggerKind;
 
+/* output_mode (SPEC 3.2) */
+typedef enum StmOutputMode
+{
+	STM_OUTPUT_APPEND,
+	STM_OUTPUT_UPDATE,
+	STM_OUTPUT_COMPLETE
+} StmOutputMode;
+
+/* status, as streaming.streams shows it (SPEC 4) */
+typedef enum StmStreamStatus
+{
+	STM_STATUS_RUNNING,
+	STM_STATUS_WAITING,
+	STM_STATUS_STOPPED,
+	STM_STATUS_FAILED,
+	STM_STATUS_FINISHED
+} StmStreamStatus;
+
 typedef struct StmStreamDef
 {
 	int32		id;
@@ -33,8 +51,8 @@ typedef struct StmStreamDef
 	Oid			sink_function;	/* foreachBatch, else InvalidOid */
 	bool		has_dedup;		/* dedup_keys given */
 	bool		dedup_within_watermark;
-	char	   *output_mode;
-	char	   *late_rows;		/* drop | keep */
+	StmOutputMode output_mode;
+	bool		keep_late_rows; /* late_rows => 'keep' (else 'drop') */
 	bool		has_watermark;
 	Interval	watermark_delay;
 	char	   *event_time;		/* NULL when none */
@@ -44,7 +62,7 @@ typedef struct StmStreamDef
 	char	   *search_path;
 	Oid			owner;
 	bool		enabled;
-	char	   *status;
+	StmStreamStatus status;
 	int64		last_batch_id;	/* -1 before the first batch */
 	bool		positions_initialized;	/* starting_offsets were applied */
 	bool		no_data_batch_due;	/* the last batch moved the watermark */
@@ -98,7 +116,9 @@ extern StmSourceDef *stm_catalog_get_source_by_view(Oid view);
 extern Jsonb *stm_catalog_source_options(const char *source);
 extern char *stm_catalog_source_option(const char *source, const char *path);
 extern List *stm_catalog_source_option_list(const char *source, const char *sql_expr);
-extern void stm_catalog_set_status(int32 stream_id, const char *status,
+extern StmOutputMode stm_catalog_parse_output_mode(const char *name);
+extern const char *stm_catalog_status_name(StmStreamStatus status);
+extern void stm_catalog_set_status(int32 stream_id, StmStreamStatus status,
 								   const char *last_error, bool clear_error,
 								   int failures);
 extern void stm_catalog_disable(int32 stream_id);

@@ -48,19 +48,9 @@ stm_sink_open(StmStreamDef *def)
 	return stm_sink_routine(stm_sink_kind(def))->open(def);
 }
 
-StmOutputMode
-stm_output_mode(const char *name)
-{
-	if (strcmp(name, "update") == 0)
-		return STM_OUTPUT_UPDATE;
-	if (strcmp(name, "complete") == 0)
-		return STM_OUTPUT_COMPLETE;
-	return STM_OUTPUT_APPEND;
-}
-
 /* The query's output columns, as the sink gets them. */
 StmSinkOutput *
-stm_sink_output(StmQueryInfo *qi, const char *output_mode)
+stm_sink_output(StmQueryInfo *qi, StmOutputMode mode)
 {
 	StmSinkOutput *out = palloc0(sizeof(StmSinkOutput));
 
@@ -73,7 +63,7 @@ stm_sink_output(StmQueryInfo *qi, const char *output_mode)
 		TupleDescInitEntryCollation(out->desc, i + 1, qi->out_collations[i]);
 		out->is_key[i] = qi->agg != NULL && qi->agg->out_group_col[i] >= 0;
 	}
-	out->mode = stm_output_mode(output_mode);
+	out->mode = mode;
 	return out;
 }
 

@@ -36,13 +36,6 @@
 
 typedef struct StmSinkRoutine StmSinkRoutine;
 
-typedef enum StmOutputMode
-{
-	STM_OUTPUT_APPEND,
-	STM_OUTPUT_UPDATE,
-	STM_OUTPUT_COMPLETE
-} StmOutputMode;
-
 /* The stream's output rows: their columns and which ones are the key. */
 typedef struct StmSinkOutput
 {
@@ -96,8 +89,7 @@ extern void stm_sink_register(const StmSinkRoutine *routine);
 extern const StmSinkRoutine *stm_sink_routine(const char *kind);
 extern const char *stm_sink_kind(StmStreamDef *def);
 extern StmSink *stm_sink_open(StmStreamDef *def);
-extern StmSinkOutput *stm_sink_output(StmQueryInfo *qi, const char *output_mode);
-extern StmOutputMode stm_output_mode(const char *name);
+extern StmSinkOutput *stm_sink_output(StmQueryInfo *qi, StmOutputMode mode);
 extern char *stm_sink_table_ddl(const StmSinkOutput *out, const char *qualified_name, bool keyed);
 
 /* the batch's calls */

@@ -177,7 +177,7 @@ record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
 	if (connection)
 	{
 		stm_catalog_set_source_error(def->id, message);
-		stm_catalog_set_status(def->id, "waiting", NULL, false, -1);
+		stm_catalog_set_status(def->id, STM_STATUS_WAITING, NULL, false, -1);
 		delay = stm_guc_retry_delay_ms;
 	}
 	else
@@ -185,12 +185,12 @@ record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
 		failures++;
 		if (stm_error_is_permanent(edata->sqlerrcode) || failures > stm_guc_max_retries)
 		{
-			stm_catalog_set_status(def->id, "failed", message, false, failures);
+			stm_catalog_set_status(def->id, STM_STATUS_FAILED, message, false, failures);
 			stm_catalog_disable(def->id);
 			*stop = true;
 		}
 		else
-			stm_catalog_set_status(def->id, "running", message, false, failures);
+			stm_catalog_set_status(def->id, STM_STATUS_RUNNING, message, false, failures);
 		delay = (int64) stm_guc_retry_delay_ms << Min(failures - 1, 20);
 	}
 	PopActiveSnapshot();
@@ -259,7 +259,7 @@ streaming_worker_main(Datum main_arg)
 		int64		batch_id = -1;
 		TimestampTz batch_start = GetCurrentTimestamp();
 		int64		wait_ms;
-		const char *status;
+		StmStreamStatus status;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -298,8 +298,8 @@ streaming_worker_main(Datum main_arg)
 			rt->bounded = (def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
 			batch_id = stm_batch_run(rt);
 			/* the batch wrote source_error; waiting when the source gave nothing for a reason */
-			status = batch_id < 0 && rt->problem ? "waiting" : "running";
-			if (strcmp(def->status, status) != 0)
+			status = batch_id < 0 && rt->problem ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
+			if (def->status != status)
 				stm_catalog_set_status(stream_id, status, NULL, false, -1);
 			if (batch_id >= 0)
 				STM_FAULT_POINT("before_commit");
@@ -368,7 +368,7 @@ streaming_worker_main(Datum main_arg)
 			StartTransactionCommand();
 			PushActiveSnapshot(GetTransactionSnapshot());
 			/* finished streams are not restarted, but start() runs them again */
-			stm_catalog_set_status(stream_id, "finished", NULL, false, -1);
+			stm_catalog_set_status(stream_id, STM_STATUS_FINISHED, NULL, false, -1);
 			stm_catalog_disable(stream_id);
 			PopActiveSnapshot();
 			CommitTransactionCommand();
