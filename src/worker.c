@@ -19,8 +19,9 @@
  * ends, not once per attempt.
  *
  * SIGTERM: the batch in flight may finish for STM_SHUTDOWN_GRACE_MS; the
- * long waits inside it (a source's or sink's calls, made in slices) then give it up, and it
- * rolls back, so the worker exits promptly whatever the brokers do.
+ * long waits inside it (a source's or sink's calls, made in slices) then
+ * give it up, and it rolls back, so the worker exits promptly whatever the
+ * brokers do.
  */
 #include "postgres.h"
 
@@ -124,8 +125,8 @@ catalog_ready(void)
 }
 
 /*
- * For the long waits of a batch (the sources' and sinks' calls to their clients,
- * made in slices): interrupts as anywhere, and in a worker told to stop, the
+ * For the long waits of a batch (the sources' and sinks' calls to their
+ * clients, made in slices): interrupts as anywhere, and in a worker told to stop, the
  * batch in flight is given up once it has had STM_SHUTDOWN_GRACE_MS to
  * finish (it rolls back: its records are read again by the next run).
  * Elsewhere (run_batch in a backend) only the interrupts.
