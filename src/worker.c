@@ -126,9 +126,10 @@ catalog_ready(void)
 
 /*
  * For the long waits of a batch (the sources' and sinks' calls to their
- * clients, made in slices): interrupts as anywhere, and in a worker told to stop, the
- * batch in flight is given up once it has had STM_SHUTDOWN_GRACE_MS to
- * finish (it rolls back: its records are read again by the next run).
+ * clients, made in slices): interrupts as anywhere, and in a worker told
+ * to stop, the batch in flight is given up once it has had
+ * STM_SHUTDOWN_GRACE_MS to finish (it rolls back: its records are read
+ * again by the next run).
  * Elsewhere (run_batch in a backend) only the interrupts.
  */
 void
