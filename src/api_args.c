@@ -142,13 +142,8 @@ void
 stm_api_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
 {
 	int			nest = stm_catalog_pin_search_path();
-	int			rc;
 
-	SPI_connect();
-	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
-	if (rc != expect)
-		elog(ERROR, "SPI failed (%s): %s", SPI_result_code_string(rc), sql);
-	SPI_finish();
+	stm_spi_exec(sql, nargs, types, values, nulls, expect);
 	stm_catalog_unpin_search_path(nest);
 }
 

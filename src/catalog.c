@@ -174,11 +174,10 @@ stm_catalog_check_version(int elevel)
 	return false;
 }
 
-/* Change the catalog: as the extension's owner (catalog.c), after the caller was checked. */
+/* One statement in an SPI connection of its own, which must return expect. */
 void
-stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
+stm_spi_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
 {
-	StmCatalogScope scope = stm_catalog_begin();
 	int			rc;
 
 	SPI_connect();
@@ -186,6 +185,15 @@ stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const ch
 	if (rc != expect)
 		elog(ERROR, "SPI failed (%s): %s", SPI_result_code_string(rc), sql);
 	SPI_finish();
+}
+
+/* Change the catalog: as the extension's owner (catalog.c), after the caller was checked. */
+void
+stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
+{
+	StmCatalogScope scope = stm_catalog_begin();
+
+	stm_spi_exec(sql, nargs, types, values, nulls, expect);
 	stm_catalog_end(scope);
 }
 

@@ -100,6 +100,8 @@ typedef struct StmCatalogScope
 extern Oid	stm_catalog_extension_owner(void);
 extern StmCatalogScope stm_catalog_begin(void);
 extern void stm_catalog_end(StmCatalogScope scope);
+extern void stm_spi_exec(const char *sql, int nargs, Oid *types, Datum *values,
+						 const char *nulls, int expect);
 extern void stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, int expect);
 extern Datum stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *values,
