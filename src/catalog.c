@@ -208,7 +208,8 @@ get_bin(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 	"event_time, trigger, search_path, owner::oid, enabled, status, " \
 	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, sink_function::oid, " \
 	"dedup_keys IS NOT NULL, dedup_within_watermark, late_rows, " \
-	"(extract(epoch FROM idle_timeout) * 1000000)::bigint, idle_clock_at, last_error"
+	"(extract(epoch FROM idle_timeout) * 1000000)::bigint, idle_clock_at, last_error, " \
+	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name)"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -252,6 +253,8 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->idle_timeout_us = isnull ? 0 : DatumGetInt64(d);
 	s->idle_clock_at = DatumGetTimestampTz(get_bin(tup, desc, 24, &isnull));
 	s->last_error = copy_text(cxt, tup, desc, 25);
+	s->sink_name = copy_text(cxt, tup, desc, 26);
+	s->sink_kind = copy_text(cxt, tup, desc, 27);
 	return s;
 }
 
@@ -417,6 +420,77 @@ stm_catalog_source_options(const char *source)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("source \"%s\" does not exist", source)));
 	return result;
+}
+
+/* The named sink that matches where ($1 is arg), visible_to as in get_stream. */
+static StmSinkDef *
+get_sink(const char *where, Oid argtype, Datum arg, Oid visible_to)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	StmSinkDef *s = NULL;
+	Oid			types[2] = {argtype, OIDOID};
+	Datum		values[2] = {arg, ObjectIdGetDatum(visible_to)};
+	char		nulls[2] = {' ', OidIsValid(visible_to) ? ' ' : 'n'};
+	StmCatalogScope scope = stm_catalog_begin();
+	char	   *sql;
+
+	sql = psprintf("SELECT name, kind, options, owner::oid FROM streaming.sinks WHERE %s "
+				   "AND ($2 IS NULL OR pg_has_role($2, owner, 'USAGE'))",
+				   where);
+	SPI_connect();
+	if (SPI_execute_with_args(sql, 2, types, values, nulls, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.sinks");
+	if (SPI_processed > 0)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		MemoryContext old;
+
+		s = MemoryContextAllocZero(cxt, sizeof(StmSinkDef));
+		s->name = copy_text(cxt, tup, desc, 1);
+		s->kind = copy_text(cxt, tup, desc, 2);
+		old = MemoryContextSwitchTo(cxt);
+		s->options = DatumGetJsonbPCopy(get_bin(tup, desc, 3, &isnull));
+		MemoryContextSwitchTo(old);
+		s->owner = DatumGetObjectId(get_bin(tup, desc, 4, &isnull));
+	}
+	SPI_finish();
+	stm_catalog_end(scope);
+	return s;
+}
+
+/* A named sink the current user owns (or may act for), as stm_catalog_get_source. */
+StmSinkDef *
+stm_catalog_get_sink(const char *name, bool missing_ok)
+{
+	StmSinkDef *s = get_sink("name = $1", TEXTOID, CStringGetTextDatum(name), GetUserId());
+
+	if (s == NULL && !missing_ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("sink \"%s\" does not exist", name)));
+	return s;
+}
+
+/* True when any role has a named sink of this name. */
+bool
+stm_catalog_sink_exists(const char *name)
+{
+	return get_sink("name = $1", TEXTOID, CStringGetTextDatum(name), InvalidOid) != NULL;
+}
+
+/* The named sink a stream writes to, whoever owns it. */
+StmSinkDef *
+stm_catalog_get_sink_of_stream(StmStreamDef *def)
+{
+	StmSinkDef *s = get_sink("name = $1", TEXTOID, CStringGetTextDatum(def->sink_name), InvalidOid);
+
+	if (s == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("sink \"%s\" of stream \"%s\" does not exist", def->sink_name, def->name)));
+	return s;
 }
 
 /* One option of a source as text (options #>> path), or NULL. */

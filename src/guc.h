@@ -13,6 +13,7 @@ extern int	stm_guc_retry_delay_ms;
 extern int	stm_guc_progress_history;
 extern int	stm_guc_max_record_size;
 extern int	stm_guc_kafka_timeout_ms;
+extern int	stm_guc_outbox_max_rows;
 
 extern void stm_guc_init(void);
 

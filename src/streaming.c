@@ -15,6 +15,7 @@
 #include "launcher.h"
 #include "shmem.h"
 #include "sink.h"
+#include "sink_kafka.h"
 #include "source_kafka.h"
 #include "source_rate.h"
 #include "utility.h"
@@ -31,6 +32,7 @@ _PG_init(void)
 	stm_source_register(&stm_rate_source);
 	stm_sink_register(&stm_table_sink_routine);
 	stm_sink_register(&stm_function_sink_routine);
+	stm_sink_register(&stm_kafka_sink_routine);
 	stm_api_init();
 	stm_utility_init();
 	if (process_shared_preload_libraries_in_progress)

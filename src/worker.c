@@ -10,10 +10,18 @@
  *
  * Failures: a batch that raises an error is rolled back and its error
  * recorded in the stream's row.  Connection errors (class 08: the broker is
- * down) set status 'waiting' and are retried for ever; other errors are
- * retried with exponential backoff and set status 'failed' after
- * streaming.max_retries (at once for bad data, which no retry cures).
- * SIGTERM lets the batch in flight finish, then the worker exits.
+ * down) and a sink that cannot take the batch (53000) set status 'waiting'
+ * and are retried for ever; other errors are retried with exponential
+ * backoff and set status 'failed' after streaming.max_retries (at once for
+ * bad data, which no retry cures).
+ *
+ * A sink that delivers after the commit (the Kafka sink's outbox) is given
+ * its turn after every batch, when there was none, and before the worker
+ * exits (sink.h: deliver), outside any transaction.  While it cannot
+ * deliver, the stream shows 'waiting' and why; while its rows fill what it
+ * may hold, no batch runs.  SIGTERM lets the batch in flight finish, then
+ * the sink delivers what it can within streaming.kafka_timeout, then the
+ * worker exits.
  */
 #include "postgres.h"
 
@@ -114,11 +122,55 @@ catalog_ready(void)
 	return ready;
 }
 
+/* What the sink said last (deliver), and what the stream's row shows of it. */
+static StmSinkStatus sink_status;
+static char *shown_problem = NULL;	/* in TopMemoryContext; NULL: nothing shown */
+static bool shown_error = false;	/* shown as last_error too */
+
+/* The sink's problem as the stream's row shows it, or NULL. */
+static const char *
+sink_problem(void)
+{
+	return sink_status.error ? sink_status.error : sink_status.waiting;
+}
+
+/*
+ * Show the sink's problem in the stream's row, in the current transaction:
+ * status 'waiting' with source_error (and last_error, for an error), or,
+ * once it is gone, 'running' without them (a last_error that is not the
+ * sink's stays).  force: write it even if it is shown already (a batch's
+ * progress row cleared it).
+ */
+static void
+show_sink_status(int32 stream_id, bool force)
+{
+	const char *problem = sink_problem();
+
+	if (!force && (problem == NULL ? shown_problem == NULL :
+				   shown_problem != NULL && strcmp(problem, shown_problem) == 0))
+		return;
+	if (problem)
+	{
+		stm_catalog_set_status(stream_id, "waiting", sink_status.error,
+							   sink_status.error == NULL && shown_error, -1);
+		stm_catalog_set_source_error(stream_id, problem);
+	}
+	else if (shown_problem)
+	{
+		stm_catalog_set_status(stream_id, "running", NULL, shown_error, -1);
+		stm_catalog_set_source_error(stream_id, NULL);
+	}
+	if (shown_problem)
+		pfree(shown_problem);
+	shown_problem = problem ? MemoryContextStrdup(TopMemoryContext, problem) : NULL;
+	shown_error = sink_status.error != NULL;
+}
+
 /* Write the outcome of a failed batch in a transaction of its own. */
 static int64
 record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
 {
-	bool		connection = ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;
+	bool		connection = stm_error_is_waiting(edata->sqlerrcode);
 	char	   *message = edata->detail ?
 		psprintf("%s: %s", edata->message, edata->detail) : edata->message;
 	int			failures = def->failures;
@@ -152,6 +204,62 @@ record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
 	return Min(delay, 60 * 1000);
 }
 
+/*
+ * The sink's turn (sink.h: deliver), outside any transaction, for up to
+ * streaming.kafka_timeout; what it says is shown in the stream's row.  An
+ * error is the stream's, as a batch's: recorded, and *wait_ms is the delay
+ * before the next try (else 0); *stop when the stream failed for good.
+ */
+static void
+deliver_rows(StmRuntime *rt, StmStreamDef *def, MemoryContext cxt, int64 *wait_ms, bool *stop)
+{
+	*wait_ms = 0;
+	*stop = false;
+	PG_TRY();
+	{
+		sink_status = stm_runtime_deliver(rt, stm_guc_kafka_timeout_ms);
+		if (sink_problem() != NULL || shown_problem != NULL)
+		{
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			show_sink_status(def->id, false);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+		}
+		MemoryContextSwitchTo(cxt);
+		/* a problem is retried after a while, not at once */
+		if (sink_problem() != NULL)
+			*wait_ms = stm_guc_retry_delay_ms;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		*wait_ms = record_failure(def, edata, stop);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/* The stream is finished (trigger once, available_now): not restarted, but start() runs it again. */
+static void
+finish_stream(int32 stream_id)
+{
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	stm_catalog_set_status(stream_id, "finished", NULL, false, -1);
+	stm_catalog_disable(stream_id);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	release_slot();
+}
+
 void
 streaming_worker_main(Datum main_arg)
 {
@@ -163,6 +271,7 @@ streaming_worker_main(Datum main_arg)
 	StmRuntime *rt;
 	StmStreamDef *volatile def = NULL;	/* read in PG_CATCH: volatile */
 	TimestampTz lock_deadline;
+	bool		batches_done = false;	/* once / available_now: the sink delivers the rest */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -210,6 +319,8 @@ streaming_worker_main(Datum main_arg)
 		int64		batch_id = -1;
 		TimestampTz batch_start = GetCurrentTimestamp();
 		int64		wait_ms;
+		int64		deliver_wait;
+		bool		stop;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -223,6 +334,30 @@ streaming_worker_main(Datum main_arg)
 		{
 			sleep_ms(stm_guc_naptime_ms);
 			continue;
+		}
+		/*
+		 * No batch while the sink holds all it may, or after the last one
+		 * of a once / available_now stream: the sink delivers, and such a
+		 * stream is finished once its sink has nothing left.
+		 */
+		if ((sink_status.full || batches_done) && def != NULL)
+		{
+			deliver_rows(rt, def, worker_cxt, &wait_ms, &stop);
+			if (stop)
+			{
+				release_slot();
+				break;
+			}
+			if (batches_done && sink_status.pending == 0 && sink_problem() == NULL)
+			{
+				finish_stream(stream_id);
+				break;
+			}
+			if (sink_status.full || batches_done)
+			{
+				sleep_ms(Max(wait_ms, stm_guc_naptime_ms));
+				continue;
+			}
 		}
 
 		StartTransactionCommand();
@@ -247,8 +382,14 @@ streaming_worker_main(Datum main_arg)
 			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", def->name));
 			rt->bounded = (def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
 			batch_id = stm_batch_run(rt);
-			/* the source answered: no longer waiting */
-			if (strcmp(def->status, "running") != 0)
+			/*
+			 * The source answered: no longer waiting, unless the sink
+			 * still cannot deliver (the batch's progress row cleared what
+			 * its row showed of that: shown again in the same transaction)
+			 */
+			if (sink_problem() != NULL)
+				show_sink_status(stream_id, batch_id >= 0);
+			else if (strcmp(def->status, "running") != 0)
 			{
 				stm_catalog_set_status(stream_id, "running", NULL, false, -1);
 				stm_catalog_set_source_error(stream_id, NULL);
@@ -262,7 +403,6 @@ streaming_worker_main(Datum main_arg)
 		PG_CATCH();
 		{
 			ErrorData  *edata;
-			bool		stop;
 
 			MemoryContextSwitchTo(worker_cxt);
 			edata = CopyErrorData();
@@ -274,6 +414,13 @@ streaming_worker_main(Datum main_arg)
 				proc_exit(1);
 			wait_ms = record_failure(def, edata, &stop);
 			FreeErrorData(edata);
+			if (stop)
+			{
+				release_slot();
+				break;
+			}
+			/* a batch that waits for the sink's room: the sink delivers meanwhile */
+			deliver_rows(rt, def, worker_cxt, &deliver_wait, &stop);
 			if (stop)
 			{
 				release_slot();
@@ -293,19 +440,25 @@ streaming_worker_main(Datum main_arg)
 		slot->problem[0] = '\0';
 		LWLockRelease(stm_shared->lock);
 
+		/* the sink's turn: what committed batches left for it */
+		deliver_rows(rt, def, worker_cxt, &deliver_wait, &stop);
+		if (stop)
+		{
+			release_slot();
+			break;
+		}
+
 		/* once / available_now: the stream is done when it has nothing left */
 		if (def->trigger_kind == STM_TRIGGER_ONCE ||
 			(def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW && batch_id < 0))
 		{
-			StartTransactionCommand();
-			PushActiveSnapshot(GetTransactionSnapshot());
-			/* finished streams are not restarted, but start() runs them again */
-			stm_catalog_set_status(stream_id, "finished", NULL, false, -1);
-			stm_catalog_disable(stream_id);
-			PopActiveSnapshot();
-			CommitTransactionCommand();
-			release_slot();
-			break;
+			/* finished once the sink has delivered everything, too */
+			if (sink_status.pending == 0 && sink_problem() == NULL)
+			{
+				finish_stream(stream_id);
+				break;
+			}
+			batches_done = true;
 		}
 
 		if (batch_id < 0)
@@ -313,7 +466,25 @@ streaming_worker_main(Datum main_arg)
 		else
 			wait_ms = def->trigger_interval_ms -
 				(GetCurrentTimestamp() - batch_start) / 1000;
-		sleep_ms(wait_ms);
+		sleep_ms(Max(wait_ms, deliver_wait));
 	}
+
+	/*
+	 * Stopping: the sink delivers what it can within kafka_timeout and
+	 * leaves the rest for the next start; then the runtime lets go of its
+	 * clients.
+	 */
+	PG_TRY();
+	{
+		sink_status = stm_runtime_deliver(rt, stm_guc_kafka_timeout_ms);
+		stm_runtime_close(rt);
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
 	proc_exit(0);
 }

@@ -33,6 +33,11 @@
  *	  create TOPIC PARTITIONS	create a topic
  *	  down						take all brokers down (like SIGUSR1)
  *	  up						bring all brokers up (like SIGUSR2)
+ *	  topic-error TOPIC ERR		metadata requests for TOPIC answer with error
+ *								ERR (librdkafka's name without the
+ *								RD_KAFKA_RESP_ERR_ prefix, e.g.
+ *								TOPIC_AUTHORIZATION_FAILED; NO_ERROR clears it)
+ *	  produce-error ERR COUNT	the next COUNT produce requests fail with ERR
  *	  quit						exit 0 (so does end of input)
  *
  * Limitations of the mock cluster (librdkafka 2.0.2) worth knowing:
@@ -112,6 +117,8 @@ usage(FILE *out)
 			"                            \"error: ...\" on stdout:\n"
 			"                              create TOPIC PARTITIONS\n"
 			"                              down | up | quit   (end of input = quit)\n"
+			"                              topic-error TOPIC ERR (NO_ERROR clears it)\n"
+			"                              produce-error ERR COUNT\n"
 			"  -h, --help                show this help and exit\n"
 			"\n"
 			"The bootstrap servers string is the first line of stdout.\n"
@@ -203,6 +210,26 @@ check_topic_name(const char *name)
 			return "topic name may only contain ASCII letters, digits, '.', '_' and '-'";
 	}
 	return NULL;
+}
+
+/*
+ * A librdkafka error code by its name without the RD_KAFKA_RESP_ERR_ prefix
+ * ("TOPIC_AUTHORIZATION_FAILED"); false if there is none of that name.
+ */
+static bool
+parse_error_name(const char *name, rd_kafka_resp_err_t *err)
+{
+	const struct rd_kafka_err_desc *descs;
+	size_t		n;
+
+	rd_kafka_get_err_descs(&descs, &n);
+	for (size_t i = 0; i < n; i++)
+		if (descs[i].name != NULL && strcmp(descs[i].name, name) == 0)
+		{
+			*err = descs[i].code;
+			return true;
+		}
+	return false;
 }
 
 static void
@@ -299,13 +326,54 @@ run_command(char *line, rd_kafka_mock_cluster_t *mcluster, int nbrokers)
 		else
 			reply("ok", NULL);
 	}
+	else if (strcmp(words[0], "topic-error") == 0)
+	{
+		rd_kafka_resp_err_t terr;
+
+		if (nwords != 3)
+		{
+			reply("error: usage: topic-error TOPIC ERR", NULL);
+			return true;
+		}
+		if (!parse_error_name(words[2], &terr))
+		{
+			reply("error: unknown error name \"%s\"", words[2]);
+			return true;
+		}
+		rd_kafka_mock_topic_set_error(mcluster, words[1], terr);
+		reply("ok", NULL);
+	}
+	else if (strcmp(words[0], "produce-error") == 0)
+	{
+		rd_kafka_resp_err_t perr;
+		int			count;
+
+		if (nwords != 3)
+		{
+			reply("error: usage: produce-error ERR COUNT", NULL);
+			return true;
+		}
+		if (!parse_error_name(words[1], &perr))
+		{
+			reply("error: unknown error name \"%s\"", words[1]);
+			return true;
+		}
+		if (!parse_int(words[2], 1, 1000000, &count))
+		{
+			reply("error: invalid count \"%s\"", words[2]);
+			return true;
+		}
+		for (int i = 0; i < count; i++)
+			rd_kafka_mock_push_request_errors(mcluster, 0 /* Produce */ , 1, perr);
+		reply("ok", NULL);
+	}
 	else if (strcmp(words[0], "quit") == 0)
 	{
 		reply("ok", NULL);
 		return false;
 	}
 	else
-		reply("error: unknown command \"%s\" (expected create, down, up or quit)",
+		reply("error: unknown command \"%s\" (expected create, down, up, topic-error, produce-error or quit)",
 			  words[0]);
 
 	return true;
