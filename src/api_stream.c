@@ -453,8 +453,9 @@ stm_api_drop_stream(StmStreamDef *def, bool drop_sink, bool force)
 		if (pending > 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("stream \"%s\" has " INT64_FORMAT " rows that its sink \"%s\" has not delivered yet",
-							name, pending, def->sink_name),
+					 errmsg_plural("stream \"%s\" has " INT64_FORMAT " row that its sink \"%s\" has not delivered yet",
+								   "stream \"%s\" has " INT64_FORMAT " rows that its sink \"%s\" has not delivered yet",
+								   pending, name, pending, def->sink_name),
 					 errdetail("The stream's worker delivers them to the %s sink while the stream runs.",
 							   routine->display_name),
 					 errhint("Start the stream and let it deliver them, or drop it with force => true to discard them.")));

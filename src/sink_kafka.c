@@ -1292,7 +1292,7 @@ finish_rounds(KafkaSink *ks)
 										   "l AS (INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
 										   "SELECT s.name, s.source, jsonb_build_object('sink', $4, 'topic', $5, 'batch_id', r.batch_id, 'seq', r.seq), "
 										   "substring(r.value FROM 1 FOR %d), "
-										   "format('message of %%s bytes (key and value) refused by Kafka topic %%s: %%s', "
+										   "format('message of %%s bytes (key and value) is too large for Kafka topic %%s: %%s', "
 										   "coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0), $5, $6), "
 										   "'54000', $1 FROM r JOIN streaming.stream_defs s ON s.id = $1), "
 										   "c AS (SELECT batch_id, count(*) AS n FROM r GROUP BY batch_id), "
@@ -1416,20 +1416,22 @@ kafka_sink_deliver(StmSink *sink, int timeout_ms)
 	}
 	st.pending = ks->outbox_rows;
 	st.full = ks->outbox_rows >= stm_guc_outbox_max_rows;
-	if (st.error == NULL && timed_out && delivered == 0 && ks->in_flight > 0)
+	if (st.error == NULL && (st.full || (timed_out && delivered == 0 && ks->in_flight > 0)))
 	{
-		snprintf(ks->waiting, STATUS_LEN,
-				 "could not deliver to Kafka topic \"%s\" of sink \"%s\" within streaming.kafka_timeout: %s; "
-				 INT64_FORMAT " rows wait in the outbox",
-				 ks->topic, ks->name, last_error(ks), ks->outbox_rows);
-		st.waiting = ks->waiting;
-	}
-	else if (st.error == NULL && st.full)
-	{
-		snprintf(ks->waiting, STATUS_LEN,
-				 "the Kafka sink \"%s\" is behind: the outbox holds " INT64_FORMAT
-				 " rows of the stream (streaming.outbox_max_rows = %d)",
-				 ks->name, ks->outbox_rows, stm_guc_outbox_max_rows);
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		if (st.full)
+			appendStringInfo(&buf, "the Kafka sink \"%s\" is behind: the outbox holds " INT64_FORMAT
+							 " rows of the stream (streaming.outbox_max_rows = %d), the next batch waits",
+							 ks->name, ks->outbox_rows, stm_guc_outbox_max_rows);
+		if (timed_out && delivered == 0 && ks->in_flight > 0)
+			appendStringInfo(&buf, "%scould not deliver to Kafka topic \"%s\" of sink \"%s\" within streaming.kafka_timeout: %s",
+							 buf.len ? "; " : "", ks->topic, ks->name, last_error(ks));
+		if (!st.full)
+			appendStringInfo(&buf, "; " INT64_FORMAT " rows wait in the outbox", ks->outbox_rows);
+		strlcpy(ks->waiting, buf.data, STATUS_LEN);
+		pfree(buf.data);
 		st.waiting = ks->waiting;
 	}
 	MemoryContextSwitchTo(old);
