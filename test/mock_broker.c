@@ -38,6 +38,8 @@
  *								RD_KAFKA_RESP_ERR_ prefix, e.g.
  *								TOPIC_AUTHORIZATION_FAILED; NO_ERROR clears it)
  *	  produce-error ERR COUNT	the next COUNT produce requests fail with ERR
+ *	  rtt MS					every broker answers MS milliseconds late
+ *								(0: at once again)
  *	  quit						exit 0 (so does end of input)
  *
  * Limitations of the mock cluster (librdkafka 2.0.2) worth knowing:
@@ -119,6 +121,7 @@ usage(FILE *out)
 			"                              down | up | quit   (end of input = quit)\n"
 			"                              topic-error TOPIC ERR (NO_ERROR clears it)\n"
 			"                              produce-error ERR COUNT\n"
+			"                              rtt MS   (answers MS milliseconds late)\n"
 			"  -h, --help                show this help and exit\n"
 			"\n"
 			"The bootstrap servers string is the first line of stdout.\n"
@@ -367,13 +370,33 @@ run_command(char *line, rd_kafka_mock_cluster_t *mcluster, int nbrokers)
 			rd_kafka_mock_push_request_errors(mcluster, 0 /* Produce */ , 1, perr);
 		reply("ok", NULL);
 	}
+	else if (strcmp(words[0], "rtt") == 0)
+	{
+		int			rtt;
+
+		if (nwords != 2 || !parse_int(words[1], 0, 3600 * 1000, &rtt))
+		{
+			reply("error: usage: rtt MS", NULL);
+			return true;
+		}
+		for (int id = 1; id <= nbrokers; id++)
+		{
+			err = rd_kafka_mock_broker_set_rtt(mcluster, id, rtt);
+			if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+			{
+				reply("error: %s", rd_kafka_err2str(err));
+				return true;
+			}
+		}
+		reply("ok", NULL);
+	}
 	else if (strcmp(words[0], "quit") == 0)
 	{
 		reply("ok", NULL);
 		return false;
 	}
 	else
-		reply("error: unknown command \"%s\" (expected create, down, up, topic-error, produce-error or quit)",
+		reply("error: unknown command \"%s\" (expected create, down, up, topic-error, produce-error, rtt or quit)",
 			  words[0]);
 
 	return true;
