@@ -182,7 +182,7 @@ streaming_start(PG_FUNCTION_ARGS)
 	stm_catalog_check_owner("stream", name, def->owner);
 	stm_api_require_workers(name);
 	stm_catalog_exec("UPDATE streaming.stream_defs SET enabled = true, status = 'running', "
-			 "failures = 0, last_error = NULL WHERE id = $1",
+			 "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
 			 1, &type, &value, NULL, SPI_OK_UPDATE);
 	stm_api_want_on_commit(def->id, def->owner);
 	PG_RETURN_VOID();
