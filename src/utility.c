@@ -150,7 +150,7 @@ check_drop_role(DropRoleStmt *stmt)
 					 errmsg("role \"%s\" cannot be dropped because it owns streaming objects",
 							spec->rolename),
 					 errdetail("It owns %s.", owned),
-					 errhint("Drop them with streaming.drop_stream(), streaming.drop_source() and the sinks' drop functions, "
+					 errhint("Drop them with streaming.drop_stream(), streaming.drop_source() and streaming.drop_kafka_sink(), "
 							 "or use REASSIGN OWNED BY or DROP OWNED BY first.")));
 		elsewhere = stm_shmem_stream_of_owner_elsewhere(MyDatabaseId, role);
 		if (elsewhere >= 0)
