@@ -134,10 +134,13 @@ struct StmSinkRoutine
 	 * committed batches left for it, for up to timeout_ms, outside any
 	 * transaction (it starts its own).  The worker calls it after each
 	 * committed batch, when it had nothing to do, and before it exits;
-	 * run_batch never does (its batch is not committed yet).  Errors it
-	 * raises are the stream's, as a batch's.
+	 * run_batch never does (its batch is not committed yet).  busy: the
+	 * worker runs its next batch at once, so the sink need not wait for
+	 * what it sent to be confirmed while it has room for that batch (the
+	 * confirmations are taken at the next call).  Errors it raises are the
+	 * stream's, as a batch's.
 	 */
-	StmSinkStatus (*deliver) (StmSink *sink, int timeout_ms);
+	StmSinkStatus (*deliver) (StmSink *sink, int timeout_ms, bool busy);
 
 	/* When the runtime ends: give resources back (not in a transaction, maybe). */
 	void		(*close) (StmSink *sink);

@@ -45,7 +45,11 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -57,10 +61,13 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -83,6 +90,7 @@ PG_FUNCTION_INFO_V1(streaming_drop_kafka_sink);
 #define POLL_MS 10
 #define DEAD_LETTER_RAW_MAX 65536	/* dead_letters.raw keeps this much (SPEC 5) */
 #define STATUS_LEN 1024
+#define STAGE_BYTES ((Size) stm_guc_batch_memory_kb * 1024 / 4)	/* messages kept for delivery */
 
 typedef enum SinkFormat
 {
@@ -121,6 +129,16 @@ struct Round
 	OutMsg	   *msgs;
 };
 
+/* A message of the last batch, as it went into the outbox. */
+typedef struct StagedMsg
+{
+	int64		seq;
+	char	   *key;			/* NULL: none */
+	int			keylen;
+	char	   *value;			/* NULL: a tombstone */
+	int			valuelen;
+} StagedMsg;
+
 /* An open Kafka sink: one per runtime (a worker's life, a run_batch). */
 typedef struct KafkaSink
 {
@@ -139,6 +157,22 @@ typedef struct KafkaSink
 	/* the outbox */
 	int64		outbox_rows;	/* rows of committed batches in it (in flight too) */
 	int64		batch_rows;		/* rows the batch in progress wrote */
+
+	/*
+	 * The last batch's messages as it wrote them (a prefix of them, up to
+	 * STAGE_BYTES): after its commit they are produced from here, and the
+	 * outbox is read only for what is not (a crash, an outage, a large
+	 * batch).
+	 */
+	MemoryContext stage_cxt;
+	int64		stage_batch;
+	StagedMsg  *stage;
+	int			nstage;
+	int			stage_alloc;
+	Size		stage_bytes;
+	bool		staging;		/* the batch in progress is being kept */
+	bool		stage_ready;	/* its batch committed, with stage_rows rows */
+	int64		stage_rows;
 
 	/* the producer, made by the first delivery */
 	rd_kafka_t *rk;
@@ -478,6 +512,8 @@ kafka_sink_open(StmStreamDef *def)
 	TupleDescInitEntry(ks->outbox_desc, 5, "value", BYTEAOID, -1, 0);
 	TupleDescInitEntry(ks->outbox_desc, 6, "headers", JSONBOID, -1, 0);
 	ks->outbox_rows = outbox_count(def->id);
+	ks->stage_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming Kafka sink stage",
+										  ALLOCSET_DEFAULT_SIZES);
 	cb->func = kafka_sink_reset_cb;
 	cb->arg = ks;
 	MemoryContextRegisterResetCallback(CurrentMemoryContext, cb);
@@ -485,16 +521,16 @@ kafka_sink_open(StmStreamDef *def)
 }
 
 /*
- * Before a batch: the outbox's room.  Counted again each time (it is
- * small, or the stream is waiting anyway), so the bound holds whatever
- * happened since.
+ * Before a batch: the outbox's room.  The runtime knows the outbox's rows
+ * exactly: they were counted when it opened the sink, and since then only
+ * its own batches added rows (after_commit) and its own deliveries deleted
+ * them (a stream runs in one place at a time).
  */
 static int64
 kafka_sink_capacity(StmSink *sink, const char **why)
 {
 	KafkaSink  *ks = (KafkaSink *) sink;
 
-	ks->outbox_rows = outbox_count(ks->base.stream_id);
 	if (ks->outbox_rows >= stm_guc_outbox_max_rows)
 	{
 		*why = psprintf("the Kafka sink \"%s\" is behind: the outbox holds " INT64_FORMAT
@@ -520,6 +556,13 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	kb->base.estate = estate;
 	kb->base.deferred = true;
 	ks->batch_rows = 0;
+	MemoryContextReset(ks->stage_cxt);
+	ks->stage = NULL;
+	ks->nstage = ks->stage_alloc = 0;
+	ks->stage_bytes = 0;
+	ks->stage_batch = batch_id;
+	ks->stage_ready = false;
+	ks->staging = true;
 	kb->start_rows = ks->outbox_rows;
 	kb->stream_name = CStringGetTextDatum(ks->base.stream_name);
 
@@ -549,8 +592,9 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 		}
 		kb->key_desc = BlessTupleDesc(kd);
 	}
+	/* a first block that one message fits in survives each reset: no malloc per row */
 	kb->row_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming Kafka message",
-										ALLOCSET_DEFAULT_SIZES);
+										64 * 1024, 64 * 1024, 8 * 1024 * 1024);
 
 	/* the outbox is the extension owner's: opened, and its INSERT checked, as that role */
 	kb->outbox_output.desc = ks->outbox_desc;
@@ -737,6 +781,36 @@ outbox_full(KafkaSinkBatch *kb)
 			 errhint("Raise streaming.outbox_max_rows, or make batches smaller (the source's max_offsets_per_trigger).")));
 }
 
+/* Keep a message of the batch for its delivery, while the stage has room. */
+static void
+stage_message(KafkaSink *ks, int64 seq, bytea *key, bytea *value)
+{
+	Size		len = (key ? VARSIZE_ANY_EXHDR(key) : 0) + (value ? VARSIZE_ANY_EXHDR(value) : 0);
+	MemoryContext old;
+	StagedMsg  *m;
+
+	if (ks->stage_bytes + len + sizeof(StagedMsg) > STAGE_BYTES)
+	{
+		ks->staging = false;	/* the rest is read from the outbox */
+		return;
+	}
+	old = MemoryContextSwitchTo(ks->stage_cxt);
+	if (ks->nstage == ks->stage_alloc)
+	{
+		ks->stage_alloc = Max(1024, ks->stage_alloc * 2);
+		ks->stage = ks->stage ? repalloc(ks->stage, sizeof(StagedMsg) * ks->stage_alloc) :
+			palloc(sizeof(StagedMsg) * ks->stage_alloc);
+	}
+	m = &ks->stage[ks->nstage++];
+	m->seq = seq;
+	m->key = key ? pnstrdup(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)) : NULL;
+	m->keylen = key ? VARSIZE_ANY_EXHDR(key) : 0;
+	m->value = value ? pnstrdup(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value)) : NULL;
+	m->valuelen = value ? VARSIZE_ANY_EXHDR(value) : 0;
+	ks->stage_bytes += len + sizeof(StagedMsg);
+	MemoryContextSwitchTo(old);
+}
+
 /* One message into the outbox: the row's key and value (none: a tombstone). */
 static void
 write_message(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool tombstone)
@@ -762,6 +836,9 @@ write_message(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool tombstone)
 		row[4] = encode_value(kb, values, nulls, &rownulls[4]);
 	row[5] = headers_jsonb(ks->base.stream_name, kb->base.batch_id, kb->seq);
 	stm_table_sink_insert(kb->outbox, row, rownulls);
+	if (ks->staging)
+		stage_message(ks, kb->seq, rownulls[3] ? NULL : DatumGetByteaPP(row[3]),
+					  rownulls[4] ? NULL : DatumGetByteaPP(row[4]));
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(kb->row_cxt);
 	kb->seq++;
@@ -804,6 +881,9 @@ kafka_sink_after_commit(StmSink *sink)
 	KafkaSink  *ks = (KafkaSink *) sink;
 
 	ks->outbox_rows += ks->batch_rows;
+	ks->stage_rows = ks->batch_rows;
+	ks->stage_ready = ks->nstage > 0;
+	ks->staging = false;
 	ks->batch_rows = 0;
 }
 
@@ -1044,6 +1124,76 @@ kafka_headers(Jsonb *headers)
 }
 
 /*
+ * The outbox's rows of the stream in (batch_id, seq) order, by its primary
+ * key: batch_id = batch and seq in [from, to] (seq_op BTGreaterStrategyNumber:
+ * seq > from, to ignored), or, batch_gt, every batch after batch.  A scan
+ * of the extension's own table in C, as catalog scans are: the planner has
+ * no say in how far it reads.
+ */
+static IndexScanDesc
+outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch_gt,
+			StrategyNumber seq_op, int64 from, int64 to)
+{
+	ScanKeyData keys[4];
+	int			n = 0;
+	IndexScanDesc scan;
+
+	ScanKeyInit(&keys[n++], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stream_id));
+	if (batch_gt)
+	{
+		if (batch >= 0)
+			ScanKeyInit(&keys[n++], 2, BTGreaterStrategyNumber, F_INT8GT, Int64GetDatum(batch));
+	}
+	else
+	{
+		ScanKeyInit(&keys[n++], 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(batch));
+		if (seq_op == BTGreaterStrategyNumber)
+			ScanKeyInit(&keys[n++], 3, BTGreaterStrategyNumber, F_INT8GT, Int64GetDatum(from));
+		else
+		{
+			ScanKeyInit(&keys[n++], 3, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(from));
+			ScanKeyInit(&keys[n++], 3, BTLessEqualStrategyNumber, F_INT8LE, Int64GetDatum(to));
+		}
+	}
+	scan = index_beginscan(rel, idx, GetActiveSnapshot(), n, 0);
+	index_rescan(scan, keys, n, NULL, 0);
+	return scan;
+}
+
+/*
+ * Produce one outbox row (a slot of streaming.outbox) as msg; its headers
+ * are the row's.  Returns librdkafka's answer.
+ */
+static rd_kafka_resp_err_t
+produce_row(KafkaSink *ks, TupleTableSlot *slot, OutMsg *msg)
+{
+	bytea	   *key = NULL;
+	bytea	   *value = NULL;
+	rd_kafka_headers_t *hdrs;
+	rd_kafka_resp_err_t err;
+
+	if (!slot->tts_isnull[3])
+		key = DatumGetByteaPP(slot->tts_values[3]);
+	if (!slot->tts_isnull[4])
+		value = DatumGetByteaPP(slot->tts_values[4]);
+	hdrs = kafka_headers(DatumGetJsonbP(slot->tts_values[5]));
+	err = rd_kafka_producev(ks->rk,
+							RD_KAFKA_V_RKT(ks->rkt),
+							RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
+							RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+							RD_KAFKA_V_KEY(key ? VARDATA_ANY(key) : NULL,
+										   key ? VARSIZE_ANY_EXHDR(key) : 0),
+							RD_KAFKA_V_VALUE(value ? VARDATA_ANY(value) : NULL,
+											 value ? VARSIZE_ANY_EXHDR(value) : 0),
+							RD_KAFKA_V_HEADERS(hdrs),
+							RD_KAFKA_V_OPAQUE(msg),
+							RD_KAFKA_V_END);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		rd_kafka_headers_destroy(hdrs);	/* librdkafka took them only on success */
+	return err;
+}
+
+/*
  * Read the next outbox rows after the cursor, in order, and produce them;
  * in a transaction of its own.  Returns false when the outbox has no more
  * after them.  A full producer queue ends the round early (the rest are
@@ -1053,84 +1203,157 @@ kafka_headers(Jsonb *headers)
 static bool
 produce_round(KafkaSink *ks, int limit)
 {
-	Oid			types[4] = {INT4OID, INT8OID, INT8OID, INT4OID};
-	Datum		args[4];
 	Round	   *round;
-	uint64		nrows;
+	int			nread = 0;
 	bool		cut = false;
 	int64		in_flight_before = ks->in_flight;
-	StmCatalogScope scope;
+	Relation	rel;
+	Relation	idx;
+	TupleTableSlot *slot;
 	MemoryContext old;
-
-	args[0] = Int32GetDatum(ks->base.stream_id);
-	args[1] = Int64GetDatum(ks->have_cursor ? ks->cursor_batch : -1);
-	args[2] = Int64GetDatum(ks->have_cursor ? ks->cursor_seq : -1);
-	args[3] = Int32GetDatum(limit);
-
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	scope = stm_catalog_begin();
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT batch_id, seq, key, value, headers FROM streaming.outbox "
-							  "WHERE stream_id = $1 AND (stream_id, batch_id, seq) > ($1, $2, $3) "
-							  "ORDER BY stream_id, batch_id, seq LIMIT $4",
-							  4, types, args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.outbox");
-	nrows = SPI_processed;
 
 	old = MemoryContextSwitchTo(ks->cxt);
 	round = palloc0(sizeof(Round));
-	round->msgs = palloc0(sizeof(OutMsg) * Max(nrows, 1));
-	if (nrows > 0)
-		ks->rounds = lappend(ks->rounds, round);
+	round->msgs = palloc0(sizeof(OutMsg) * limit);
+	ks->rounds = lappend(ks->rounds, round);	/* before anything is produced */
 	MemoryContextSwitchTo(old);
 
-	for (uint64 r = 0; r < nrows; r++)
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rel = table_open(ks->outbox_relid, AccessShareLock);
+	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	slot = table_slot_create(rel, NULL);
+	/* the rest of the cursor's batch, then the batches after it */
+	for (int phase = ks->have_cursor ? 0 : 1; phase < 2 && nread < limit && !cut && !ks->failed; phase++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		IndexScanDesc scan = outbox_scan(rel, idx, ks->base.stream_id,
+										 ks->have_cursor ? ks->cursor_batch : -1, phase == 1,
+										 BTGreaterStrategyNumber, ks->cursor_seq, 0);
+
+		while (nread < limit && index_getnext_slot(scan, ForwardScanDirection, slot))
+		{
+			OutMsg	   *msg = &round->msgs[round->n];
+			rd_kafka_resp_err_t err;
+
+			slot_getallattrs(slot);
+			nread++;
+			msg->round = round;
+			msg->batch_id = DatumGetInt64(slot->tts_values[1]);
+			msg->seq = DatumGetInt64(slot->tts_values[2]);
+			msg->state = MSG_IN_FLIGHT;
+			err = produce_row(ks, slot, msg);
+			if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			{
+				cut = true;		/* the rest in a later round */
+				break;
+			}
+			if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+			{
+				msg->err = err;
+				msg->state = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? MSG_TOO_LARGE : MSG_FAILED;
+				round->ndone++;
+			}
+			round->n++;
+			ks->in_flight++;
+			ks->have_cursor = true;
+			ks->cursor_batch = msg->batch_id;
+			ks->cursor_seq = msg->seq;
+			if (msg->state == MSG_FAILED)
+			{
+				ks->failed = true;
+				ks->fail_err = err;
+				break;
+			}
+		}
+		index_endscan(scan);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(ks->cxt);
+
+	if (round->n == 0)
+	{
+		ks->rounds = list_delete_ptr(ks->rounds, round);
+		pfree(round->msgs);
+		pfree(round);
+	}
+	/* everything after the cursor was read: the outbox's rows are known exactly */
+	if (nread < limit && !cut && !ks->failed)
+		ks->outbox_rows = in_flight_before + nread;
+	return cut || nread == limit;
+}
+
+/* Let the stage go: what it held is read from the outbox when its turn comes. */
+static void
+drop_stage(KafkaSink *ks)
+{
+	MemoryContextReset(ks->stage_cxt);
+	ks->stage = NULL;
+	ks->nstage = ks->stage_alloc = 0;
+	ks->stage_bytes = 0;
+	ks->stage_ready = false;
+}
+
+/*
+ * The last batch's messages, from the stage, once every row before them was
+ * produced (they are next in outbox order); with the headers their outbox
+ * rows have, in the same order.  Otherwise the stage goes, and the rows are
+ * read from the outbox.
+ */
+static void
+produce_stage(KafkaSink *ks)
+{
+	Round	   *round;
+	char		batch[32];
+	MemoryContext old;
+
+	if (ks->failed || (ks->have_cursor && ks->cursor_batch >= ks->stage_batch) ||
+		ks->outbox_rows - ks->stage_rows != ks->in_flight)
+	{
+		drop_stage(ks);
+		return;
+	}
+	old = MemoryContextSwitchTo(ks->cxt);
+	round = palloc0(sizeof(Round));
+	round->msgs = palloc0(sizeof(OutMsg) * ks->nstage);
+	ks->rounds = lappend(ks->rounds, round);
+	MemoryContextSwitchTo(old);
+	snprintf(batch, sizeof(batch), INT64_FORMAT, ks->stage_batch);
+	for (int i = 0; i < ks->nstage; i++)
+	{
+		StagedMsg  *m = &ks->stage[i];
 		OutMsg	   *msg = &round->msgs[round->n];
-		bool		knull;
-		bool		vnull;
-		bool		isnull;
-		Datum		kd;
-		Datum		vd;
-		bytea	   *key = NULL;
-		bytea	   *value = NULL;
-		rd_kafka_headers_t *hdrs;
+		rd_kafka_headers_t *hdrs = rd_kafka_headers_new(3);
+		char		seq[32];
 		rd_kafka_resp_err_t err;
 
+		/* as kafka_headers reads them from the row's headers (jsonb's order) */
+		snprintf(seq, sizeof(seq), INT64_FORMAT, m->seq);
+		rd_kafka_header_add(hdrs, "streaming-seq", -1, seq, -1);
+		rd_kafka_header_add(hdrs, "streaming-stream", -1, ks->base.stream_name, -1);
+		rd_kafka_header_add(hdrs, "streaming-batch-id", -1, batch, -1);
 		msg->round = round;
-		msg->batch_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		msg->seq = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-		kd = SPI_getbinval(tup, desc, 3, &knull);
-		vd = SPI_getbinval(tup, desc, 4, &vnull);
-		if (!knull)
-			key = DatumGetByteaPP(kd);
-		if (!vnull)
-			value = DatumGetByteaPP(vd);
-		hdrs = kafka_headers(DatumGetJsonbP(SPI_getbinval(tup, desc, 5, &isnull)));
+		msg->batch_id = ks->stage_batch;
+		msg->seq = m->seq;
 		msg->state = MSG_IN_FLIGHT;
 		err = rd_kafka_producev(ks->rk,
 								RD_KAFKA_V_RKT(ks->rkt),
 								RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
 								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-								RD_KAFKA_V_KEY(key ? VARDATA_ANY(key) : NULL,
-											   key ? VARSIZE_ANY_EXHDR(key) : 0),
-								RD_KAFKA_V_VALUE(value ? VARDATA_ANY(value) : NULL,
-												 value ? VARSIZE_ANY_EXHDR(value) : 0),
+								RD_KAFKA_V_KEY(m->key, m->keylen),
+								RD_KAFKA_V_VALUE(m->value, m->valuelen),
 								RD_KAFKA_V_HEADERS(hdrs),
 								RD_KAFKA_V_OPAQUE(msg),
 								RD_KAFKA_V_END);
-		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-		{
+		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 			rd_kafka_headers_destroy(hdrs);
-			cut = true;			/* the rest in a later round */
-			break;
-		}
+		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			break;				/* the rest is read from the outbox */
 		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		{
-			rd_kafka_headers_destroy(hdrs);
 			msg->err = err;
 			msg->state = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? MSG_TOO_LARGE : MSG_FAILED;
 			round->ndone++;
@@ -1138,8 +1361,8 @@ produce_round(KafkaSink *ks, int limit)
 		round->n++;
 		ks->in_flight++;
 		ks->have_cursor = true;
-		ks->cursor_batch = msg->batch_id;
-		ks->cursor_seq = msg->seq;
+		ks->cursor_batch = ks->stage_batch;
+		ks->cursor_seq = m->seq;
 		if (msg->state == MSG_FAILED)
 		{
 			ks->failed = true;
@@ -1147,16 +1370,43 @@ produce_round(KafkaSink *ks, int limit)
 			break;
 		}
 	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(ks->cxt);
+	if (round->n == 0)
+	{
+		ks->rounds = list_delete_ptr(ks->rounds, round);
+		pfree(round->msgs);
+		pfree(round);
+	}
+	drop_stage(ks);
+}
 
-	/* everything after the cursor was read: the outbox's rows are known exactly */
-	if (nrows < (uint64) limit && !ks->failed)
-		ks->outbox_rows = in_flight_before + (int64) nrows;
-	return cut || nrows == (uint64) limit;
+/* Delete the stream's outbox rows of batch with seq in [from, to]; how many. */
+static int64
+delete_rows(Relation rel, Relation idx, TupleTableSlot *slot, int32 stream_id, int64 batch,
+			int64 from, int64 to)
+{
+	IndexScanDesc scan = outbox_scan(rel, idx, stream_id, batch, false,
+									 BTGreaterEqualStrategyNumber, from, to);
+	int64		n = 0;
+
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		simple_table_tuple_delete(rel, &slot->tts_tid, GetActiveSnapshot());
+		n++;
+	}
+	index_endscan(scan);
+	return n;
+}
+
+/* Add n rows of batch to its progress row's counter (column). */
+static void
+count_in_progress(int32 stream_id, int64 batch, const char *column, int64 n)
+{
+	Oid			types[3] = {INT4OID, INT8OID, INT8OID};
+	Datum		args[3] = {Int32GetDatum(stream_id), Int64GetDatum(batch), Int64GetDatum(n)};
+
+	stm_catalog_exec(psprintf("UPDATE streaming.batches SET %s = %s + $3 WHERE stream_id = $1 AND batch_id = $2",
+							  column, column),
+					 3, types, args, NULL, SPI_OK_UPDATE);
 }
 
 /*
@@ -1169,19 +1419,22 @@ static int64
 finish_rounds(KafkaSink *ks)
 {
 	List	   *done = NIL;
-	int			ndelivered = 0;
+	int			total = 0;
 	int			nrejected = 0;
-	bool		contiguous = true;
-	int64		delivered = 0;
-	int64		rejected = 0;
-	Datum	   *db;
-	Datum	   *ds;
 	Datum	   *rb;
 	Datum	   *rs;
-	int			total = 0;
+	int64		delivered = 0;
+	int64		rejected = 0;
 	rd_kafka_resp_err_t reject_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+	Relation	rel;
+	Relation	idx;
+	TupleTableSlot *slot;
 	ListCell   *lc;
-	StmCatalogScope scope;
+	bool		in_range = false;
+	int64		range_batch = 0;
+	int64		range_from = 0;
+	int64		range_to = 0;
+	int64		batch_rows = 0;
 
 	while (ks->rounds != NIL && ((Round *) linitial(ks->rounds))->ndone ==
 		   ((Round *) linitial(ks->rounds))->n)
@@ -1192,27 +1445,64 @@ finish_rounds(KafkaSink *ks)
 	}
 	if (done == NIL)
 		return 0;
+	rb = palloc(sizeof(Datum) * total);
+	rs = palloc(sizeof(Datum) * total);
 
-	db = palloc(sizeof(Datum) * Max(total, 1));
-	ds = palloc(sizeof(Datum) * Max(total, 1));
-	rb = palloc(sizeof(Datum) * Max(total, 1));
-	rs = palloc(sizeof(Datum) * Max(total, 1));
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rel = table_open(ks->outbox_relid, RowExclusiveLock);
+	idx = index_open(RelationGetPrimaryKeyIndex(rel), RowExclusiveLock);
+	slot = table_slot_create(rel, NULL);
+
+	/*
+	 * Delivered rows in runs of one batch and consecutive seqs, each run
+	 * deleted by one range of the primary key; each batch's count goes to
+	 * its progress row.
+	 */
 	foreach(lc, done)
 	{
 		Round	   *r = lfirst(lc);
 
-		for (int i = 0; i < r->n; i++)
+		for (int i = 0; i <= r->n; i++)
 		{
-			OutMsg	   *m = &r->msgs[i];
+			OutMsg	   *m = i < r->n ? &r->msgs[i] : NULL;
+			bool		extends = m && m->state == MSG_DELIVERED && in_range &&
+				m->batch_id == range_batch && m->seq == range_to + 1;
 
+			if (in_range && !extends && (m == NULL || m->state != MSG_DELIVERED ||
+										 m->batch_id != range_batch || m->seq != range_to + 1))
+			{
+				int64		n = delete_rows(rel, idx, slot, ks->base.stream_id, range_batch,
+											range_from, range_to);
+
+				delivered += n;
+				batch_rows += n;
+				in_range = false;
+				if (m == NULL || m->batch_id != range_batch)
+				{
+					count_in_progress(ks->base.stream_id, range_batch, "num_delivered_rows", batch_rows);
+					batch_rows = 0;
+				}
+			}
+			if (m == NULL)
+				break;
 			if (m->state == MSG_DELIVERED)
 			{
-				db[ndelivered] = Int64GetDatum(m->batch_id);
-				ds[ndelivered++] = Int64GetDatum(m->seq);
-				continue;
+				if (extends)
+					range_to = m->seq;
+				else
+				{
+					if (batch_rows > 0 && m->batch_id != range_batch)
+					{
+						count_in_progress(ks->base.stream_id, range_batch, "num_delivered_rows", batch_rows);
+						batch_rows = 0;
+					}
+					in_range = true;
+					range_batch = m->batch_id;
+					range_from = range_to = m->seq;
+				}
 			}
-			contiguous = false;
-			if (m->state == MSG_TOO_LARGE)
+			else if (m->state == MSG_TOO_LARGE)
 			{
 				rb[nrejected] = Int64GetDatum(m->batch_id);
 				rs[nrejected++] = Int64GetDatum(m->seq);
@@ -1225,60 +1515,19 @@ finish_rounds(KafkaSink *ks)
 			}
 		}
 	}
+	if (batch_rows > 0)
+		count_in_progress(ks->base.stream_id, range_batch, "num_delivered_rows", batch_rows);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, RowExclusiveLock);
+	table_close(rel, RowExclusiveLock);
+	CommandCounterIncrement();
 
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	scope = stm_catalog_begin();
-	SPI_connect();
-	if (ndelivered > 0 && contiguous)
-	{
-		/* all of them: the rows between the first and the last, one range */
-		Round	   *first = linitial(done);
-		Round	   *last = llast(done);
-		Oid			types[5] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID};
-		Datum		args[5];
-		bool		isnull;
-
-		args[0] = Int32GetDatum(ks->base.stream_id);
-		args[1] = Int64GetDatum(first->msgs[0].batch_id);
-		args[2] = Int64GetDatum(first->msgs[0].seq);
-		args[3] = Int64GetDatum(last->msgs[last->n - 1].batch_id);
-		args[4] = Int64GetDatum(last->msgs[last->n - 1].seq);
-		if (SPI_execute_with_args("WITH d AS (DELETE FROM streaming.outbox WHERE stream_id = $1 "
-								  "AND (stream_id, batch_id, seq) >= ($1, $2, $3) "
-								  "AND (stream_id, batch_id, seq) <= ($1, $4, $5) RETURNING batch_id), "
-								  "c AS (SELECT batch_id, count(*) AS n FROM d GROUP BY batch_id), "
-								  "u AS (UPDATE streaming.batches b SET num_delivered_rows = b.num_delivered_rows + c.n "
-								  "FROM c WHERE b.stream_id = $1 AND b.batch_id = c.batch_id) "
-								  "SELECT coalesce(sum(n), 0)::bigint FROM c",
-								  5, types, args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not delete from streaming.outbox");
-		delivered = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	else if (ndelivered > 0)
-	{
-		Oid			types[3] = {INT4OID, INT8ARRAYOID, INT8ARRAYOID};
-		Datum		args[3];
-		bool		isnull;
-
-		args[0] = Int32GetDatum(ks->base.stream_id);
-		args[1] = PointerGetDatum(construct_array(db, ndelivered, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		args[2] = PointerGetDatum(construct_array(ds, ndelivered, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		if (SPI_execute_with_args("WITH d AS (DELETE FROM streaming.outbox o USING unnest($2, $3) AS k(b, s) "
-								  "WHERE o.stream_id = $1 AND o.batch_id = k.b AND o.seq = k.s RETURNING o.batch_id), "
-								  "c AS (SELECT batch_id, count(*) AS n FROM d GROUP BY batch_id), "
-								  "u AS (UPDATE streaming.batches b SET num_delivered_rows = b.num_delivered_rows + c.n "
-								  "FROM c WHERE b.stream_id = $1 AND b.batch_id = c.batch_id) "
-								  "SELECT coalesce(sum(n), 0)::bigint FROM c",
-								  3, types, args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not delete from streaming.outbox");
-		delivered = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
 	if (nrejected > 0)
 	{
 		Oid			types[6] = {INT4OID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID};
 		Datum		args[6];
 		bool		isnull;
+		StmCatalogScope scope = stm_catalog_begin();
 
 		args[0] = Int32GetDatum(ks->base.stream_id);
 		args[1] = PointerGetDatum(construct_array(rb, nrejected, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
@@ -1286,6 +1535,7 @@ finish_rounds(KafkaSink *ks)
 		args[3] = CStringGetTextDatum(ks->name);
 		args[4] = CStringGetTextDatum(ks->topic);
 		args[5] = CStringGetTextDatum(rd_kafka_err2str(reject_err));
+		SPI_connect();
 		if (SPI_execute_with_args(psprintf("WITH r AS (DELETE FROM streaming.outbox o USING unnest($2, $3) AS k(b, s) "
 										   "WHERE o.stream_id = $1 AND o.batch_id = k.b AND o.seq = k.s "
 										   "RETURNING o.batch_id, o.seq, o.key, o.value), "
@@ -1302,13 +1552,13 @@ finish_rounds(KafkaSink *ks)
 								  6, types, args, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not move a message from streaming.outbox to streaming.dead_letters");
 		rejected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		SPI_finish();
+		stm_catalog_end(scope);
 		ereport(WARNING,
 				(errmsg("Kafka topic \"%s\" of sink \"%s\" refused " INT64_FORMAT " messages of stream \"%s\" as too large",
 						ks->topic, ks->name, rejected, ks->base.stream_name),
 				 errdetail("They are in streaming.dead_letters, with their outbox position.")));
 	}
-	SPI_finish();
-	stm_catalog_end(scope);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(ks->cxt);
@@ -1323,8 +1573,6 @@ finish_rounds(KafkaSink *ks)
 		pfree(r);
 	}
 	list_free(done);
-	pfree(db);
-	pfree(ds);
 	pfree(rb);
 	pfree(rs);
 	return delivered;
@@ -1332,14 +1580,16 @@ finish_rounds(KafkaSink *ks)
 
 /*
  * deliver (sink.h): produce what the outbox holds, in order, and delete
- * what Kafka confirmed, until everything is delivered or timeout_ms passed;
- * outside any transaction.  Messages still in flight then stay with the
- * producer (they are not produced twice) and the next call goes on waiting
- * for them.  After a failure, once nothing is in flight, the next call
- * starts again from the outbox's first row.
+ * what Kafka confirmed, until everything is delivered or timeout_ms passed
+ * (busy: until everything is sent, if the outbox is at most half full: the
+ * worker's next batch runs while Kafka confirms); outside any transaction.
+ * Messages still in flight then stay with the producer (they are not
+ * produced twice) and the next call goes on waiting for them.  After a
+ * failure, once nothing is in flight, the next call starts again from the
+ * outbox's first row.
  */
 static StmSinkStatus
-kafka_sink_deliver(StmSink *sink, int timeout_ms)
+kafka_sink_deliver(StmSink *sink, int timeout_ms, bool busy)
 {
 	KafkaSink  *ks = (KafkaSink *) sink;
 	StmSinkStatus st = {0, false, NULL, NULL};
@@ -1400,11 +1650,17 @@ kafka_sink_deliver(StmSink *sink, int timeout_ms)
 			ks->topic_ok = false;
 			break;
 		}
+		if (ks->stage_ready)
+			produce_stage(ks);
 		if (!ks->failed && more && ks->in_flight < MAX_IN_FLIGHT &&
 			ks->outbox_rows > ks->in_flight)
 			more = produce_round(ks, ROUND_ROWS);
 		if (ks->in_flight == 0 && (!more || ks->outbox_rows == 0))
 			break;				/* all delivered */
+		/* all sent, and room for the next batch: its confirmations come later */
+		if (busy && !ks->failed && (!more || ks->outbox_rows <= ks->in_flight) &&
+			ks->outbox_rows <= stm_guc_outbox_max_rows / 2)
+			break;
 		if (GetCurrentTimestamp() >= deadline)
 		{
 			timed_out = true;

@@ -206,18 +206,20 @@ record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
 
 /*
  * The sink's turn (sink.h: deliver), outside any transaction, for up to
- * streaming.kafka_timeout; what it says is shown in the stream's row.  An
+ * streaming.kafka_timeout (busy: the next batch runs at once); what it
+ * says is shown in the stream's row.  An
  * error is the stream's, as a batch's: recorded, and *wait_ms is the delay
  * before the next try (else 0); *stop when the stream failed for good.
  */
 static void
-deliver_rows(StmRuntime *rt, StmStreamDef *def, MemoryContext cxt, int64 *wait_ms, bool *stop)
+deliver_rows(StmRuntime *rt, StmStreamDef *def, MemoryContext cxt, bool busy, int64 *wait_ms,
+			 bool *stop)
 {
 	*wait_ms = 0;
 	*stop = false;
 	PG_TRY();
 	{
-		sink_status = stm_runtime_deliver(rt, stm_guc_kafka_timeout_ms);
+		sink_status = stm_runtime_deliver(rt, stm_guc_kafka_timeout_ms, busy);
 		if (sink_problem() != NULL || shown_problem != NULL)
 		{
 			StartTransactionCommand();
@@ -342,7 +344,7 @@ streaming_worker_main(Datum main_arg)
 		 */
 		if ((sink_status.full || batches_done) && def != NULL)
 		{
-			deliver_rows(rt, def, worker_cxt, &wait_ms, &stop);
+			deliver_rows(rt, def, worker_cxt, false, &wait_ms, &stop);
 			if (stop)
 			{
 				release_slot();
@@ -420,7 +422,7 @@ streaming_worker_main(Datum main_arg)
 				break;
 			}
 			/* a batch that waits for the sink's room: the sink delivers meanwhile */
-			deliver_rows(rt, def, worker_cxt, &deliver_wait, &stop);
+			deliver_rows(rt, def, worker_cxt, false, &deliver_wait, &stop);
 			if (stop)
 			{
 				release_slot();
@@ -440,8 +442,19 @@ streaming_worker_main(Datum main_arg)
 		slot->problem[0] = '\0';
 		LWLockRelease(stm_shared->lock);
 
-		/* the sink's turn: what committed batches left for it */
-		deliver_rows(rt, def, worker_cxt, &deliver_wait, &stop);
+		if (batch_id < 0)
+			wait_ms = stm_guc_naptime_ms;
+		else
+			wait_ms = def->trigger_interval_ms -
+				(GetCurrentTimestamp() - batch_start) / 1000;
+
+		/*
+		 * The sink's turn: what committed batches left for it; when the next
+		 * batch follows at once, it need not wait for confirmations
+		 */
+		deliver_rows(rt, def, worker_cxt,
+					 batch_id >= 0 && wait_ms <= 0 && def->trigger_kind == STM_TRIGGER_INTERVAL,
+					 &deliver_wait, &stop);
 		if (stop)
 		{
 			release_slot();
@@ -461,9 +474,7 @@ streaming_worker_main(Datum main_arg)
 			batches_done = true;
 		}
 
-		if (batch_id < 0)
-			wait_ms = stm_guc_naptime_ms;
-		else
+		if (batch_id >= 0)
 			wait_ms = def->trigger_interval_ms -
 				(GetCurrentTimestamp() - batch_start) / 1000;
 		sleep_ms(Max(wait_ms, deliver_wait));
@@ -476,7 +487,7 @@ streaming_worker_main(Datum main_arg)
 	 */
 	PG_TRY();
 	{
-		sink_status = stm_runtime_deliver(rt, stm_guc_kafka_timeout_ms);
+		sink_status = stm_runtime_deliver(rt, stm_guc_kafka_timeout_ms, false);
 		stm_runtime_close(rt);
 	}
 	PG_CATCH();
