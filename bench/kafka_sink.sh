@@ -29,7 +29,9 @@
 # Then the latency: a stream copies topic lat_in (4 partitions) into a Kafka
 # sink on lat_out; bench/sink_latency.py produces RATE records/s for SECONDS
 # seconds and measures produce-to-delivered latency (p50, p90, p99, max),
-# with streaming.naptime = NAPTIME (the idle worker's poll interval).
+# with streaming.naptime = NAPTIME (the idle worker's poll interval).  The
+# baseline, at the same time over the same topic: a stream into a table,
+# each row stamped with clock_timestamp() when its batch writes it.
 #
 # Options:
 #   --records N         orders (default 1000000)
@@ -193,11 +195,19 @@ kafka_create_topic lat_in 4 && kafka_create_topic lat_out 4 || die "could not cr
 psql_do -c "SELECT streaming.create_kafka_source('lat', '$BOOTSTRAP', topics => ARRAY['lat_in'],
 	starting_offsets => 'earliest', columns => 'order_id bigint, sent_ms float8')" >/dev/null &&
 psql_do -c "SELECT streaming.create_kafka_sink('lat_out', '$BOOTSTRAP', 'lat_out', key_columns => ARRAY['order_id'])" >/dev/null &&
-psql_do -c "SELECT streaming.create_stream('lat', 'SELECT order_id, sent_ms FROM lat', sink => 'lat_out')" >/dev/null ||
-	die "could not create the latency stream"
+psql_do -c "SELECT streaming.create_stream('lat', 'SELECT order_id, sent_ms FROM lat', sink => 'lat_out')" >/dev/null &&
+psql_do -c "SELECT streaming.create_stream('lat_table', 'SELECT order_id, sent_ms, extract(epoch FROM clock_timestamp()) * 1000 AS written_ms FROM lat')" >/dev/null ||
+	die "could not create the latency streams"
 LAT=$("$PY" "$BENCH/sink_latency.py" "$BOOTSTRAP" lat_in lat_out "$RATE" "$SECONDS_LAT") || die "latency: $LAT"
-LAT_BATCHES=$(psql_do -c "SELECT count(*) || ' batches, ' || round(avg(num_input_rows)) || ' rows and ' ||
-	round(avg(extract(epoch FROM duration)) * 1000, 1) || ' ms each on average' FROM streaming.progress WHERE stream = 'lat'")
+psql_do -c "SELECT streaming.process_available('lat_table', '5 minutes')" >/dev/null || die "the latency table stream failed"
+LAT_TABLE=$(psql_do -c "SELECT format('%s rows, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms', count(*),
+	round(percentile_cont(0.5) WITHIN GROUP (ORDER BY written_ms - sent_ms)),
+	round(percentile_cont(0.9) WITHIN GROUP (ORDER BY written_ms - sent_ms)),
+	round(percentile_cont(0.99) WITHIN GROUP (ORDER BY written_ms - sent_ms)),
+	round(max(written_ms - sent_ms))) FROM lat_table")
+LAT_BATCHES=$(psql_do -c "SELECT string_agg(stream || ': ' || n || ' batches of ' || r || ' rows, ' || d || ' ms each on average', '; ')
+	FROM (SELECT stream, count(*) AS n, round(avg(num_input_rows)) AS r, round(avg(extract(epoch FROM duration)) * 1000, 1) AS d
+	      FROM streaming.progress WHERE stream IN ('lat', 'lat_table') GROUP BY stream ORDER BY stream) x")
 
 # ---- report ----------------------------------------------------------------
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -216,5 +226,7 @@ MK=$(median "${T_KAFKA[@]}")
 printf '%-6s %14.0f %14.0f %8.2f\n' median "$(echo "$TOTAL / $MT" | bc -l)" "$(echo "$TOTAL / $MK" | bc -l)" \
 	"$(echo "$MT / $MK" | bc -l)"
 echo
-echo "latency, produce to delivered, $RATE records/s for $SECONDS_LAT s (streaming.naptime = $NAPTIME): $LAT"
-echo "  the latency stream ran $LAT_BATCHES"
+echo "latency at $RATE records/s for $SECONDS_LAT s (streaming.naptime = $NAPTIME), two streams over the same topic at once:"
+echo "  Kafka sink, produce to delivered to a consumer: $LAT"
+echo "  table sink, produce to written in the batch:    $LAT_TABLE"
+echo "  $LAT_BATCHES"

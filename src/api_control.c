@@ -269,7 +269,7 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 /*
  * Wait until the stream's worker has committed every record that was in the
  * source when the call started (Spark's processAllAvailable), and its sink
- * has delivered what those batches wrote (a Kafka sink's outbox).
+ * has delivered what those batches wrote (an outbox).
  */
 Datum
 streaming_process_available(PG_FUNCTION_ARGS)

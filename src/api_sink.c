@@ -1,7 +1,7 @@
 /*
  * api_sink.c: the create and drop functions of named sinks (SPEC 6.1), the
  * sinks a stream writes to that are not tables: rows of streaming.sinks,
- * such as a Kafka sink.
+ * each of a kind (sink.h).
  *
  * As for sources (api_source.c), every create function is this one generic
  * function: it gathers its arguments by name into a jsonb object (NULLs

@@ -287,7 +287,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * The sink: a named sink (streaming.sinks, e.g. a Kafka sink), an
+	 * The sink: a named sink (streaming.sinks, of any kind), an
 	 * existing compatible table, or a new one.  A given name is a named
 	 * sink's when there is one (the caller's: writing to it means using its
 	 * owner's settings), else SQL naming a table; the default sink is the

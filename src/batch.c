@@ -839,18 +839,18 @@ stm_batch_after_commit(StmRuntime *rt)
 
 /*
  * The worker, outside any transaction: a sink that delivers after the
- * commit sends what committed batches left (SinkRoutine.deliver), for up to
- * timeout_ms; busy: the next batch runs at once.  Nothing to do for a sink that is not open yet or writes in
+ * commit sends what committed batches left (SinkRoutine.deliver); busy:
+ * the next batch runs at once.  Nothing to do for a sink that is not open yet or writes in
  * the batch's transaction.
  */
 StmSinkStatus
-stm_runtime_deliver(StmRuntime *rt, int timeout_ms, bool busy)
+stm_runtime_deliver(StmRuntime *rt, bool busy)
 {
 	StmSinkStatus none = {0, false, NULL, NULL};
 
 	if (rt->sink == NULL || rt->sink->routine->deliver == NULL)
 		return none;
-	return rt->sink->routine->deliver(rt->sink, timeout_ms, busy);
+	return rt->sink->routine->deliver(rt->sink, busy);
 }
 
 /*

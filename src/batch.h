@@ -24,7 +24,7 @@ extern StmRuntime *stm_runtime_create(int32 stream_id);
 extern int64 stm_batch_run(StmRuntime *rt);
 extern bool stm_error_is_permanent(int sqlerrcode);
 extern void stm_batch_after_commit(StmRuntime *rt);
-extern StmSinkStatus stm_runtime_deliver(StmRuntime *rt, int timeout_ms, bool busy);
+extern StmSinkStatus stm_runtime_deliver(StmRuntime *rt, bool busy);
 extern bool stm_error_is_waiting(int sqlerrcode);
 extern void stm_runtime_close(StmRuntime *rt);
 

@@ -131,8 +131,8 @@ struct StmSinkRoutine
 
 	/*
 	 * A sink whose rows leave PostgreSQL after the commit: send what
-	 * committed batches left for it, for up to timeout_ms, outside any
-	 * transaction (it starts its own).  The worker calls it after each
+	 * committed batches left for it, for as long as the kind's own timeout
+	 * allows, outside any transaction (it starts its own).  The worker calls it after each
 	 * committed batch, when it had nothing to do, and before it exits;
 	 * run_batch never does (its batch is not committed yet).  busy: the
 	 * worker runs its next batch at once, so the sink need not wait for
@@ -140,7 +140,7 @@ struct StmSinkRoutine
 	 * confirmations are taken at the next call).  Errors it raises are the
 	 * stream's, as a batch's.
 	 */
-	StmSinkStatus (*deliver) (StmSink *sink, int timeout_ms, bool busy);
+	StmSinkStatus (*deliver) (StmSink *sink, bool busy);
 
 	/* When the runtime ends: give resources back (not in a transaction, maybe). */
 	void		(*close) (StmSink *sink);

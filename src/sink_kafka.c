@@ -1580,7 +1580,8 @@ finish_rounds(KafkaSink *ks)
 
 /*
  * deliver (sink.h): produce what the outbox holds, in order, and delete
- * what Kafka confirmed, until everything is delivered or timeout_ms passed
+ * what Kafka confirmed, until everything is delivered or
+ * streaming.kafka_timeout passed
  * (busy: until everything is sent, if the outbox is at most half full: the
  * worker's next batch runs while Kafka confirms); outside any transaction.
  * Messages still in flight then stay with the producer (they are not
@@ -1589,9 +1590,10 @@ finish_rounds(KafkaSink *ks)
  * outbox's first row.
  */
 static StmSinkStatus
-kafka_sink_deliver(StmSink *sink, int timeout_ms, bool busy)
+kafka_sink_deliver(StmSink *sink, bool busy)
 {
 	KafkaSink  *ks = (KafkaSink *) sink;
+	int			timeout_ms = stm_guc_kafka_timeout_ms;
 	StmSinkStatus st = {0, false, NULL, NULL};
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	int64		delivered = 0;

@@ -15,13 +15,12 @@
  * backoff and set status 'failed' after streaming.max_retries (at once for
  * bad data, which no retry cures).
  *
- * A sink that delivers after the commit (the Kafka sink's outbox) is given
- * its turn after every batch, when there was none, and before the worker
- * exits (sink.h: deliver), outside any transaction.  While it cannot
- * deliver, the stream shows 'waiting' and why; while its rows fill what it
- * may hold, no batch runs.  SIGTERM lets the batch in flight finish, then
- * the sink delivers what it can within streaming.kafka_timeout, then the
- * worker exits.
+ * A sink that delivers after the commit (an outbox) is given its turn
+ * after every batch, when there was none, and before the worker exits
+ * (sink.h: deliver), outside any transaction.  While it cannot deliver, the
+ * stream shows 'waiting' and why; while its rows fill what it may hold, no
+ * batch runs.  SIGTERM lets the batch in flight finish, then the sink
+ * delivers what it can within its timeout, then the worker exits.
  */
 #include "postgres.h"
 
@@ -205,9 +204,8 @@ record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
 }
 
 /*
- * The sink's turn (sink.h: deliver), outside any transaction, for up to
- * streaming.kafka_timeout (busy: the next batch runs at once); what it
- * says is shown in the stream's row.  An
+ * The sink's turn (sink.h: deliver), outside any transaction (busy: the
+ * next batch runs at once); what it says is shown in the stream's row.  An
  * error is the stream's, as a batch's: recorded, and *wait_ms is the delay
  * before the next try (else 0); *stop when the stream failed for good.
  */
@@ -219,7 +217,7 @@ deliver_rows(StmRuntime *rt, StmStreamDef *def, MemoryContext cxt, bool busy, in
 	*stop = false;
 	PG_TRY();
 	{
-		sink_status = stm_runtime_deliver(rt, stm_guc_kafka_timeout_ms, busy);
+		sink_status = stm_runtime_deliver(rt, busy);
 		if (sink_problem() != NULL || shown_problem != NULL)
 		{
 			StartTransactionCommand();
@@ -481,13 +479,13 @@ streaming_worker_main(Datum main_arg)
 	}
 
 	/*
-	 * Stopping: the sink delivers what it can within kafka_timeout and
+	 * Stopping: the sink delivers what it can within its timeout and
 	 * leaves the rest for the next start; then the runtime lets go of its
 	 * clients.
 	 */
 	PG_TRY();
 	{
-		sink_status = stm_runtime_deliver(rt, stm_guc_kafka_timeout_ms, false);
+		sink_status = stm_runtime_deliver(rt, false);
 		stm_runtime_close(rt);
 	}
 	PG_CATCH();
