@@ -210,6 +210,15 @@ SELECT stream, key, value FROM (
     WHERE stream IN ('ksk_upd', 'ksk_ses') ORDER BY stream, key, batch_id DESC, seq DESC) last
 WHERE value IS NOT NULL ORDER BY stream, key;
 
+-- dedup and a join with a table, into a Kafka sink as into a table
+CREATE TABLE ksk_labels (k text PRIMARY KEY, label text);
+INSERT INTO ksk_labels VALUES ('a', 'first'), ('b', 'second');
+SELECT streaming.create_kafka_sink('ksk_misc', :'bs', 'ksk_misc' || :'run', key_columns => ARRAY['k']);
+SELECT streaming.create_stream('ksk_join', $$SELECT s.k, s.id, l.label FROM ksk_src s LEFT JOIN ksk_labels l ON l.k = s.k$$,
+    sink => 'ksk_misc', dedup_keys => ARRAY['k'], start => false);
+SELECT streaming.run_batch('ksk_join');
+SELECT seq, key, value FROM ksk_outbox WHERE stream = 'ksk_join' ORDER BY seq;
+
 --
 -- the outbox's bound (streaming.outbox_max_rows): a batch reads no more
 -- records than the outbox has room for; when it is full, no batch runs; a
@@ -252,7 +261,8 @@ CREATE TEMP TABLE ksk_got AS
 SELECT * FROM ksk_read('ksk_json' || :'run') UNION ALL SELECT * FROM ksk_read('ksk_key1' || :'run')
 UNION ALL SELECT * FROM ksk_read('ksk_keyn' || :'run') UNION ALL SELECT * FROM ksk_read('ksk_csv' || :'run')
 UNION ALL SELECT * FROM ksk_read('ksk_text' || :'run') UNION ALL SELECT * FROM ksk_read('ksk_agg' || :'run')
-UNION ALL SELECT * FROM ksk_read('ksk_keyb' || :'run') UNION ALL SELECT * FROM ksk_read('ksk_bytes' || :'run');
+UNION ALL SELECT * FROM ksk_read('ksk_keyb' || :'run') UNION ALL SELECT * FROM ksk_read('ksk_bytes' || :'run')
+UNION ALL SELECT * FROM ksk_read('ksk_misc' || :'run');
 SELECT (SELECT count(*) FROM (SELECT stream, batch_id, seq, key, value, headers FROM ksk_sent
                               EXCEPT ALL SELECT stream, batch_id, seq, key, value, headers FROM ksk_got) d) AS sent_not_read,
        (SELECT count(*) FROM ksk_got g WHERE NOT EXISTS (
@@ -312,6 +322,7 @@ SELECT streaming.drop_kafka_sink('ksk_json');
 SELECT count(*) AS sinks_left FROM streaming.sinks;
 SELECT count(*) AS outbox_left FROM streaming.outbox;
 SELECT streaming.drop_source('ksk_src');
+DROP TABLE ksk_labels;
 DROP FUNCTION ksk_read(text), ksk_wait(text);
 DROP TABLE ksk_lines, ksk_csv_back, ksk_sent, ksk_got;
 DROP VIEW ksk_outbox;
