@@ -17,21 +17,7 @@
 \getenv run KAFKA_RUN_ID
 \getenv bs KAFKA_BOOTSTRAP
 \i test/regress_helpers.sql
-SET ksk.run = :'run';
-CREATE FUNCTION ksk_strip(t text) RETURNS text
-    LANGUAGE sql STABLE RETURN replace(t, current_setting('ksk.run'), '');
--- SQLSTATE, message and detail of an error, without the run id
-CREATE FUNCTION ksk_error(sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    d text;
-BEGIN
-    EXECUTE sql;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
-    RETURN SQLSTATE || ': ' || ksk_strip(SQLERRM)
-        || CASE WHEN d <> '' THEN E'\nDETAIL: ' || ksk_strip(d) ELSE '' END;
-END $$;
+SET stm.run = :'run';
 -- the outbox as text (keys and values are UTF-8 here)
 CREATE VIEW ksk_outbox AS
 SELECT s.name AS stream, o.batch_id, o.seq, convert_from(o.key, 'UTF8') AS key,
@@ -81,37 +67,37 @@ SELECT streaming.create_kafka_source('ksk_src', :'bs', topics => ARRAY[:'t'],
 --
 -- create_kafka_sink: arguments
 --
-SELECT ksk_error($$SELECT streaming.create_kafka_sink(NULL, 'b:9092', 't')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('', 'b:9092', 't')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink(repeat('x', 64), 'b:9092', 't')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', NULL, 't')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', '', 't')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', NULL)$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 'no spaces')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', '..')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', repeat('t', 250))$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', format => 'avro')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', format => NULL)$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', key_columns => '{}')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', key_columns => ARRAY['a', NULL])$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', key_columns => ARRAY['a', ''])$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', key_columns => ARRAY['a', 'a'])$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '[]')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"linger.ms": {"x": 1}}')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => NULL)$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"bootstrap.servers": "x:1"}')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"enable.idempotence": false}')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"acks": "1"}')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"message.timeout.ms": 5000}')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"no.such.property": 1}')$$);
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"linger.ms": "soon"}')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink(NULL, 'b:9092', 't')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('', 'b:9092', 't')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink(repeat('x', 64), 'b:9092', 't')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', NULL, 't')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', '', 't')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', NULL)$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 'no spaces')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', '..')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', repeat('t', 250))$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', format => 'avro')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', format => NULL)$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', key_columns => '{}')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', key_columns => ARRAY['a', NULL])$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', key_columns => ARRAY['a', ''])$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', key_columns => ARRAY['a', 'a'])$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '[]')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"linger.ms": {"x": 1}}')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => NULL)$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"bootstrap.servers": "x:1"}')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"enable.idempotence": false}')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"acks": "1"}')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"message.timeout.ms": 5000}')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"no.such.property": 1}')$$);
+SELECT stm_error($$SELECT streaming.create_kafka_sink('k', 'b:9092', 't', kafka_options => '{"linger.ms": "soon"}')$$);
 -- nothing was left behind
 SELECT count(*) AS sinks FROM streaming.sinks;
 -- keywords are case-insensitive and stored as normalised; options keep every argument
 SELECT streaming.create_kafka_sink('ksk_json', :'bs', 'ksk_json' || :'run', format => 'JSON',
     kafka_options => '{"linger.ms": 1, "compression.type": "lz4"}');
-SELECT ksk_error($$SELECT streaming.create_kafka_sink('ksk_json', 'b:9092', 't')$$);
-SELECT name, kind, ksk_strip((options - 'bootstrap_servers')::text) AS options, options ? 'bootstrap_servers' AS has_bootstrap, owner FROM streaming.sinks;
+SELECT stm_error($$SELECT streaming.create_kafka_sink('ksk_json', 'b:9092', 't')$$);
+SELECT name, kind, stm_strip((options - 'bootstrap_servers')::text) AS options, options ? 'bootstrap_servers' AS has_bootstrap, owner FROM streaming.sinks;
 SELECT streaming.create_kafka_sink('ksk_key1', :'bs', 'ksk_key1' || :'run', key_columns => ARRAY['k']);
 SELECT streaming.create_kafka_sink('ksk_keyb', :'bs', 'ksk_keyb' || :'run', key_columns => ARRAY['bin']);
 SELECT streaming.create_kafka_sink('ksk_keyn', :'bs', 'ksk_keyn' || :'run', key_columns => ARRAY['k', 'id']);
@@ -122,15 +108,15 @@ SELECT streaming.create_kafka_sink('ksk_bytes', :'bs', 'ksk_bytes' || :'run', fo
 --
 -- create_stream with a Kafka sink: what the sink needs of the stream's output
 --
-SELECT ksk_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name FROM ksk_src', sink => 'ksk_key1', start => false)$$);
-SELECT ksk_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name, k FROM ksk_src', sink => 'ksk_text', start => false)$$);
-SELECT ksk_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id FROM ksk_src', sink => 'ksk_text', start => false)$$);
-SELECT ksk_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT name FROM ksk_src', sink => 'ksk_bytes', start => false)$$);
-SELECT ksk_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name FROM ksk_src', sink => 'ksk_json',
+SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name FROM ksk_src', sink => 'ksk_key1', start => false)$$);
+SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name, k FROM ksk_src', sink => 'ksk_text', start => false)$$);
+SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id FROM ksk_src', sink => 'ksk_text', start => false)$$);
+SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT name FROM ksk_src', sink => 'ksk_bytes', start => false)$$);
+SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name FROM ksk_src', sink => 'ksk_json',
     sink_function => 'pg_catalog.pg_sleep(double precision)', start => false)$$);
 -- a session's tombstone has only the window and group columns: the key must be among them
 SELECT streaming.create_kafka_sink('ksk_sess_bad', :'bs', 't', key_columns => ARRAY['n']);
-SELECT ksk_error($$SELECT streaming.create_stream('ksk_bad',
+SELECT stm_error($$SELECT streaming.create_stream('ksk_bad',
     'SELECT streaming.session(ts, ''5 minutes'') AS ws, k, count(*) AS n FROM ksk_src GROUP BY streaming.session(ts, ''5 minutes''), k',
     sink => 'ksk_sess_bad', output_mode => 'update', start => false)$$);
 SELECT streaming.drop_kafka_sink('ksk_sess_bad');
@@ -228,13 +214,13 @@ SET streaming.outbox_max_rows = 8;
 -- ksk_json_st holds 4 rows: room for 4 records of the 5
 \! printf '%s\n' '{"id": 6, "k": "d", "ts": "2024-05-01T13:00:00Z"}' '{"id": 7, "k": "d", "ts": "2024-05-01T13:01:00Z"}' '{"id": 8, "k": "d", "ts": "2024-05-01T13:02:00Z"}' '{"id": 9, "k": "d", "ts": "2024-05-01T13:03:00Z"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ksk_in$KAFKA_RUN_ID" -p 0
 SELECT streaming.run_batch('ksk_json_st');
-SELECT batch_id, num_input_rows, ksk_strip(end_positions::text) AS end_positions
+SELECT batch_id, num_input_rows, stm_strip(end_positions::text) AS end_positions
 FROM streaming.progress WHERE stream = 'ksk_json_st' ORDER BY batch_id;
 SELECT outbox_rows FROM streaming.streams WHERE name = 'ksk_json_st';
-SELECT ksk_error($$SELECT streaming.run_batch('ksk_json_st')$$);
+SELECT stm_error($$SELECT streaming.run_batch('ksk_json_st')$$);
 -- complete mode writes every group: 2 records (group d) make 4 rows, but
 -- the 6 rows waiting leave room for 2: the batch waits for the delivery
-SELECT ksk_error($$SELECT streaming.run_batch('ksk_cmp')$$);
+SELECT stm_error($$SELECT streaming.run_batch('ksk_cmp')$$);
 SELECT count(*) AS still_6 FROM ksk_outbox WHERE stream = 'ksk_cmp';
 -- hopping windows write a row per window: 5 records make more than 5 rows,
 -- and with nothing waiting such a batch can never fit
@@ -242,7 +228,7 @@ SELECT streaming.create_stream('ksk_hop', $$SELECT streaming.window_start() AS w
     FROM ksk_src GROUP BY streaming.hop(ts, '1 hour', '10 minutes')$$,
     sink => 'ksk_agg', output_mode => 'update', start => false);
 SET streaming.outbox_max_rows = 5;
-SELECT ksk_error($$SELECT streaming.run_batch('ksk_hop')$$);
+SELECT stm_error($$SELECT streaming.run_batch('ksk_hop')$$);
 SELECT count(*) AS nothing_written FROM ksk_outbox WHERE stream = 'ksk_hop';
 RESET streaming.outbox_max_rows;
 
@@ -291,7 +277,7 @@ SELECT streaming.create_stream('ksk_small_st', $$SELECT CASE WHEN id = 2 THEN re
     FROM ksk_src WHERE id <= 4$$, sink => 'ksk_small');
 SELECT ksk_wait($$(SELECT last_batch_id = 0 AND outbox_rows = 0 FROM streaming.streams WHERE name = 'ksk_small_st')$$) AS delivered;
 SELECT streaming.stop('ksk_small_st');
-SELECT stream, ksk_strip(position::text) AS position, length(raw) AS raw_bytes, ksk_strip(error) AS error, sqlstate
+SELECT stream, stm_strip(position::text) AS position, length(raw) AS raw_bytes, stm_strip(error) AS error, sqlstate
 FROM streaming.dead_letters WHERE stream = 'ksk_small_st';
 SELECT batch_id, num_output_rows, num_delivered_rows, num_rejected_rows FROM streaming.progress WHERE stream = 'ksk_small_st';
 SELECT seq, value FROM ksk_read('ksk_small' || :'run') ORDER BY seq;
@@ -300,11 +286,11 @@ SELECT seq, value FROM ksk_read('ksk_small' || :'run') ORDER BY seq;
 -- drop: a Kafka sink is refused while streams write to it; drop_stream is
 -- refused while rows wait for delivery, unless force => true
 --
-SELECT ksk_error($$SELECT streaming.drop_kafka_sink('ksk_agg')$$);
-SELECT ksk_error($$SELECT streaming.drop_kafka_sink('no_such')$$);
+SELECT stm_error($$SELECT streaming.drop_kafka_sink('ksk_agg')$$);
+SELECT stm_error($$SELECT streaming.drop_kafka_sink('no_such')$$);
 \! printf '%s\n' '{"id": 10, "name": "ten"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ksk_in$KAFKA_RUN_ID" -p 0
 SELECT streaming.run_batch('ksk_json_st');
-SELECT ksk_error($$SELECT streaming.drop_stream('ksk_json_st')$$);
+SELECT stm_error($$SELECT streaming.drop_stream('ksk_json_st')$$);
 -- reset forgets positions, but a stream with a Kafka sink keeps numbering its batches
 SELECT streaming.reset('ksk_json_st');
 SELECT streaming.run_batch('ksk_json_st');
@@ -326,5 +312,5 @@ DROP TABLE ksk_labels;
 DROP FUNCTION ksk_read(text), ksk_wait(text);
 DROP TABLE ksk_lines, ksk_csv_back, ksk_sent, ksk_got;
 DROP VIEW ksk_outbox;
-DROP FUNCTION ksk_error(text), ksk_strip(text);
+DROP FUNCTION stm_error(text), stm_strip(text);
 DROP FUNCTION stm_produce(text, text), stm_check(text[]), stm_sessions(text, interval);

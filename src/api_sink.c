@@ -56,27 +56,9 @@ stm_api_create_sink(FunctionCallInfo fcinfo, const StmSinkRoutine *routine)
 static char *
 sink_users(const char *sink)
 {
-	Oid			type = TEXTOID;
-	Datum		arg = CStringGetTextDatum(sink);
-	char	   *result = NULL;
-	MemoryContext cxt = CurrentMemoryContext;
-	StmCatalogScope scope = stm_catalog_begin();
-
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT string_agg(quote_ident(name), ', ' ORDER BY name) "
-							  "FROM streaming.stream_defs WHERE sink_name = $1",
-							  1, &type, &arg, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.stream_defs");
-	if (SPI_processed > 0)
-	{
-		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-		if (v)
-			result = MemoryContextStrdup(cxt, v);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return result;
+	return stm_catalog_text("SELECT string_agg(quote_ident(name), ', ' ORDER BY name) "
+							"FROM streaming.stream_defs WHERE sink_name = $1",
+							TEXTOID, CStringGetTextDatum(sink));
 }
 
 /* True when a stream writes to the named sink. */

@@ -422,6 +422,28 @@ stm_catalog_source_options(const char *source)
 	return result;
 }
 
+/*
+ * The first column of the first row of a query of the catalog with one
+ * argument, as text in the caller's memory context; NULL when there is no
+ * row or it is NULL.
+ */
+char *
+stm_catalog_text(const char *sql, Oid argtype, Datum arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *result = NULL;
+	StmCatalogScope scope = stm_catalog_begin();
+
+	SPI_connect();
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the streaming catalog");
+	if (SPI_processed > 0)
+		result = copy_text(cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	SPI_finish();
+	stm_catalog_end(scope);
+	return result;
+}
+
 /* The named sink that matches where ($1 is arg), visible_to as in get_stream. */
 static StmSinkDef *
 get_sink(const char *where, Oid argtype, Datum arg, Oid visible_to)

@@ -95,6 +95,7 @@ extern StmCatalogScope stm_catalog_begin(void);
 extern void stm_catalog_end(StmCatalogScope scope);
 extern void stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, int expect);
+extern char *stm_catalog_text(const char *sql, Oid argtype, Datum arg);
 
 extern StmStreamDef *stm_catalog_get_stream(const char *name, bool missing_ok);
 extern StmStreamDef *stm_catalog_get_stream_by_id(int32 id, bool lock);

@@ -606,17 +606,6 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	return &kb->base;
 }
 
-/* A Datum of type text or bytea (the same varlena) from bytes. */
-static Datum
-bytes_datum(const char *data, int len)
-{
-	bytea	   *b = palloc(len + VARHDRSZ);
-
-	SET_VARSIZE(b, len + VARHDRSZ);
-	memcpy(VARDATA(b), data, len);
-	return PointerGetDatum(b);
-}
-
 /* One column as a key or a text value: its text form, a bytea's bytes. */
 static Datum
 column_bytes(KafkaSinkBatch *kb, int att, Datum value)
@@ -625,8 +614,9 @@ column_bytes(KafkaSinkBatch *kb, int att, Datum value)
 
 	if (TupleDescAttr(kb->base.output->desc, att)->atttypid == BYTEAOID)
 		return PointerGetDatum(PG_DETOAST_DATUM_PACKED(value));
+	/* text and bytea are the same varlena: the bytes of the text form */
 	s = OutputFunctionCall(&kb->out_funcs[att], value);
-	return bytes_datum(s, strlen(s));
+	return PointerGetDatum(cstring_to_text(s));
 }
 
 /* row_to_json of a row of a blessed descriptor: PostgreSQL's own JSON. */
@@ -695,7 +685,7 @@ csv_line(KafkaSinkBatch *kb, Datum *values, bool *nulls)
 		else
 			appendStringInfoString(&buf, s);
 	}
-	return bytes_datum(buf.data, buf.len);
+	return PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
 }
 
 /* The message value in the sink's format, or NULL (a NULL text or bytes column). */
@@ -1161,36 +1151,39 @@ outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch
 }
 
 /*
- * Produce one outbox row (a slot of streaming.outbox) as msg; its headers
- * are the row's.  Returns librdkafka's answer.
+ * Produce one message (msg its report's opaque) with the given headers,
+ * which librdkafka takes on success only.  Returns librdkafka's answer.
  */
 static rd_kafka_resp_err_t
-produce_row(KafkaSink *ks, TupleTableSlot *slot, OutMsg *msg)
+produce_message(KafkaSink *ks, OutMsg *msg, char *key, size_t keylen,
+				char *value, size_t valuelen, rd_kafka_headers_t *hdrs)
 {
-	bytea	   *key = NULL;
-	bytea	   *value = NULL;
-	rd_kafka_headers_t *hdrs;
 	rd_kafka_resp_err_t err;
 
-	if (!slot->tts_isnull[3])
-		key = DatumGetByteaPP(slot->tts_values[3]);
-	if (!slot->tts_isnull[4])
-		value = DatumGetByteaPP(slot->tts_values[4]);
-	hdrs = kafka_headers(DatumGetJsonbP(slot->tts_values[5]));
 	err = rd_kafka_producev(ks->rk,
 							RD_KAFKA_V_RKT(ks->rkt),
 							RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
 							RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-							RD_KAFKA_V_KEY(key ? VARDATA_ANY(key) : NULL,
-										   key ? VARSIZE_ANY_EXHDR(key) : 0),
-							RD_KAFKA_V_VALUE(value ? VARDATA_ANY(value) : NULL,
-											 value ? VARSIZE_ANY_EXHDR(value) : 0),
+							RD_KAFKA_V_KEY(key, keylen),
+							RD_KAFKA_V_VALUE(value, valuelen),
 							RD_KAFKA_V_HEADERS(hdrs),
 							RD_KAFKA_V_OPAQUE(msg),
 							RD_KAFKA_V_END);
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		rd_kafka_headers_destroy(hdrs);	/* librdkafka took them only on success */
+		rd_kafka_headers_destroy(hdrs);
 	return err;
+}
+
+/* Produce one outbox row (a slot of streaming.outbox) as msg, with the row's headers. */
+static rd_kafka_resp_err_t
+produce_row(KafkaSink *ks, TupleTableSlot *slot, OutMsg *msg)
+{
+	bytea	   *key = slot->tts_isnull[3] ? NULL : DatumGetByteaPP(slot->tts_values[3]);
+	bytea	   *value = slot->tts_isnull[4] ? NULL : DatumGetByteaPP(slot->tts_values[4]);
+
+	return produce_message(ks, msg, key ? VARDATA_ANY(key) : NULL, key ? VARSIZE_ANY_EXHDR(key) : 0,
+						   value ? VARDATA_ANY(value) : NULL, value ? VARSIZE_ANY_EXHDR(value) : 0,
+						   kafka_headers(DatumGetJsonbP(slot->tts_values[5])));
 }
 
 /*
@@ -1339,17 +1332,7 @@ produce_stage(KafkaSink *ks)
 		msg->batch_id = ks->stage_batch;
 		msg->seq = m->seq;
 		msg->state = MSG_IN_FLIGHT;
-		err = rd_kafka_producev(ks->rk,
-								RD_KAFKA_V_RKT(ks->rkt),
-								RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
-								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-								RD_KAFKA_V_KEY(m->key, m->keylen),
-								RD_KAFKA_V_VALUE(m->value, m->valuelen),
-								RD_KAFKA_V_HEADERS(hdrs),
-								RD_KAFKA_V_OPAQUE(msg),
-								RD_KAFKA_V_END);
-		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-			rd_kafka_headers_destroy(hdrs);
+		err = produce_message(ks, msg, m->key, m->keylen, m->value, m->valuelen, hdrs);
 		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 			break;				/* the rest is read from the outbox */
 		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)

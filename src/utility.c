@@ -95,34 +95,16 @@ stop_all_workers(void)
 static char *
 owned_objects(Oid role)
 {
-	Oid			type = OIDOID;
-	Datum		value = ObjectIdGetDatum(role);
-	char	   *result = NULL;
-	MemoryContext cxt = CurrentMemoryContext;
-	StmCatalogScope scope = stm_catalog_begin();
-
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT string_agg(what, ', ' ORDER BY what) FROM ("
-							  "SELECT 'stream ' || quote_ident(name) AS what FROM streaming.stream_defs WHERE owner = $1 "
-							  "UNION ALL "
-							  "SELECT 'source ' || quote_ident(name) FROM streaming.sources WHERE owner = $1 "
-							  "UNION ALL "
-							  "SELECT 'sink ' || quote_ident(name) FROM streaming.sinks WHERE owner = $1) o",
-							  1, &type, &value, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.stream_defs");
-	if (SPI_processed > 0)
-	{
-		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-		if (v)
-			result = MemoryContextStrdup(cxt, v);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return result;
+	return stm_catalog_text("SELECT string_agg(what, ', ' ORDER BY what) FROM ("
+							"SELECT 'stream ' || quote_ident(name) AS what FROM streaming.stream_defs WHERE owner = $1 "
+							"UNION ALL "
+							"SELECT 'source ' || quote_ident(name) FROM streaming.sources WHERE owner = $1 "
+							"UNION ALL "
+							"SELECT 'sink ' || quote_ident(name) FROM streaming.sinks WHERE owner = $1) o",
+							OIDOID, ObjectIdGetDatum(role));
 }
 
-/* DROP ROLE: refused while a role to drop owns streams or sources. */
+/* DROP ROLE: refused while a role to drop owns streams, sources or sinks. */
 static void
 check_drop_role(DropRoleStmt *stmt)
 {
