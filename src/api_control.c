@@ -301,11 +301,22 @@ streaming_process_available(PG_FUNCTION_ARGS)
 				 errmsg("stream \"%s\" is not running", name),
 				 errhint("Start it with streaming.start(), or run its batches with streaming.run_batch().")));
 
-	/* what the source holds now */
+	/* what the source holds now; a transient outage is asked about again */
 	src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
-	available = src->routine->available(src, def->id);
-
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	while ((available = src->routine->available(src, def->id)) == NULL)
+	{
+		if (GetCurrentTimestamp() > deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("timed out waiting for source \"%s\" to be readable", src->name),
+					 src->problem ? errdetail("%s", src->problem) : 0));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 200, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
 	for (;;)
 	{
 		/* each read takes a fresh snapshot: the worker's commits are seen */

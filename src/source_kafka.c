@@ -1395,12 +1395,12 @@ kafka_available(StmSource *src, int32 stream_id)
 	resetStringInfo(&kc->problem);
 	refresh_partitions(kc);
 	query_watermarks(kc);
-	/* what cannot be read now cannot be waited for */
+	/* what cannot be read now cannot be waited for yet: the caller asks again */
 	if (kc->problem.len > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("source \"%s\" cannot be read whole now", kc->source),
-				 errdetail("%s", kc->problem.data)));
+	{
+		src->problem = kc->problem.data;
+		return NULL;
+	}
 	initStringInfo(&targets);
 	appendStringInfoChar(&targets, '[');
 	foreach(lc, kc->partitions)
