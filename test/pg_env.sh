@@ -56,13 +56,17 @@ stm_err()
 	echo "$(basename "$0"): $*" >&2
 }
 
-# stm_run CMD...: run CMD as $STM_USER, in the current directory.
+# stm_run CMD...: run CMD as $STM_USER, in the current directory (in
+# $STM_TMP when that user may not enter it, e.g. a clone in /root: pg_ctl
+# and initdb would complain that they cannot change back to it).
 stm_run()
 {
-	if [ "$(id -u)" = 0 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		"$@"
+	elif runuser -u "$STM_USER" -- test -x "$PWD"; then
 		runuser -u "$STM_USER" -- "$@"
 	else
-		"$@"
+		(cd "${STM_TMP:-/}" && runuser -u "$STM_USER" -- "$@")
 	fi
 }
 
