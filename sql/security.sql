@@ -1,7 +1,8 @@
 --
 -- security: who may do what (SPEC 7).  A second, hostile role tries what
--- it could do to another role's sources and streams: every attempt fails and
--- changes nothing.  Batches run as their stream's owner whoever runs them.
+-- it could do to another role's sources, streams, Kafka sinks and outbox
+-- rows: every attempt fails and changes nothing.  Batches run as their
+-- stream's owner whoever runs them.
 -- Workers, NOLOGIN owners, DROP EXTENSION and credentials in logs are in
 -- test/t/009_security.pl.
 --
@@ -60,6 +61,11 @@ BEGIN
 END $$;
 SELECT streaming.create_stream('sec_fn', $$SELECT id FROM sec_src$$,
     sink_function => 'sec_merge(bigint, regclass)', start => false);
+-- and a Kafka sink, whose credentials are alice's own
+SELECT streaming.create_kafka_sink('sec_ksink', :'bs', 'sec_out' || :'run',
+    kafka_options => '{"client.id": "sec", "sasl.password": "not-for-mallory"}');
+SELECT streaming.create_stream('sec_kst', $$SELECT id, current_user AS by_role FROM sec_src$$,
+    sink => 'sec_ksink', start => false);
 RESET search_path;
 RESET ROLE;
 
@@ -79,6 +85,8 @@ SELECT streaming.run_batch('sec_cu');
 SELECT id, by_role FROM sec_cu ORDER BY id;
 SELECT streaming.run_batch('sec_fn');
 SELECT what, by_role FROM sec_audit ORDER BY what;
+SELECT streaming.run_batch('sec_kst');
+SELECT convert_from(value, 'UTF8') AS value FROM streaming.outbox ORDER BY seq;
 DO $$ BEGIN EXECUTE format('DROP SCHEMA %I CASCADE', current_user); END $$;
 
 --
@@ -95,7 +103,9 @@ SELECT (SELECT count(*) FROM streaming.sources) AS sources,
        (SELECT count(*) FROM streaming.streams) AS streams,
        (SELECT count(*) FROM streaming.progress) AS progress,
        (SELECT count(*) FROM streaming.source_lag) AS source_lag,
-       (SELECT count(*) FROM streaming.worker_pids()) AS worker_pids;
+       (SELECT count(*) FROM streaming.worker_pids()) AS worker_pids,
+       (SELECT count(*) FROM streaming.sinks) AS sinks,
+       (SELECT count(*) FROM streaming.outbox) AS outbox;
 -- may change no catalog table directly: every INSERT, UPDATE and DELETE
 UPDATE streaming.sources SET options = '{"kafka_options": {"plugin.library.paths": "/tmp/evil.so"}}';
 UPDATE streaming.sources SET owner = 'regress_sec_mallory';
@@ -116,6 +126,14 @@ UPDATE streaming.dead_letters SET error = 'x';
 DELETE FROM streaming.dead_letters;
 INSERT INTO streaming.late_rows (stream, stream_id, position) VALUES ('sec_who', 1, '{}');
 DELETE FROM streaming.late_rows;
+UPDATE streaming.sinks SET options = '{"kafka_options": {"plugin.library.paths": "/tmp/evil.so"}}';
+UPDATE streaming.sinks SET owner = 'regress_sec_mallory';
+INSERT INTO streaming.sinks (name, kind, options) VALUES ('evil', 'kafka', '{}');
+DELETE FROM streaming.sinks;
+INSERT INTO streaming.outbox (stream_id, batch_id, seq, value, headers)
+    SELECT id, 0, 99, 'forged', '{}' FROM streaming.stream_defs;
+UPDATE streaming.outbox SET value = 'forged';
+DELETE FROM streaming.outbox;
 SELECT nextval('streaming.stream_defs_id_seq');
 -- alice's streams and sources do not exist for mallory
 SELECT streaming.stop('sec_who');
@@ -125,6 +143,8 @@ SELECT streaming.run_batch('sec_who');
 SELECT streaming.process_available('sec_who');
 SELECT streaming.drop_stream('sec_who');
 SELECT streaming.drop_source('sec_src');
+SELECT streaming.drop_stream('sec_kst', force => true);
+SELECT streaming.drop_kafka_sink('sec_ksink');
 -- nor may mallory read alice's source
 SELECT streaming.create_stream('sec_steal', 'SELECT * FROM sec_src', start => false);
 -- a name is taken whoever took it
@@ -144,16 +164,27 @@ SET ROLE regress_sec_mallory;
 SELECT streaming.create_kafka_source('sec_msrc', :'bs', topics => ARRAY[:'t'], columns => 'id bigint, v text');
 SELECT streaming.create_stream('sec_msum', 'SELECT v, sec_sum(id) FROM sec_msrc GROUP BY v',
     output_mode => 'complete', start => false);
+-- nor write to alice's Kafka sink, with alice's credentials
+SELECT streaming.create_stream('sec_msteal', 'SELECT id, v FROM sec_msrc', sink => 'sec_ksink', start => false);
+SELECT count(*) AS no_sink_table FROM pg_class WHERE relname = 'sec_msteal';
 SELECT streaming.drop_source('sec_msrc');
 -- and properties that load code or read files are the superuser's
 SELECT streaming.create_kafka_source('sec_evil', :'bs', topics => ARRAY[:'t'],
     kafka_options => '{"plugin.library.paths": "/tmp/evil.so"}');
 SELECT streaming.create_kafka_source('sec_evil', :'bs', topics => ARRAY[:'t'],
     kafka_options => '{"ssl.key.location": "/etc/ssl/private/server.key"}');
+SELECT streaming.create_kafka_sink('sec_evil', :'bs', 'evil', kafka_options => '{"plugin.library.paths": "/tmp/evil.so"}');
+SELECT streaming.create_kafka_sink('sec_evil', :'bs', 'evil', kafka_options => '{"ssl.ca.location": "/etc/ssl/private"}');
+SELECT streaming.create_kafka_sink('sec_evil', :'bs', 'evil', kafka_options => '{"queue.buffering.max.kbytes": 2000000}');
+-- a name is taken whoever took it
+SELECT streaming.create_kafka_sink('sec_ksink', :'bs', 'evil');
 RESET ROLE;
 -- nothing of alice's changed
 SELECT name, kind, sec_strip((options - 'bootstrap_servers')::text) AS options, owner FROM streaming.sources;
 SELECT name, source, query, owner, status FROM streaming.stream_defs ORDER BY name;
+SELECT name, kind, sec_strip((options - 'bootstrap_servers')::text) AS options, owner FROM streaming.sinks;
+SELECT s.name, o.batch_id, o.seq, convert_from(o.value, 'UTF8') AS value
+FROM streaming.outbox o JOIN streaming.stream_defs s ON s.id = o.stream_id ORDER BY 1, 2, 3;
 SELECT count(*) AS mallory_objects FROM pg_class WHERE relowner = 'regress_sec_mallory'::regrole;
 
 --
@@ -260,6 +291,7 @@ RESET ROLE;
 DROP ROLE regress_sec_alice;
 REASSIGN OWNED BY regress_sec_alice TO regress_sec_carol;
 SELECT name, owner FROM streaming.sources;
+SELECT name, owner FROM streaming.sinks;
 SELECT name, owner FROM streaming.stream_defs ORDER BY name;
 -- carol's now, and they run as carol
 SELECT streaming.reset('sec_cu');
@@ -273,6 +305,8 @@ DROP ROLE regress_sec_carol;
 DROP OWNED BY regress_sec_carol;
 SELECT count(*) AS streams FROM streaming.stream_defs;
 SELECT count(*) AS sources FROM streaming.sources;
+SELECT count(*) AS sinks FROM streaming.sinks;
+SELECT count(*) AS outbox_rows FROM streaming.outbox;
 DROP ROLE regress_sec_carol;
 DROP OWNED BY regress_sec_alice;
 DROP ROLE regress_sec_alice;

@@ -197,3 +197,98 @@ SELECT s.name AS stream, f.file_name, f.size, f.mtime, f.batch_id, f.processed_a
 FROM streaming.files f JOIN streaming.stream_defs s ON s.id = f.stream_id
 WHERE f.batch_id IS NOT NULL;
 GRANT SELECT ON streaming.processed_files TO PUBLIC;
+
+/*
+ * The Kafka sink (issue 11): named sinks, which a stream may write to
+ * instead of a table, their outbox, delivered rows in progress, and
+ * drop_stream's force.
+ */
+CREATE TABLE streaming.sinks (
+    name        text PRIMARY KEY,
+    kind        text NOT NULL CHECK (kind IN ('kafka')),
+    options     jsonb NOT NULL,
+    owner       regrole NOT NULL DEFAULT current_user::regrole,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE streaming.sinks IS 'Sinks defined by create_kafka_sink; options holds every argument.';
+ALTER TABLE streaming.stream_defs ADD COLUMN sink_name text REFERENCES streaming.sinks (name);
+-- a table sink's rows reached it at commit
+ALTER TABLE streaming.batches ADD COLUMN num_delivered_rows bigint NOT NULL DEFAULT 0,
+    ADD COLUMN num_rejected_rows bigint NOT NULL DEFAULT 0;
+UPDATE streaming.batches SET num_delivered_rows = num_output_rows;
+
+CREATE TABLE streaming.outbox (
+    stream_id   integer NOT NULL,
+    batch_id    bigint NOT NULL,
+    seq         bigint NOT NULL,    -- from 0 in each batch, in the order it wrote them
+    key         bytea,
+    value       bytea,              -- NULL: a tombstone
+    headers     jsonb NOT NULL,     -- streaming-stream, streaming-batch-id, streaming-seq
+    PRIMARY KEY (stream_id, batch_id, seq)
+);
+COMMENT ON TABLE streaming.outbox IS 'Messages of committed batches that their Kafka sink has not delivered yet.';
+SELECT pg_catalog.pg_extension_config_dump('streaming.sinks', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.outbox', '');
+ALTER TABLE streaming.sinks ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.outbox ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_only ON streaming.sinks FOR SELECT
+    USING (pg_has_role(current_user, owner, 'USAGE'));
+CREATE POLICY stream_owner_only ON streaming.outbox FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+GRANT SELECT ON streaming.sinks, streaming.outbox TO PUBLIC;
+
+CREATE FUNCTION streaming.create_kafka_sink(
+    name text,
+    bootstrap_servers text,
+    topic text,
+    format text DEFAULT 'json',
+    key_columns text[] DEFAULT NULL,
+    kafka_options jsonb DEFAULT '{}')
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_kafka_sink'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_kafka_sink IS 'Define a Kafka sink: streams that name it as their sink write their rows to the topic, through streaming.outbox.';
+
+CREATE FUNCTION streaming.drop_kafka_sink(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_drop_kafka_sink'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+DROP FUNCTION streaming.drop_stream(text, boolean);
+CREATE FUNCTION streaming.drop_stream(name text, drop_sink boolean DEFAULT false,
+    force boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_drop_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+
+-- streams: the sink is a table's or a named sink's name; a Kafka sink's outbox rows
+DROP VIEW streaming.streams;
+CREATE VIEW streaming.streams WITH (security_invoker = true) AS
+SELECT s.name, s.source, coalesce(s.sink_name, s.sink::text) AS sink, s.output_mode, s.trigger,
+       -- running without a worker: waiting for one, and source_error says why
+       CASE WHEN s.status = 'running' AND w.pid IS NULL AND w.problem IS NOT NULL
+            THEN 'waiting' ELSE s.status END AS status,
+       w.pid AS worker_pid, s.last_batch_id,
+       CASE WHEN s.watermark_delay IS NOT NULL
+            THEN coalesce(s.watermark, 'epoch'::timestamptz) END AS watermark,
+       s.last_error, coalesce(s.source_error, w.problem) AS source_error,
+       (SELECT sum(l.lag)::bigint FROM streaming.source_lag l WHERE l.stream = s.name) AS lag,
+       -- a Kafka sink's messages not delivered yet
+       CASE WHEN s.sink_name IS NOT NULL
+            THEN (SELECT count(*) FROM streaming.outbox o WHERE o.stream_id = s.id) END AS outbox_rows
+FROM streaming.stream_defs s
+LEFT JOIN streaming.worker_pids() w ON w.stream_id = s.id;
+GRANT SELECT ON streaming.streams TO PUBLIC;
+
+CREATE OR REPLACE VIEW streaming.progress WITH (security_invoker = true) AS
+SELECT s.name AS stream, b.batch_id, b.started_at, b.duration,
+       b.num_input_rows,
+       -- as Spark: input rate over the time since the previous batch started
+       b.num_input_rows / nullif(extract(epoch FROM b.started_at - lag(b.started_at)
+           OVER (PARTITION BY b.stream_id ORDER BY b.batch_id)), 0) AS input_rows_per_second,
+       b.num_input_rows / nullif(extract(epoch FROM b.duration), 0) AS processed_rows_per_second,
+       b.num_output_rows, b.num_late_rows, b.num_bad_rows, b.num_dedup_rows, b.num_state_rows,
+       b.max_event_time, b.watermark, b.start_positions, b.end_positions, b.data_loss,
+       b.num_delivered_rows, b.num_rejected_rows
+FROM streaming.batches b JOIN streaming.stream_defs s ON s.id = b.stream_id;

@@ -17,6 +17,16 @@ CREATE TABLE streaming.sources (
 );
 COMMENT ON TABLE streaming.sources IS 'Sources defined by create_kafka_source and friends; options holds every argument.';
 
+/* Sinks that are not tables (SPEC 6.1): a stream names one as its sink. */
+CREATE TABLE streaming.sinks (
+    name        text PRIMARY KEY,
+    kind        text NOT NULL CHECK (kind IN ('kafka')),
+    options     jsonb NOT NULL,
+    owner       regrole NOT NULL DEFAULT current_user::regrole,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE streaming.sinks IS 'Sinks defined by create_kafka_sink; options holds every argument.';
+
 CREATE TABLE streaming.stream_defs (
     id              serial PRIMARY KEY,
     name            text NOT NULL UNIQUE,
@@ -48,7 +58,8 @@ CREATE TABLE streaming.stream_defs (
     last_error      text,
     source_error    text,
     failures        integer NOT NULL DEFAULT 0,
-    source_started_at timestamptz   -- the first batch's start: the rate source's time origin
+    source_started_at timestamptz,  -- the first batch's start: the rate source's time origin
+    sink_name       text REFERENCES streaming.sinks (name) -- a named sink (Kafka), instead of a table
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
 
@@ -79,6 +90,9 @@ CREATE TABLE streaming.batches (
     start_positions jsonb NOT NULL,
     end_positions   jsonb NOT NULL,
     data_loss       jsonb,
+    -- rows that reached the sink: at commit for a table, as Kafka confirms them for a Kafka sink
+    num_delivered_rows bigint NOT NULL DEFAULT 0,
+    num_rejected_rows  bigint NOT NULL DEFAULT 0, -- refused by Kafka as too large: in dead_letters
     PRIMARY KEY (stream_id, batch_id)
 );
 
@@ -111,6 +125,24 @@ CREATE TABLE streaming.late_rows (
 CREATE INDEX ON streaming.late_rows (stream_id);
 COMMENT ON TABLE streaming.late_rows IS 'Rows a stateful stream dropped as late (late_rows => ''keep''), written in the batch''s transaction.';
 
+/*
+ * The Kafka sink's outbox (SPEC 6.1): a batch's messages, written in the
+ * batch's transaction and deleted once Kafka confirmed them; in (batch_id,
+ * seq) order they are produced.  No foreign key to the stream: checking it
+ * for each row would cost more than writing the row, and drop_stream
+ * deletes the stream's rows itself.
+ */
+CREATE TABLE streaming.outbox (
+    stream_id   integer NOT NULL,
+    batch_id    bigint NOT NULL,
+    seq         bigint NOT NULL,    -- from 0 in each batch, in the order it wrote them
+    key         bytea,
+    value       bytea,              -- NULL: a tombstone
+    headers     jsonb NOT NULL,     -- streaming-stream, streaming-batch-id, streaming-seq
+    PRIMARY KEY (stream_id, batch_id, seq)
+);
+COMMENT ON TABLE streaming.outbox IS 'Messages of committed batches that their Kafka sink has not delivered yet.';
+
 SELECT pg_catalog.pg_extension_config_dump('streaming.late_rows', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.late_rows_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.sources', '');
@@ -120,6 +152,8 @@ SELECT pg_catalog.pg_extension_config_dump('streaming.offsets', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.batches', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.sinks', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.outbox', '');
 
 /*
  * Who may do what (SPEC 7).  The catalog tables belong to the extension's
@@ -148,9 +182,17 @@ CREATE POLICY stream_owner_only ON streaming.batches FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
 CREATE POLICY stream_owner_only ON streaming.dead_letters FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
+-- sinks as sources (kafka_options may hold credentials), the outbox as its stream
+ALTER TABLE streaming.sinks ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.outbox ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_only ON streaming.sinks FOR SELECT
+    USING (pg_has_role(current_user, owner, 'USAGE'));
+CREATE POLICY stream_owner_only ON streaming.outbox FOR SELECT
+    USING (stream_id IN (SELECT id FROM streaming.stream_defs));
 GRANT USAGE ON SCHEMA streaming TO PUBLIC;
 GRANT SELECT ON streaming.sources, streaming.stream_defs, streaming.offsets,
     streaming.batches, streaming.dead_letters, streaming.late_rows TO PUBLIC;
+GRANT SELECT ON streaming.sinks, streaming.outbox TO PUBLIC;
 -- the sequences are the owner's alone (explicitly, as in an upgraded install)
 REVOKE ALL ON SEQUENCE streaming.stream_defs_id_seq, streaming.dead_letters_id_seq,
     streaming.late_rows_id_seq FROM PUBLIC;
@@ -241,6 +283,26 @@ AS 'MODULE_PATHNAME', 'streaming_drop_source'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
+/* Sinks -------------------------------------------------------------------- */
+
+CREATE FUNCTION streaming.create_kafka_sink(
+    name text,
+    bootstrap_servers text,
+    topic text,
+    format text DEFAULT 'json',
+    key_columns text[] DEFAULT NULL,
+    kafka_options jsonb DEFAULT '{}')
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_kafka_sink'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_kafka_sink IS 'Define a Kafka sink: streams that name it as their sink write their rows to the topic, through streaming.outbox.';
+
+CREATE FUNCTION streaming.drop_kafka_sink(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_drop_kafka_sink'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
 /* Streams ------------------------------------------------------------------ */
 
 CREATE FUNCTION streaming.create_stream(
@@ -262,7 +324,8 @@ AS 'MODULE_PATHNAME', 'streaming_create_stream'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source whose results go into a sink table.';
 
-CREATE FUNCTION streaming.drop_stream(name text, drop_sink boolean DEFAULT false)
+CREATE FUNCTION streaming.drop_stream(name text, drop_sink boolean DEFAULT false,
+    force boolean DEFAULT false)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_drop_stream'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
@@ -347,7 +410,7 @@ SELECT s.name AS stream, o.topic, o.partition,
 FROM streaming.offsets o JOIN streaming.stream_defs s ON s.id = o.stream_id;
 
 CREATE VIEW streaming.streams WITH (security_invoker = true) AS
-SELECT s.name, s.source, s.sink, s.output_mode, s.trigger,
+SELECT s.name, s.source, coalesce(s.sink_name, s.sink::text) AS sink, s.output_mode, s.trigger,
        -- running without a worker: waiting for one, and source_error says why
        CASE WHEN s.status = 'running' AND w.pid IS NULL AND w.problem IS NOT NULL
             THEN 'waiting' ELSE s.status END AS status,
@@ -355,7 +418,10 @@ SELECT s.name, s.source, s.sink, s.output_mode, s.trigger,
        CASE WHEN s.watermark_delay IS NOT NULL
             THEN coalesce(s.watermark, 'epoch'::timestamptz) END AS watermark,
        s.last_error, coalesce(s.source_error, w.problem) AS source_error,
-       (SELECT sum(l.lag)::bigint FROM streaming.source_lag l WHERE l.stream = s.name) AS lag
+       (SELECT sum(l.lag)::bigint FROM streaming.source_lag l WHERE l.stream = s.name) AS lag,
+       -- a Kafka sink's messages not delivered yet
+       CASE WHEN s.sink_name IS NOT NULL
+            THEN (SELECT count(*) FROM streaming.outbox o WHERE o.stream_id = s.id) END AS outbox_rows
 FROM streaming.stream_defs s
 LEFT JOIN streaming.worker_pids() w ON w.stream_id = s.id;
 
@@ -367,7 +433,8 @@ SELECT s.name AS stream, b.batch_id, b.started_at, b.duration,
            OVER (PARTITION BY b.stream_id ORDER BY b.batch_id)), 0) AS input_rows_per_second,
        b.num_input_rows / nullif(extract(epoch FROM b.duration), 0) AS processed_rows_per_second,
        b.num_output_rows, b.num_late_rows, b.num_bad_rows, b.num_dedup_rows, b.num_state_rows,
-       b.max_event_time, b.watermark, b.start_positions, b.end_positions, b.data_loss
+       b.max_event_time, b.watermark, b.start_positions, b.end_positions, b.data_loss,
+       b.num_delivered_rows, b.num_rejected_rows
 FROM streaming.batches b JOIN streaming.stream_defs s ON s.id = b.stream_id;
 
 GRANT SELECT ON streaming.streams, streaming.progress, streaming.source_lag TO PUBLIC;

@@ -4,6 +4,7 @@
  *
  *   api_args.c     checking arguments, running generated SQL
  *   api_source.c   create_*_source, drop_source
+ *   api_sink.c     create_*_sink, drop_*_sink (named sinks: streaming.sinks)
  *   api_stream.c   create_stream, drop_stream
  *   api_control.c  start, stop, reset, run_batch, process_available,
  *                  worker_pids; the commit-time wake-up of the launcher
@@ -12,6 +13,7 @@
 #define STM_API_H
 
 #include "fmgr.h"
+#include "utils/jsonb.h"
 
 #include "catalog.h"
 
@@ -52,6 +54,7 @@ extern bool stm_arg_check_sql(const char *sql, Oid argtype, Datum arg);
 extern bool stm_arg_parses_as(const char *str, Oid typid);
 extern void stm_api_exec(const char *sql, int nargs, Oid *types, Datum *values,
 						 const char *nulls, int expect);
+extern Jsonb *stm_api_arguments_as_options(FunctionCallInfo fcinfo);
 
 /* api_control.c */
 extern void stm_api_init(void);
@@ -62,9 +65,11 @@ extern void stm_api_stop_worker(StmStreamDef *def);
 extern bool stm_lock_stream(int32 stream_id, bool session);
 extern void stm_wait_stream_lock(int32 stream_id);
 
-/* api_source.c, api_stream.c */
+/* api_source.c, api_sink.c, api_stream.c */
 extern void stm_api_drop_source(StmSourceDef *src);
-extern void stm_api_drop_stream(StmStreamDef *def, bool drop_sink);
+extern void stm_api_drop_sink(StmSinkDef *sink);
+extern bool stm_api_sink_in_use(const char *sink);
+extern void stm_api_drop_stream(StmStreamDef *def, bool drop_sink, bool force);
 extern void stm_api_clear_state_tables(int32 stream_id, bool drop);
 
 #endif

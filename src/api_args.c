@@ -7,14 +7,18 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_proc.h"
 #include "executor/spi.h"
+#include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/syscache.h"
 
 #include "api.h"
 #include "catalog.h"
@@ -142,13 +146,8 @@ void
 stm_api_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
 {
 	int			nest = stm_catalog_pin_search_path();
-	int			rc;
 
-	SPI_connect();
-	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
-	if (rc != expect)
-		elog(ERROR, "SPI failed (%s): %s", SPI_result_code_string(rc), sql);
-	SPI_finish();
+	stm_spi_exec(sql, nargs, types, values, nulls, expect);
 	stm_catalog_unpin_search_path(nest);
 }
 
@@ -182,3 +181,60 @@ stm_arg_parses_as(const char *str, Oid typid)
 	return ok;
 }
 
+/*
+ * The calling function's arguments after the first (the name), by their
+ * names, as a jsonb object; NULL arguments are left out.  What create
+ * functions of sources and sinks store as their options.
+ */
+Jsonb *
+stm_api_arguments_as_options(FunctionCallInfo fcinfo)
+{
+	HeapTuple	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+	Oid		   *argtypes;
+	char	  **argnames;
+	char	   *argmodes;
+	int			nargs;
+	StringInfoData sql;
+	Oid		   *types;
+	Datum	   *values;
+	int			n;
+	Jsonb	   *result;
+	int			nest;
+	bool		isnull;
+
+	if (!HeapTupleIsValid(proc))
+		elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+	nargs = get_func_arg_info(proc, &argtypes, &argnames, &argmodes);
+	ReleaseSysCache(proc);
+
+	/* NULL arguments are left out; nulls inside a value (a jsonb) are kept */
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "SELECT jsonb_build_object(");
+	types = palloc(sizeof(Oid) * nargs);
+	values = palloc(sizeof(Datum) * nargs);
+	n = 0;
+	for (int i = 1; i < nargs; i++)
+	{
+		if (PG_ARGISNULL(i))
+			continue;
+		appendStringInfo(&sql, "%s%s, $%d", n > 0 ? ", " : "",
+						 quote_literal_cstr(argnames[i]), n + 1);
+		types[n] = argtypes[i];
+		values[n] = PG_GETARG_DATUM(i);
+		n++;
+	}
+	appendStringInfoChar(&sql, ')');
+
+	nest = stm_catalog_pin_search_path();
+	SPI_connect();
+	if (SPI_execute_with_args(sql.data, n, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not gather the arguments");
+	/* into the caller's memory context, out of SPI's */
+	result = DatumGetJsonbP(SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0],
+															SPI_tuptable->tupdesc, 1, &isnull),
+											  false, -1));
+	SPI_finish();
+	stm_catalog_unpin_search_path(nest);
+	return result;
+}

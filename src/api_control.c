@@ -28,6 +28,7 @@
 #include "batch.h"
 #include "catalog.h"
 #include "shmem.h"
+#include "sink.h"
 #include "source.h"
 
 PG_FUNCTION_INFO_V1(streaming_start);
@@ -210,6 +211,8 @@ streaming_reset(PG_FUNCTION_ARGS)
 	const StmSourceRoutine *routine;
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(def->id);
+	Oid			keep_types[2] = {INT4OID, BOOLOID};
+	Datum		keep[2];
 
 	stm_catalog_check_owner("stream", name, def->owner);
 	if (stm_shmem_stream_pid(MyDatabaseId, def->id) != 0 || !stm_lock_stream(def->id, false))
@@ -225,12 +228,20 @@ streaming_reset(PG_FUNCTION_ARGS)
 		routine->reset_positions(def->id);
 	stm_catalog_exec("DELETE FROM streaming.batches WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
 	stm_api_clear_state_tables(def->id, false);
-	stm_catalog_exec("UPDATE streaming.stream_defs SET last_batch_id = NULL, watermark = NULL, failures = 0, "
-			 "positions_initialized = false, source_started_at = NULL, no_data_batch_due = false, "
-			 "idle_clock_at = now(), "
-			 "last_error = NULL, source_error = NULL, "
-			 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",
-			 1, &type, &value, NULL, SPI_OK_UPDATE);
+	/*
+	 * Batch ids start at 0 again, except for a sink that delivers after the
+	 * commit: its messages carry them (with their sequence, what consumers
+	 * drop repeats by), so they go on, and rows waiting for delivery stay.
+	 */
+	keep[0] = value;
+	keep[1] = BoolGetDatum(stm_sink_routine_of_stream(def)->pending != NULL);
+	stm_catalog_exec("UPDATE streaming.stream_defs SET last_batch_id = CASE WHEN $2 THEN last_batch_id END, "
+					 "watermark = NULL, failures = 0, "
+					 "positions_initialized = false, source_started_at = NULL, no_data_batch_due = false, "
+					 "idle_clock_at = now(), "
+					 "last_error = NULL, source_error = NULL, "
+					 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",
+					 2, keep_types, keep, NULL, SPI_OK_UPDATE);
 	PG_RETURN_VOID();
 }
 
@@ -262,7 +273,8 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 
 /*
  * Wait until the stream's worker has committed every record that was in the
- * source when the call started (Spark's processAllAvailable).
+ * source when the call started (Spark's processAllAvailable), and its sink
+ * has delivered what those batches wrote (an outbox).
  */
 Datum
 streaming_process_available(PG_FUNCTION_ARGS)
@@ -271,6 +283,7 @@ streaming_process_available(PG_FUNCTION_ARGS)
 	Interval   *timeout = (stm_arg_require(fcinfo, 1, "timeout"), PG_GETARG_INTERVAL_P(1));
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
 	StmSource  *src;
+	const StmSinkRoutine *sink = stm_sink_routine_of_stream(def);
 	void	   *available;
 	TimestampTz deadline;
 	int64		timeout_ms;
@@ -288,11 +301,22 @@ streaming_process_available(PG_FUNCTION_ARGS)
 				 errmsg("stream \"%s\" is not running", name),
 				 errhint("Start it with streaming.start(), or run its batches with streaming.run_batch().")));
 
-	/* what the source holds now */
+	/* what the source holds now; a transient outage is asked about again */
 	src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
-	available = src->routine->available(src, def->id);
-
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	while ((available = src->routine->available(src, def->id)) == NULL)
+	{
+		if (GetCurrentTimestamp() > deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("timed out waiting for source \"%s\" to be readable", src->name),
+					 src->problem ? errdetail("%s", src->problem) : 0));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 200, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
 	for (;;)
 	{
 		/* each read takes a fresh snapshot: the worker's commits are seen */
@@ -302,7 +326,9 @@ streaming_process_available(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("stream \"%s\" was dropped", name)));
-		if (!now->no_data_batch_due && src->routine->reached(src, def->id, available))
+		/* a sink that delivers after the commit has delivered it, too */
+		if (!now->no_data_batch_due && src->routine->reached(src, def->id, available) &&
+			(sink->pending == NULL || sink->pending(def->id) == 0))
 			break;
 		if (now->status == STM_STATUS_FAILED)
 			ereport(ERROR,

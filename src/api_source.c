@@ -31,63 +31,6 @@
 
 PG_FUNCTION_INFO_V1(streaming_drop_source);
 
-/*
- * The calling function's arguments after the first (the name), by their
- * names, as a jsonb object; NULL arguments are left out.
- */
-static Jsonb *
-arguments_as_options(FunctionCallInfo fcinfo)
-{
-	HeapTuple	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
-	Oid		   *argtypes;
-	char	  **argnames;
-	char	   *argmodes;
-	int			nargs;
-	StringInfoData sql;
-	Oid		   *types;
-	Datum	   *values;
-	int			n;
-	Jsonb	   *result;
-	int			nest;
-	bool		isnull;
-
-	if (!HeapTupleIsValid(proc))
-		elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
-	nargs = get_func_arg_info(proc, &argtypes, &argnames, &argmodes);
-	ReleaseSysCache(proc);
-
-	/* NULL arguments are left out; nulls inside a value (a jsonb) are kept */
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT jsonb_build_object(");
-	types = palloc(sizeof(Oid) * nargs);
-	values = palloc(sizeof(Datum) * nargs);
-	n = 0;
-	for (int i = 1; i < nargs; i++)
-	{
-		if (PG_ARGISNULL(i))
-			continue;
-		appendStringInfo(&sql, "%s%s, $%d", n > 0 ? ", " : "",
-						 quote_literal_cstr(argnames[i]), n + 1);
-		types[n] = argtypes[i];
-		values[n] = PG_GETARG_DATUM(i);
-		n++;
-	}
-	appendStringInfoChar(&sql, ')');
-
-	nest = stm_catalog_pin_search_path();
-	SPI_connect();
-	if (SPI_execute_with_args(sql.data, n, types, values, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "could not gather the arguments");
-	/* into the caller's memory context, out of SPI's */
-	result = DatumGetJsonbP(SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0],
-															SPI_tuptable->tupdesc, 1, &isnull),
-											  false, -1));
-	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
-	return result;
-}
-
 /* The view of a source: its declared and metadata columns, no rows. */
 static Oid
 create_view(const char *name, Jsonb *options, const StmSourceRoutine *routine)
@@ -142,7 +85,7 @@ stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine)
 	(void) stm_catalog_check_version(ERROR);
 	stm_arg_require(fcinfo, 0, "name");
 	name = stm_arg_text(fcinfo, 0);
-	options = routine->validate(arguments_as_options(fcinfo), GetUserId());
+	options = routine->validate(stm_api_arguments_as_options(fcinfo), GetUserId());
 	stm_arg_check_name("source", name);
 	if (stm_catalog_source_exists(name))
 		ereport(ERROR,

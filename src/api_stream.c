@@ -148,10 +148,11 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	StmSourceDef *src;
 	RangeVar   *sink_rv;
 	Oid			sink_oid;
-	Datum		values[16];
-	char		nulls[16];
-	Oid			types[16] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
-		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID, TEXTARRAYOID, BOOLOID, OIDOID};
+	StmSinkDef *named_sink = NULL;
+	Datum		values[17];
+	char		nulls[17];
+	Oid			types[17] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
+		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID, TEXTARRAYOID, BOOLOID, OIDOID, TEXTOID};
 	int32		stream_id;
 	StmCatalogScope scope;
 
@@ -285,9 +286,30 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		relation_close(view, NoLock);
 	}
 
-	/* the sink: an existing compatible table, or a new one */
-	/* the default sink is named exactly like the stream; a given one is SQL */
-	if (PG_ARGISNULL(2))
+	/*
+	 * The sink: a named sink (streaming.sinks, of any kind), an
+	 * existing compatible table, or a new one.  A given name is a named
+	 * sink's when there is one (the caller's: writing to it means using its
+	 * owner's settings), else SQL naming a table; the default sink is the
+	 * table named exactly like the stream.
+	 */
+	if (!PG_ARGISNULL(2))
+	{
+		named_sink = stm_catalog_get_sink(sink_name, true);
+		if (named_sink == NULL && stm_catalog_sink_exists(sink_name))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied for sink \"%s\"", sink_name),
+					 errdetail("Only the sink's owner (or a member of the owning role) may write to it.")));
+	}
+	if (named_sink)
+	{
+		const StmSinkRoutine *routine = stm_sink_routine(named_sink->kind);
+
+		routine->check_output(named_sink, stm_sink_output(qi, stm_catalog_parse_output_mode(output_mode)), name);
+		sink_rv = NULL;
+	}
+	else if (PG_ARGISNULL(2))
 		sink_rv = makeRangeVar(NULL, name, -1);
 	else
 	{
@@ -295,9 +317,9 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		sink_rv = makeRangeVarFromNameList(stringToQualifiedNameList(sink_name));
 		STM_ARG_ERRCONTEXT_END();
 	}
-	sink_oid = PG_ARGISNULL(9) ? RangeVarGetRelid(sink_rv, RowExclusiveLock, true) : InvalidOid;
-	if (!PG_ARGISNULL(9))
-		;						/* foreachBatch: no sink table */
+	sink_oid = PG_ARGISNULL(9) && sink_rv ? RangeVarGetRelid(sink_rv, RowExclusiveLock, true) : InvalidOid;
+	if (!PG_ARGISNULL(9) || named_sink)
+		;						/* foreachBatch or a named sink: no sink table */
 	else if (OidIsValid(sink_oid))
 	{
 		Relation	rel = table_open(sink_oid, NoLock);
@@ -323,7 +345,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		sink_oid = get_relname_relid(sink_rv->relname, nspid);
 	}
 
-	for (int i = 0; i < 15; i++)
+	for (int i = 0; i < 17; i++)
 		nulls[i] = ' ';
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(src->name);
@@ -355,16 +377,19 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	values[11] = CStringGetTextDatum(GetConfigOption("search_path", false, false));
 
 	values[15] = ObjectIdGetDatum(GetUserId());
-	nulls[15] = ' ';
+	if (named_sink)
+		values[16] = CStringGetTextDatum(named_sink->name);
+	else
+		nulls[16] = 'n';
 	scope = stm_catalog_begin();
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
 							  "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, search_path, "
-							  "sink_function, dedup_keys, dedup_within_watermark, owner) "
+							  "sink_function, dedup_keys, dedup_within_watermark, owner, sink_name) "
 							  "VALUES ($1, $2, $3, $4::oid::regclass, $5, $6, $7, $8, $9, $10, $11, "
 							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12, $13::oid::regprocedure, $14, $15, "
-							  "$16::oid::regrole) RETURNING id",
-							  16, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+							  "$16::oid::regrole, $17) RETURNING id",
+							  17, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into streaming.stream_defs");
 	{
 		bool		isnull;
@@ -399,16 +424,21 @@ stm_api_clear_state_tables(int32 stream_id, bool drop)
 }
 
 /*
- * Drop a stream the caller was checked for: stop its worker, then its row
- * (positions, history, dead letters and late rows go with it: ON DELETE
- * CASCADE), its state tables and, with drop_sink, its sink table.
+ * Drop a stream the caller was checked for: stop its worker (a sink that
+ * delivers after the commit sends what it can as the worker exits), then
+ * its row (positions, history, dead letters and late rows go with it: ON
+ * DELETE CASCADE), the rows its sink has not delivered (refused, unless
+ * force, while there are any), its state tables and, with drop_sink, its
+ * sink table, or its named sink unless another stream writes to it.
  */
 void
-stm_api_drop_stream(StmStreamDef *def, bool drop_sink)
+stm_api_drop_stream(StmStreamDef *def, bool drop_sink, bool force)
 {
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(def->id);
 	const char *name = def->name;
+	const StmSinkRoutine *routine;
+	StmSinkDef *named_sink = NULL;
 
 	stm_api_stop_worker(def);
 	def = stm_catalog_get_stream_by_id(def->id, true);
@@ -416,13 +446,37 @@ stm_api_drop_stream(StmStreamDef *def, bool drop_sink)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("stream \"%s\" was dropped meanwhile", name)));
+	routine = stm_sink_routine_of_stream(def);
+	if (routine->pending && !force)
+	{
+		int64		pending = routine->pending(def->id);
+
+		if (pending > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg_plural("stream \"%s\" has " INT64_FORMAT " row that its sink \"%s\" has not delivered yet",
+								   "stream \"%s\" has " INT64_FORMAT " rows that its sink \"%s\" has not delivered yet",
+								   pending, name, pending, def->sink_name),
+					 errdetail("The stream's worker delivers them to the %s sink while the stream runs.",
+							   routine->display_name),
+					 errhint("Start the stream and let it deliver them, or drop it with force => true to discard them.")));
+	}
+	if (drop_sink && def->sink_name)
+	{
+		named_sink = stm_catalog_get_sink_of_stream(def);
+		stm_catalog_check_owner("sink", named_sink->name, named_sink->owner);
+	}
 	stm_catalog_exec("DELETE FROM streaming.stream_defs WHERE id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	if (routine->discard)
+		routine->discard(def->id);
 	stm_api_clear_state_tables(def->id, true);
 	if (drop_sink && OidIsValid(def->sink) && get_rel_name(def->sink) != NULL)
 		stm_api_exec(psprintf("DROP TABLE %s",
 						  quote_qualified_identifier(get_namespace_name(get_rel_namespace(def->sink)),
 													 get_rel_name(def->sink))),
 				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+	if (named_sink && !stm_api_sink_in_use(named_sink->name))
+		stm_api_drop_sink(named_sink);
 }
 
 Datum
@@ -430,10 +484,10 @@ streaming_drop_stream(PG_FUNCTION_ARGS)
 {
 	char	   *name = stm_arg_name(fcinfo);
 	bool		drop_sink = stm_arg_bool(fcinfo, 1, "drop_sink");
+	bool		force = stm_arg_bool(fcinfo, 2, "force");
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
 
 	stm_catalog_check_owner("stream", name, def->owner);
-	stm_api_drop_stream(def, drop_sink);
+	stm_api_drop_stream(def, drop_sink, force);
 	PG_RETURN_VOID();
 }
-

@@ -425,11 +425,11 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 static void
 record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 {
-	Oid			types[18] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
+	Oid			types[19] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID, INT8OID,
-	TIMESTAMPTZOID, TEXTOID};
-	Datum		values[18];
-	char		nulls[18] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	TIMESTAMPTZOID, TEXTOID, INT8OID};
+	Datum		values[19];
+	char		nulls[19] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *data_loss = bc->src->routine->data_loss_json ?
 		bc->src->routine->data_loss_json(bc->src) : NULL;
 	StmCatalogScope scope;
@@ -461,22 +461,25 @@ record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 		values[17] = CStringGetTextDatum(bc->src->problem);
 	else
 		nulls[17] = 'n';
+	/* a sink that delivers after the commit counts its rows as they arrive */
+	values[18] = Int64GetDatum(bc->sink->deferred ? 0 : bc->num_output);
 
 	scope = stm_catalog_begin();
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
 							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
-							  "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, num_dedup_rows) "
-							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13, $14, $16)",
-							  18, types, values, nulls, false, 0) != SPI_OK_INSERT)
+							  "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, num_dedup_rows, "
+							  "num_delivered_rows) "
+							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13, $14, $16, $19)",
+							  19, types, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write streaming.batches");
 	if (SPI_execute_with_args("DELETE FROM streaming.batches WHERE stream_id = $1 AND batch_id <= $2 - $12",
-							  18, types, values, nulls, false, 0) != SPI_OK_DELETE)
+							  19, types, values, nulls, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not trim streaming.batches");
 	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET last_batch_id = $2, watermark = $8, "
 							  "no_data_batch_due = $15, idle_clock_at = coalesce($17, idle_clock_at), "
 							  "failures = 0, last_error = NULL, source_error = $18 WHERE id = $1",
-							  18, types, values, nulls, false, 0) != SPI_OK_UPDATE)
+							  19, types, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update streaming.stream_defs");
 	SPI_finish();
 	stm_catalog_end(scope);
@@ -615,12 +618,12 @@ open_sink(StmRuntime *rt, StmStreamDef *def)
 }
 
 /*
- * Fix the batch's bounds; false when there is no batch to run: nothing new,
- * no no-data batch due after a batch that moved the watermark (SPEC 3.1),
- * and no idle_timeout advance.
+ * Fix the batch's bounds, at most max_records records (-1: no limit); false
+ * when there is no batch to run: nothing new, no no-data batch due after a
+ * batch that moved the watermark (SPEC 3.1), and no idle_timeout advance.
  */
 static bool
-plan_batch(BatchContext *bc, StmRuntime *rt)
+plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 {
 	StmStreamDef *def = bc->def;
 	StmPlanContext ctx;
@@ -632,6 +635,7 @@ plan_batch(BatchContext *bc, StmRuntime *rt)
 	ctx.last_trigger = last_trigger_time(rt, def);
 	ctx.batch_start = bc->started;
 	bc->src->problem = NULL;
+	ctx.max_records = max_records;
 	total = bc->src->routine->plan(bc->src, &ctx);
 	/* what keeps the source from being read whole: source_error, now or with the batch */
 	if (rt->problem)
@@ -824,11 +828,24 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	ErrorContextCallback errcb;
 	bool		stateful;
 
+	StmSink    *sink;
+	int64		room = -1;
+	const char *why = NULL;
+
 	bc.def = def;
 	bc.started = GetCurrentTimestamp();
 	bc.source_def = stm_catalog_get_source_of_stream(def);
 	bc.src = open_source(rt, def, bc.source_def);
-	if (!plan_batch(&bc, rt))
+	/* the sink's room bounds what the source may read (back-pressure) */
+	sink = open_sink(rt, def);
+	if (sink->routine->capacity)
+		room = sink->routine->capacity(sink, &why);
+	if (room == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("stream \"%s\" cannot run a batch now: %s", def->name, why),
+				 errhint("The stream's worker delivers the waiting rows; start the stream, or wait.")));
+	if (!plan_batch(&bc, rt, room))
 		return -1;
 
 	begin_query(&bc, rt);
@@ -878,6 +895,34 @@ stm_batch_after_commit(StmRuntime *rt)
 		rt->source->routine->after_commit(rt->source, rt->stream_id);
 	if (rt->sink && rt->sink->routine->after_commit)
 		rt->sink->routine->after_commit(rt->sink);
+}
+
+/*
+ * The worker, outside any transaction: a sink that delivers after the
+ * commit sends what committed batches left (SinkRoutine.deliver); busy:
+ * the next batch runs at once.  Nothing to do for a sink that is not open yet or writes in
+ * the batch's transaction.
+ */
+StmSinkStatus
+stm_runtime_deliver(StmRuntime *rt, bool busy)
+{
+	StmSinkStatus none = {0, false, NULL, NULL};
+
+	if (rt->sink == NULL || rt->sink->routine->deliver == NULL)
+		return none;
+	return rt->sink->routine->deliver(rt->sink, busy);
+}
+
+/*
+ * Errors after which a stream waits rather than fails: its source cannot
+ * be reached (class 08), or its sink cannot take a batch now (53000, see
+ * StmSinkRoutine.capacity).  The worker retries without counting them.
+ */
+bool
+stm_error_is_waiting(int sqlerrcode)
+{
+	return ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION ||
+		sqlerrcode == ERRCODE_INSUFFICIENT_RESOURCES;
 }
 
 /* The end of a runtime: its source and sink let go of what they hold. */

@@ -5,6 +5,7 @@
 #define STM_BATCH_H
 
 #include "catalog.h"
+#include "sink.h"
 #include "source.h"
 
 /* What a stream keeps between batches (for a worker: its whole life). */
@@ -24,6 +25,8 @@ extern StmRuntime *stm_runtime_create(int32 stream_id);
 extern int64 stm_batch_run(StmRuntime *rt);
 extern bool stm_error_is_permanent(int sqlerrcode);
 extern void stm_batch_after_commit(StmRuntime *rt);
+extern StmSinkStatus stm_runtime_deliver(StmRuntime *rt, bool busy);
+extern bool stm_error_is_waiting(int sqlerrcode);
 extern void stm_runtime_close(StmRuntime *rt);
 
 #endif

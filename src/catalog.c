@@ -174,11 +174,10 @@ stm_catalog_check_version(int elevel)
 	return false;
 }
 
-/* Change the catalog: as the extension's owner (catalog.c), after the caller was checked. */
+/* One statement in an SPI connection of its own, which must return expect. */
 void
-stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
+stm_spi_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
 {
-	StmCatalogScope scope = stm_catalog_begin();
 	int			rc;
 
 	SPI_connect();
@@ -186,6 +185,15 @@ stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const ch
 	if (rc != expect)
 		elog(ERROR, "SPI failed (%s): %s", SPI_result_code_string(rc), sql);
 	SPI_finish();
+}
+
+/* Change the catalog: as the extension's owner (catalog.c), after the caller was checked. */
+void
+stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
+{
+	StmCatalogScope scope = stm_catalog_begin();
+
+	stm_spi_exec(sql, nargs, types, values, nulls, expect);
 	stm_catalog_end(scope);
 }
 
@@ -307,7 +315,8 @@ get_bool(CatalogRow *row, const char *name)
 	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, " \
 	"sink_function::oid AS sink_function, dedup_keys IS NOT NULL AS has_dedup, " \
 	"dedup_within_watermark, late_rows, " \
-	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error"
+	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error, " \
+	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name) AS sink_kind"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -350,6 +359,8 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->idle_timeout_us = isnull ? 0 : DatumGetInt64(d);
 	s->idle_clock_at = DatumGetTimestampTz(get_value(&row, "idle_clock_at", &isnull));
 	s->last_error = get_text(&row, "last_error");
+	s->sink_name = get_text(&row, "sink_name");
+	s->sink_kind = get_text(&row, "sink_kind");
 	return s;
 }
 
@@ -513,6 +524,102 @@ stm_catalog_source_options(const char *source)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("source \"%s\" does not exist", source)));
 	return result;
+}
+
+/*
+ * The first column of the first row of a query of the catalog with one
+ * argument, as text in the caller's memory context; NULL when there is no
+ * row or it is NULL.
+ */
+char *
+stm_catalog_text(const char *sql, Oid argtype, Datum arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *result = NULL;
+	StmCatalogScope scope = stm_catalog_begin();
+
+	SPI_connect();
+	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the streaming catalog");
+	if (SPI_processed > 0)
+	{
+		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		result = v ? MemoryContextStrdup(cxt, v) : NULL;
+	}
+	SPI_finish();
+	stm_catalog_end(scope);
+	return result;
+}
+
+/* The named sink that matches where ($1 is arg), visible_to as in get_stream. */
+static StmSinkDef *
+get_sink(const char *where, Oid argtype, Datum arg, Oid visible_to)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	StmSinkDef *s = NULL;
+	Oid			types[2] = {argtype, OIDOID};
+	Datum		values[2] = {arg, ObjectIdGetDatum(visible_to)};
+	char		nulls[2] = {' ', OidIsValid(visible_to) ? ' ' : 'n'};
+	StmCatalogScope scope = stm_catalog_begin();
+	char	   *sql;
+
+	sql = psprintf("SELECT name, kind, options, owner::oid AS owner FROM streaming.sinks WHERE %s "
+				   "AND ($2 IS NULL OR pg_has_role($2, owner, 'USAGE'))",
+				   where);
+	SPI_connect();
+	if (SPI_execute_with_args(sql, 2, types, values, nulls, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read streaming.sinks");
+	if (SPI_processed > 0)
+	{
+		CatalogRow	row = {cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc};
+		bool		isnull;
+		MemoryContext old;
+
+		s = MemoryContextAllocZero(cxt, sizeof(StmSinkDef));
+		s->name = get_text(&row, "name");
+		s->kind = get_text(&row, "kind");
+		old = MemoryContextSwitchTo(cxt);
+		s->options = DatumGetJsonbPCopy(get_value(&row, "options", &isnull));
+		MemoryContextSwitchTo(old);
+		s->owner = get_oid(&row, "owner");
+	}
+	SPI_finish();
+	stm_catalog_end(scope);
+	return s;
+}
+
+/* A named sink the current user owns (or may act for), as stm_catalog_get_source. */
+StmSinkDef *
+stm_catalog_get_sink(const char *name, bool missing_ok)
+{
+	StmSinkDef *s = get_sink("name = $1", TEXTOID, CStringGetTextDatum(name), GetUserId());
+
+	if (s == NULL && !missing_ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("sink \"%s\" does not exist", name)));
+	return s;
+}
+
+/* True when any role has a named sink of this name. */
+bool
+stm_catalog_sink_exists(const char *name)
+{
+	return get_sink("name = $1", TEXTOID, CStringGetTextDatum(name), InvalidOid) != NULL;
+}
+
+/* The named sink a stream writes to, whoever owns it. */
+StmSinkDef *
+stm_catalog_get_sink_of_stream(StmStreamDef *def)
+{
+	StmSinkDef *s = get_sink("name = $1", TEXTOID, CStringGetTextDatum(def->sink_name), InvalidOid);
+
+	if (s == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("sink \"%s\" of stream \"%s\" does not exist", def->sink_name, def->name)));
+	return s;
 }
 
 /* One option of a source as text (options #>> path), or NULL. */

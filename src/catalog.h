@@ -72,6 +72,8 @@ typedef struct StmStreamDef
 	int64		idle_timeout_us;	/* 0: none */
 	TimestampTz idle_clock_at;	/* the last batch that read records, or the last idle advance */
 	char	   *last_error;		/* NULL when none */
+	char	   *sink_name;		/* a named sink (streaming.sinks), else NULL */
+	char	   *sink_kind;		/* its kind */
 } StmStreamDef;
 
 typedef struct StmSourceDef
@@ -81,6 +83,15 @@ typedef struct StmSourceDef
 	Oid			view;
 	Oid			owner;
 } StmSourceDef;
+
+/* A named sink (streaming.sinks): a Kafka sink. */
+typedef struct StmSinkDef
+{
+	char	   *name;
+	char	   *kind;
+	Jsonb	   *options;		/* the create function's arguments, as its kind's validate returned them */
+	Oid			owner;
+} StmSinkDef;
 
 /* the catalog is at the library's version (else reported at elevel) */
 extern bool stm_catalog_check_version(int elevel);
@@ -100,11 +111,14 @@ typedef struct StmCatalogScope
 extern Oid	stm_catalog_extension_owner(void);
 extern StmCatalogScope stm_catalog_begin(void);
 extern void stm_catalog_end(StmCatalogScope scope);
+extern void stm_spi_exec(const char *sql, int nargs, Oid *types, Datum *values,
+						 const char *nulls, int expect);
 extern void stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, int expect);
 extern Datum stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *values,
 							   bool *isnull);
 extern List *stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values);
+extern char *stm_catalog_text(const char *sql, Oid argtype, Datum arg);
 
 extern StmStreamDef *stm_catalog_get_stream(const char *name, bool missing_ok);
 extern StmStreamDef *stm_catalog_get_stream_by_id(int32 id, bool lock);
@@ -114,6 +128,9 @@ extern bool stm_catalog_source_exists(const char *name);
 extern StmSourceDef *stm_catalog_get_source_of_stream(StmStreamDef *def);
 extern StmSourceDef *stm_catalog_get_source_by_view(Oid view);
 extern Jsonb *stm_catalog_source_options(const char *source);
+extern StmSinkDef *stm_catalog_get_sink(const char *name, bool missing_ok);
+extern bool stm_catalog_sink_exists(const char *name);
+extern StmSinkDef *stm_catalog_get_sink_of_stream(StmStreamDef *def);
 extern char *stm_catalog_source_option(const char *source, const char *path);
 extern List *stm_catalog_source_option_list(const char *source, const char *sql_expr);
 extern StmOutputMode stm_catalog_parse_output_mode(const char *name);

@@ -14,6 +14,7 @@ extern int	stm_guc_progress_history;
 extern int	stm_guc_max_record_size;
 extern int	stm_guc_kafka_timeout_ms;
 extern int	stm_guc_file_settle_time_ms;
+extern int	stm_guc_outbox_max_rows;
 
 extern void stm_guc_init(void);
 

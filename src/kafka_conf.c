@@ -1,6 +1,6 @@
 /*
  * kafka_conf.c: librdkafka configuration, for every client the extension
- * builds (the Kafka source's, the Kafka sink's).
+ * builds (the Kafka source's consumers, the Kafka sink's producer).
  *
  * kafka_options are passed to librdkafka as they are, but roles other than
  * superusers may set only the properties on an allowlist (SPEC 7: those
@@ -21,20 +21,37 @@
 #include "kafka_conf.h"
 #include "options.h"
 
-/* librdkafka properties a non-superuser may set (SPEC 7: an allowlist) */
+/*
+ * librdkafka properties a non-superuser may set (SPEC 7: an allowlist), for
+ * every client, for consumers (the Kafka source) and for producers (the
+ * Kafka sink).  Sizes of the clients' queues are not among them: those are
+ * derived from streaming.batch_memory, the administrator's.
+ */
 static const char *const user_allowed_options[] = {
 	"client.id", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
 	"sasl.username", "sasl.password", "sasl.oauthbearer.config",
 	"ssl.endpoint.identification.algorithm", "ssl.ca.pem", "ssl.certificate.pem",
 	"ssl.key.pem", "ssl.key.password", "ssl.cipher.suites",
+	"socket.timeout.ms", "socket.keepalive.enable", "metadata.max.age.ms",
+	"topic.metadata.refresh.interval.ms", "reconnect.backoff.ms",
+	"reconnect.backoff.max.ms", "client.rack", "broker.address.family",
+	"api.version.request", "broker.version.fallback", "connections.max.idle.ms",
+	NULL
+};
+
+static const char *const user_allowed_consumer_options[] = {
 	"fetch.wait.max.ms", "fetch.min.bytes", "fetch.max.bytes",
 	"fetch.message.max.bytes", "fetch.error.backoff.ms", "queued.min.messages",
 	"queued.max.messages.kbytes", "receive.message.max.bytes",
-	"socket.timeout.ms", "socket.keepalive.enable", "metadata.max.age.ms",
-	"topic.metadata.refresh.interval.ms", "reconnect.backoff.ms",
-	"reconnect.backoff.max.ms", "isolation.level", "check.crcs",
-	"client.rack", "broker.address.family", "api.version.request",
-	"broker.version.fallback", "group.id", "connections.max.idle.ms",
+	"isolation.level", "check.crcs", "group.id",
+	NULL
+};
+
+static const char *const user_allowed_producer_options[] = {
+	"linger.ms", "queue.buffering.max.ms", "batch.num.messages", "batch.size",
+	"compression.type", "compression.codec", "compression.level",
+	"partitioner", "sticky.partitioning.linger.ms", "message.max.bytes",
+	"request.timeout.ms", "retry.backoff.ms",
 	NULL
 };
 
@@ -50,16 +67,24 @@ kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 	/* librdkafka's threads must not call elog; errors reach error_cb */
 }
 
-/* True when role may set librdkafka property key. */
+static bool
+listed(const char *const *list, const char *key)
+{
+	for (int i = 0; list[i]; i++)
+		if (strcmp(list[i], key) == 0)
+			return true;
+	return false;
+}
+
+/* True when role may set librdkafka property key on a client of that kind. */
 bool
-stm_kafka_option_allowed(const char *key, Oid role)
+stm_kafka_option_allowed(const char *key, Oid role, StmKafkaClient client)
 {
 	if (superuser_arg(role))
 		return true;
-	for (int i = 0; user_allowed_options[i]; i++)
-		if (strcmp(user_allowed_options[i], key) == 0)
-			return true;
-	return false;
+	return listed(user_allowed_options, key) ||
+		listed(client == STM_KAFKA_PRODUCER ? user_allowed_producer_options :
+			   user_allowed_consumer_options, key);
 }
 
 /*
@@ -68,7 +93,7 @@ stm_kafka_option_allowed(const char *key, Oid role)
  * the allowlist.
  */
 void
-stm_kafka_check_option(const char *key, const char *value, Oid role)
+stm_kafka_check_option(const char *key, const char *value, Oid role, StmKafkaClient client)
 {
 	rd_kafka_conf_t *conf;
 	char		errstr[512];
@@ -79,7 +104,15 @@ stm_kafka_check_option(const char *key, const char *value, Oid role)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("kafka_options must not set \"%s\"", key),
 				 errhint("Give the brokers in the bootstrap_servers argument.")));
-	if (!stm_kafka_option_allowed(key, role))
+	if (!stm_kafka_option_allowed(key, role, client) &&
+		stm_kafka_option_allowed(key, role, client == STM_KAFKA_PRODUCER ? STM_KAFKA_CONSUMER : STM_KAFKA_PRODUCER))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the Kafka client property \"%s\" is for %s, not %s", key,
+						client == STM_KAFKA_PRODUCER ? "consumers" : "producers",
+						client == STM_KAFKA_PRODUCER ? "producers" : "consumers"),
+				 errhint("A Kafka source's kafka_options configure a consumer, a Kafka sink's a producer.")));
+	if (!stm_kafka_option_allowed(key, role, client))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("only superusers may set the Kafka client property \"%s\"", key),
@@ -98,12 +131,14 @@ stm_kafka_check_option(const char *key, const char *value, Oid role)
  * A stored property is checked again whenever a client is built from it
  * (SPEC 7): a row changed behind the functions' back (by a superuser, by a
  * restore) cannot smuggle a property in.  Both the owner of what holds the
- * options (the source), who set them, and other_owner (the stream's, whose
- * stream runs the client; InvalidOid: none) must be allowed to set each.
- * Values are not shown: they may be secrets.
+ * options (the source or sink, kind and name), who set them, and
+ * other_owner (the stream's, whose stream runs the client; InvalidOid:
+ * none) must be allowed to set each.  Values are not shown: they may be
+ * secrets.
  */
 void
-stm_kafka_recheck_options(const char *what, List *pairs, Oid owner, Oid other_owner)
+stm_kafka_recheck_options(const char *kind, const char *name, List *pairs, Oid owner,
+						  Oid other_owner, StmKafkaClient client)
 {
 	Oid			roles[2] = {owner, other_owner};
 	ListCell   *lc;
@@ -113,14 +148,15 @@ stm_kafka_recheck_options(const char *what, List *pairs, Oid owner, Oid other_ow
 		StmOptionPair *p = lfirst(lc);
 
 		for (int i = 0; i < 2; i++)
-			if (OidIsValid(roles[i]) && !stm_kafka_option_allowed(p->key, roles[i]))
+			if (OidIsValid(roles[i]) && !stm_kafka_option_allowed(p->key, roles[i], client))
 				ereport(ERROR,
 						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-						 errmsg("Kafka client property \"%s\" of %s is reserved to superusers",
-								p->key, what),
+						 errmsg("Kafka client property \"%s\" of %s \"%s\" is reserved to superusers",
+								p->key, kind, name),
 						 errdetail("Role \"%s\" may not set it; the property was not passed to the Kafka client.",
 								   GetUserNameFromId(roles[i], false)),
-						 errhint("Drop the source and create it again without the property, or let a superuser own it.")));
+						 errhint("Drop the %s and create it again without the property, or let a superuser own it.",
+								 kind)));
 	}
 }
 

@@ -16,9 +16,18 @@
 /* a librdkafka call that may block waits at most this long between interrupt checks */
 #define STM_KAFKA_SLICE_MS 200
 
-extern bool stm_kafka_option_allowed(const char *key, Oid role);
-extern void stm_kafka_check_option(const char *key, const char *value, Oid role);
-extern void stm_kafka_recheck_options(const char *what, List *pairs, Oid owner, Oid other_owner);
+/* which client the properties are for: their allowlists differ */
+typedef enum StmKafkaClient
+{
+	STM_KAFKA_CONSUMER,
+	STM_KAFKA_PRODUCER
+} StmKafkaClient;
+
+extern bool stm_kafka_option_allowed(const char *key, Oid role, StmKafkaClient client);
+extern void stm_kafka_check_option(const char *key, const char *value, Oid role,
+								   StmKafkaClient client);
+extern void stm_kafka_recheck_options(const char *kind, const char *name, List *pairs,
+									  Oid owner, Oid other_owner, StmKafkaClient client);
 extern void stm_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value);
 extern rd_kafka_conf_t *stm_kafka_conf_new(const char *bootstrap, char *error_buf);
 extern TimestampTz stm_kafka_deadline(int timeout_ms);

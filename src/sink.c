@@ -34,11 +34,22 @@ stm_sink_routine(const char *kind)
 	return NULL;				/* keep compiler quiet */
 }
 
-/* A stream writes to a table, or gives each batch's rows to its sink_function. */
+/*
+ * A stream writes to a named sink (streaming.sinks) of its kind, to a table,
+ * or gives each batch's rows to its sink_function.
+ */
 const char *
 stm_sink_kind(StmStreamDef *def)
 {
+	if (def->sink_kind)
+		return def->sink_kind;
 	return OidIsValid(def->sink_function) ? "function" : "table";
+}
+
+const StmSinkRoutine *
+stm_sink_routine_of_stream(StmStreamDef *def)
+{
+	return stm_sink_routine(stm_sink_kind(def));
 }
 
 /* The stream's sink, for a runtime: in the current memory context. */
@@ -64,6 +75,8 @@ stm_sink_output(StmQueryInfo *qi, StmOutputMode mode)
 		out->is_key[i] = qi->agg != NULL && qi->agg->out_group_col[i] >= 0;
 	}
 	out->mode = mode;
+	out->deletes = out->mode == STM_OUTPUT_UPDATE && qi->agg != NULL &&
+		qi->agg->window.kind == STM_WINDOW_SESSION;
 	return out;
 }
 

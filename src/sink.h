@@ -2,9 +2,9 @@
  * sink.h: where a stream's output rows go, as a struct of callbacks.
  *
  * A sink kind is one file (sink_<kind>.c) holding a const StmSinkRoutine,
- * registered by _PG_init, as source kinds are (source.h).  batch.c and
- * aggstate.c write through these callbacks only, so they never name a kind
- * of sink.
+ * registered by _PG_init, as source kinds are (source.h).  batch.c,
+ * aggstate.c, worker.c and the SQL functions go through these callbacks
+ * only, so they never name a kind of sink.
  *
  * Every row a callback gets is in the stream query's output order, described
  * by StmSinkOutput; each kind maps it to what it writes (a table's columns,
@@ -12,6 +12,8 @@
  *
  *     open            once per runtime (a worker's life, a run_batch); the
  *                     sink lives in the memory context it was opened in
+ *     capacity        before the batch: how many rows it may write
+ *                     (optional; back-pressure)
  *     begin_batch     the batch's writer, in the batch's memory
  *       insert        a new output row (stateless, append, complete)
  *       upsert        update mode: the row of a changed group, replacing
@@ -23,12 +25,22 @@
  *     end_batch       write what is buffered; the batch may still fail
  *                     and roll back after it
  *     after_commit    work that must wait for the commit (optional)
+ *     deliver         a sink outside PostgreSQL: send what committed
+ *                     batches left for it, outside any transaction, and
+ *                     say whether the stream must wait (optional)
  *     close           when the runtime ends (optional)
+ *
+ * Tables and sink functions are sinks by the stream's own definition; other
+ * kinds (a Kafka sink) are named objects of streaming.sinks, made by a
+ * create function of their own (validate), which a stream names as its
+ * sink (check_output); their rows may wait outside the stream's tables
+ * until they are delivered (pending, discard).
  */
 #ifndef STM_SINK_H
 #define STM_SINK_H
 
 #include "access/tupdesc.h"
+#include "fmgr.h"
 #include "nodes/execnodes.h"
 
 #include "catalog.h"
@@ -42,6 +54,7 @@ typedef struct StmSinkOutput
 	TupleDesc	desc;			/* names, types, typmods, collations */
 	bool	   *is_key;			/* the window and group columns of an aggregate */
 	StmOutputMode mode;
+	bool		deletes;		/* update mode may call delete_key (session windows) */
 } StmSinkOutput;
 
 /* An open sink; a kind's own struct starts with it. */
@@ -61,11 +74,29 @@ typedef struct StmSinkBatch
 	int64		batch_id;
 	EState	   *estate;			/* the batch's executor state */
 	int64		rows;			/* rows inserted or upserted */
+	bool		deferred;		/* the rows reach the sink only after the
+								 * commit (deliver): progress counts them as
+								 * they do */
 } StmSinkBatch;
+
+/*
+ * What deliver found: whether the stream must wait, and why.  Zero, false
+ * and NULLs: nothing holds it back.
+ */
+typedef struct StmSinkStatus
+{
+	int64		pending;		/* rows of committed batches not delivered yet */
+	bool		full;			/* no room for another batch (capacity is 0) */
+	const char *waiting;		/* why rows wait (status 'waiting', source_error) */
+	const char *error;			/* an error delivering meets each time (last_error too) */
+} StmSinkStatus;
 
 struct StmSinkRoutine
 {
 	const char *kind;
+	const char *display_name;	/* the kind in messages */
+
+	/* ---- batches: required ---- */
 
 	StmSink    *(*open) (StmStreamDef *def);
 	StmSinkBatch *(*begin_batch) (StmSink *sink, const StmSinkOutput *output,
@@ -76,9 +107,61 @@ struct StmSinkRoutine
 	void		(*truncate) (StmSinkBatch *batch);
 	void		(*end_batch) (StmSinkBatch *batch);
 
-	/* optional */
+	/* ---- batches: optional, set the pointer to NULL if not provided ---- */
+
+	/*
+	 * Before a batch, in its transaction: how many rows it may write at most
+	 * (-1: no limit).  The source then reads no more records than that (a
+	 * stateless stream writes a row per record at most); 0 means no batch
+	 * now, and *why says why (the sink is behind).  A batch that writes more
+	 * anyway (joins, windows, complete mode) is stopped by the sink with an
+	 * error of SQLSTATE 53000 (insufficient resources): the stream waits.
+	 */
+	int64		(*capacity) (StmSink *sink, const char **why);
+
+	/* After the batch's commit, outside any transaction. */
 	void		(*after_commit) (StmSink *sink);
+
+	/*
+	 * A sink whose rows leave PostgreSQL after the commit: send what
+	 * committed batches left for it, for as long as the kind's own timeout
+	 * allows, outside any transaction (it starts its own).  The worker calls it after each
+	 * committed batch, when it had nothing to do, and before it exits;
+	 * run_batch never does (its batch is not committed yet).  busy: the
+	 * worker runs its next batch at once, so the sink need not wait for
+	 * what it sent to be confirmed while it has room for that batch (the
+	 * confirmations are taken at the next call).  Errors it raises are the
+	 * stream's, as a batch's.
+	 */
+	StmSinkStatus (*deliver) (StmSink *sink, bool busy);
+
+	/* When the runtime ends: give resources back (not in a transaction, maybe). */
 	void		(*close) (StmSink *sink);
+
+	/* ---- named sinks (streaming.sinks): optional ---- */
+
+	/*
+	 * Check the options its create function gathered (all its arguments by
+	 * name, NULLs left out) for the role creating the sink, and return them
+	 * as they are to be stored.  Errors name the argument and what is
+	 * allowed.
+	 */
+	Jsonb	   *(*validate) (Jsonb *options, Oid role);
+
+	/*
+	 * create_stream: can the sink take the stream's output?  Errors name
+	 * the column and the stream.
+	 */
+	void		(*check_output) (StmSinkDef *sink, const StmSinkOutput *output,
+								 const char *stream);
+
+	/*
+	 * Rows of the stream that committed batches wrote and the sink has not
+	 * delivered yet (read in a fresh snapshot), and forgetting them when
+	 * the stream is dropped.
+	 */
+	int64		(*pending) (int32 stream_id);
+	void		(*discard) (int32 stream_id);
 };
 
 /* the built-in kinds */
@@ -90,7 +173,12 @@ extern const StmSinkRoutine *stm_sink_routine(const char *kind);
 extern const char *stm_sink_kind(StmStreamDef *def);
 extern StmSink *stm_sink_open(StmStreamDef *def);
 extern StmSinkOutput *stm_sink_output(StmQueryInfo *qi, StmOutputMode mode);
+extern const StmSinkRoutine *stm_sink_routine_of_stream(StmStreamDef *def);
 extern char *stm_sink_table_ddl(const StmSinkOutput *out, const char *qualified_name, bool keyed);
+
+/* api_sink.c: the create and drop functions of every named kind */
+extern Datum stm_api_create_sink(FunctionCallInfo fcinfo, const StmSinkRoutine *routine);
+extern Datum stm_api_drop_sink_of_kind(FunctionCallInfo fcinfo, const StmSinkRoutine *routine);
 
 /* the batch's calls */
 static inline StmSinkBatch *

@@ -106,6 +106,7 @@ open_function_sink(StmStreamDef *def)
 
 const StmSinkRoutine stm_function_sink_routine = {
 	.kind = "function",
+	.display_name = "sink function",
 	.open = open_function_sink,
 	.begin_batch = function_begin_batch,
 	.insert = stm_table_sink_insert,

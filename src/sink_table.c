@@ -548,6 +548,7 @@ open_table_sink(StmStreamDef *def)
 
 const StmSinkRoutine stm_table_sink_routine = {
 	.kind = "table",
+	.display_name = "table",
 	.open = open_table_sink,
 	.begin_batch = table_begin_batch,
 	.insert = stm_table_sink_insert,

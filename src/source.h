@@ -104,6 +104,8 @@ typedef struct StmPlanContext
 	bool		initialized;	/* an earlier plan fixed the starting positions */
 	TimestampTz last_trigger;	/* when the last batch started */
 	TimestampTz batch_start;	/* when this batch started (progress.started_at) */
+	int64		max_records;	/* read at most this many records (the sink's
+								 * room, StmSinkRoutine.capacity); -1: no limit */
 } StmPlanContext;
 
 /* A metadata column of a source's view. */
@@ -148,7 +150,8 @@ struct StmSourceRoutine
 	 * Fix the next batch's bounds from the stored positions; returns how
 	 * many records it covers (an upper bound is fine), 0 when there is
 	 * nothing (or not yet enough) to read.  "Now", for a source whose
-	 * records are due by the clock, is ctx->batch_start.
+	 * records are due by the clock, is ctx->batch_start.  The bounds hold at
+	 * most ctx->max_records records (when it is not -1), exactly.
 	 */
 	int64		(*plan) (StmSource *src, StmPlanContext *ctx);
 
@@ -190,9 +193,10 @@ struct StmSourceRoutine
 	char	   *(*data_loss_json) (StmSource *src);
 
 	/*
-	 * process_available: what the source holds now (opaque), and whether
-	 * the stream's committed positions have reached it (read in a fresh
-	 * snapshot, as the extension's owner).
+	 * process_available: what the source holds now (opaque), or NULL with
+	 * problem set when it cannot be read whole now (the caller asks again
+	 * until its timeout); and whether the stream's committed positions have
+	 * reached it (read in a fresh snapshot, as the extension's owner).
 	 */
 	void	   *(*available) (StmSource *src, int32 stream_id);
 	bool		(*reached) (StmSource *src, int32 stream_id, void *available);

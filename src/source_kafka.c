@@ -221,8 +221,8 @@ kafka_open(StmSource *base, bool for_batches)
 
 	/* every stored property is checked before anything is built from them */
 	user_options = stm_option_pairs(o, "kafka_options");
-	stm_kafka_recheck_options(psprintf("source \"%s\"", kc->source), user_options,
-							  base->owner, base->stream_owner);
+	stm_kafka_recheck_options("source", kc->source, user_options,
+							  base->owner, base->stream_owner, STM_KAFKA_CONSUMER);
 	kc->privileged = superuser_arg(base->owner) &&
 		(!OidIsValid(base->stream_owner) || superuser_arg(base->stream_owner));
 
@@ -890,6 +890,42 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 		total = capped;
 	}
 
+	/*
+	 * The sink's room (ctx->max_records): never more, so split exactly:
+	 * each partition its share of the limit rounded down, the rest one
+	 * record each to partitions in order.
+	 */
+	if (ctx->max_records >= 0 && total > ctx->max_records)
+	{
+		int64		limit = ctx->max_records;
+		int64		capped = 0;
+		int64	   *uncut = palloc(sizeof(int64) * list_length(kc->partitions));
+
+		foreach(lc, kc->partitions)
+		{
+			KafkaPartition *p = lfirst(lc);
+			int64		share = (int64) floor((double) limit * (double) (p->end - p->start) / (double) total);
+
+			uncut[foreach_current_index(lc)] = p->end;
+			p->end = p->start + Min(share, p->end - p->start);
+			capped += p->end - p->start;
+		}
+		foreach(lc, kc->partitions)
+		{
+			KafkaPartition *p = lfirst(lc);
+
+			if (capped >= limit)
+				break;
+			if (p->end < uncut[foreach_current_index(lc)])
+			{
+				p->end++;
+				capped++;
+			}
+		}
+		pfree(uncut);
+		total = capped;
+	}
+
 	/* min_offsets_per_trigger: wait for enough records, but not past max_trigger_delay */
 	if (kc->min_offsets_per_trigger > 0 && total < kc->min_offsets_per_trigger &&
 		!TimestampDifferenceExceeds(last_trigger, GetCurrentTimestamp(),
@@ -1359,12 +1395,12 @@ kafka_available(StmSource *src, int32 stream_id)
 	resetStringInfo(&kc->problem);
 	refresh_partitions(kc);
 	query_watermarks(kc);
-	/* what cannot be read now cannot be waited for */
+	/* what cannot be read now cannot be waited for yet: the caller asks again */
 	if (kc->problem.len > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("source \"%s\" cannot be read whole now", kc->source),
-				 errdetail("%s", kc->problem.data)));
+	{
+		src->problem = kc->problem.data;
+		return NULL;
+	}
 	initStringInfo(&targets);
 	appendStringInfoChar(&targets, '[');
 	foreach(lc, kc->partitions)
@@ -1527,7 +1563,7 @@ kafka_validate(Jsonb *o, Oid role)
 	{
 		StmOptionPair *pair = lfirst(lc);
 
-		stm_kafka_check_option(pair->key, pair->value, role);
+		stm_kafka_check_option(pair->key, pair->value, role, STM_KAFKA_CONSUMER);
 	}
 
 	/* keywords are stored as normalised */

@@ -352,8 +352,9 @@ read_positions(RateSource *rs, int32 stream_id, TimestampTz *start, int64 *offse
 
 /*
  * Fix the next batch's values [from, to) from the stored positions and the
- * batch's start: every value due then, at most RATE_MAX_BATCH of them (and
- * under available_now, none past what the runtime's first plan saw).
+ * batch's start: every value due then, at most RATE_MAX_BATCH of them (or
+ * the sink's room, ctx->max_records), and under available_now, none past
+ * what the runtime's first plan saw.
  */
 static int64
 rate_plan(StmSource *src, StmPlanContext *ctx)
@@ -401,6 +402,8 @@ rate_plan(StmSource *src, StmPlanContext *ctx)
 	}
 	rs->from = next;
 	rs->to = Max(next, Min(end, next + RATE_MAX_BATCH));
+	if (ctx->max_records >= 0)
+		rs->to = Min(rs->to, next + ctx->max_records);
 	return rs->to - rs->from;
 }
 

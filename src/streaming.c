@@ -17,6 +17,7 @@
 #include "shmem.h"
 #include "sink.h"
 #include "source_file.h"
+#include "sink_kafka.h"
 #include "source_kafka.h"
 #include "source_rate.h"
 #include "utility.h"
@@ -38,6 +39,7 @@ _PG_init(void)
 	stm_source_register(&stm_file_source);
 	stm_sink_register(&stm_table_sink_routine);
 	stm_sink_register(&stm_function_sink_routine);
+	stm_sink_register(&stm_kafka_sink_routine);
 	stm_api_init();
 	stm_utility_init();
 	if (process_shared_preload_libraries_in_progress)

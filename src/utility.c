@@ -6,10 +6,11 @@
  * refused command changes nothing:
  *   DROP EXTENSION streaming   stops the database's workers first (they
  *                              would hold locks the drop needs);
- *   DROP ROLE                  is refused while the role owns streams or
- *                              sources in this database, or running streams
- *                              in another one (naming them);
- *   DROP OWNED BY              drops the role's streams and sources first;
+ *   DROP ROLE                  is refused while the role owns streams,
+ *                              sources or sinks in this database, or running
+ *                              streams in another one (naming them);
+ *   DROP OWNED BY              drops the role's streams, sinks and sources
+ *                              first;
  *   REASSIGN OWNED BY          gives them to the new role.
  * Streams keep their owner in the catalog (streaming.stream_defs.owner), so
  * without these a dropped role would leave streams with a dangling owner.
@@ -94,32 +95,16 @@ stop_all_workers(void)
 static char *
 owned_objects(Oid role)
 {
-	Oid			type = OIDOID;
-	Datum		value = ObjectIdGetDatum(role);
-	char	   *result = NULL;
-	MemoryContext cxt = CurrentMemoryContext;
-	StmCatalogScope scope = stm_catalog_begin();
-
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT string_agg(what, ', ' ORDER BY what) FROM ("
-							  "SELECT 'stream ' || quote_ident(name) AS what FROM streaming.stream_defs WHERE owner = $1 "
-							  "UNION ALL "
-							  "SELECT 'source ' || quote_ident(name) FROM streaming.sources WHERE owner = $1) o",
-							  1, &type, &value, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.stream_defs");
-	if (SPI_processed > 0)
-	{
-		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-		if (v)
-			result = MemoryContextStrdup(cxt, v);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return result;
+	return stm_catalog_text("SELECT string_agg(what, ', ' ORDER BY what) FROM ("
+							"SELECT 'stream ' || quote_ident(name) AS what FROM streaming.stream_defs WHERE owner = $1 "
+							"UNION ALL "
+							"SELECT 'source ' || quote_ident(name) FROM streaming.sources WHERE owner = $1 "
+							"UNION ALL "
+							"SELECT 'sink ' || quote_ident(name) FROM streaming.sinks WHERE owner = $1) o",
+							OIDOID, ObjectIdGetDatum(role));
 }
 
-/* DROP ROLE: refused while a role to drop owns streams or sources. */
+/* DROP ROLE: refused while a role to drop owns streams, sources or sinks. */
 static void
 check_drop_role(DropRoleStmt *stmt)
 {
@@ -147,7 +132,7 @@ check_drop_role(DropRoleStmt *stmt)
 					 errmsg("role \"%s\" cannot be dropped because it owns streaming objects",
 							spec->rolename),
 					 errdetail("It owns %s.", owned),
-					 errhint("Drop them with streaming.drop_stream() and streaming.drop_source(), "
+					 errhint("Drop them with streaming.drop_stream(), streaming.drop_source() and streaming.drop_kafka_sink(), "
 							 "or use REASSIGN OWNED BY or DROP OWNED BY first.")));
 		elsewhere = stm_shmem_stream_of_owner_elsewhere(MyDatabaseId, role);
 		if (elsewhere >= 0)
@@ -207,7 +192,10 @@ owned_list(const char *sql, Oid role)
 	return result;
 }
 
-/* DROP OWNED BY: the roles' streams, then their sources, are dropped first. */
+/*
+ * DROP OWNED BY: the roles' streams (with what their sinks have not
+ * delivered), then their named sinks and sources, are dropped first.
+ */
 static void
 drop_owned(DropOwnedStmt *stmt)
 {
@@ -224,7 +212,15 @@ drop_owned(DropOwnedStmt *stmt)
 			StmStreamDef *def = stm_catalog_get_stream_by_id(pg_strtoint32(lfirst(lc2)), false);
 
 			if (def)
-				stm_api_drop_stream(def, false);
+				stm_api_drop_stream(def, false, true);
+		}
+		foreach(lc2, owned_list("SELECT name FROM streaming.sinks WHERE owner = $1 ORDER BY name",
+								lfirst_oid(lc)))
+		{
+			StmSinkDef *sink = stm_catalog_get_sink(lfirst(lc2), true);
+
+			if (sink)
+				stm_api_drop_sink(sink);
 		}
 		foreach(lc2, owned_list("SELECT name FROM streaming.sources WHERE owner = $1 ORDER BY name",
 								lfirst_oid(lc)))
@@ -237,7 +233,7 @@ drop_owned(DropOwnedStmt *stmt)
 	}
 }
 
-/* REASSIGN OWNED BY: the roles' streams and sources go to the new role. */
+/* REASSIGN OWNED BY: the roles' streams, sources and sinks go to the new role. */
 static void
 reassign_owned(ReassignOwnedStmt *stmt)
 {
@@ -257,6 +253,8 @@ reassign_owned(ReassignOwnedStmt *stmt)
 		if (SPI_execute_with_args("UPDATE streaming.stream_defs SET owner = $2::oid::regrole WHERE owner = $1",
 								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
 			SPI_execute_with_args("UPDATE streaming.sources SET owner = $2::oid::regrole WHERE owner = $1",
+								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
+			SPI_execute_with_args("UPDATE streaming.sinks SET owner = $2::oid::regrole WHERE owner = $1",
 								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not update the streaming catalog");
 		SPI_finish();

@@ -10,18 +10,26 @@
  *
  * Failures: a batch that raises an error is rolled back and its error
  * recorded in the stream's row.  Connection errors (class 08: the broker is
- * down) set status 'waiting' and are retried for ever; other errors are
- * retried with exponential backoff and set status 'failed' after
- * streaming.max_retries (at once for bad data, which no retry cures).
+ * down) and a sink that cannot take the batch (53000) set status 'waiting'
+ * and are retried for ever; other errors are retried with exponential
+ * backoff and set status 'failed' after streaming.max_retries (at once for
+ * bad data, which no retry cures).
  * A source that cannot be read (whole or in part) is never silent: its
  * reason is the stream's source_error, status 'waiting' when nothing could
  * be read; it is logged as a WARNING when it begins and a LOG line when it
  * ends, not once per attempt.
  *
+ * A sink that delivers after the commit (an outbox) is given its turn
+ * after every batch, when there was none, and before the worker exits
+ * (sink.h: deliver), outside any transaction.  While it cannot deliver, the
+ * stream shows 'waiting' and why; while its rows fill what it may hold, no
+ * batch runs.
+ *
  * SIGTERM: the batch in flight may finish for STM_SHUTDOWN_GRACE_MS; the
  * long waits inside it (a source's or sink's calls, made in slices) then
  * give it up, and it rolls back, so the worker exits promptly whatever the
- * brokers do.
+ * brokers do.  Then the sink delivers what it can within its timeout, and
+ * the worker exits.
  */
 #include "postgres.h"
 
@@ -163,11 +171,55 @@ report_source_trouble(StmStreamDef *def, const char *message)
 	source_trouble = message != NULL;
 }
 
+/* What the sink said last (deliver), and what the stream's row shows of it. */
+static StmSinkStatus sink_status;
+static char *shown_problem = NULL;	/* in TopMemoryContext; NULL: nothing shown */
+static bool shown_error = false;	/* shown as last_error too */
+
+/* The sink's problem as the stream's row shows it, or NULL. */
+static const char *
+sink_problem(void)
+{
+	return sink_status.error ? sink_status.error : sink_status.waiting;
+}
+
+/*
+ * Show the sink's problem in the stream's row, in the current transaction:
+ * status 'waiting' with source_error (and last_error, for an error), or,
+ * once it is gone, 'running' without them (a last_error that is not the
+ * sink's stays).  force: write it even if it is shown already (a batch's
+ * progress row cleared it).
+ */
+static void
+show_sink_status(int32 stream_id, bool force)
+{
+	const char *problem = sink_problem();
+
+	if (!force && (problem == NULL ? shown_problem == NULL :
+				   shown_problem != NULL && strcmp(problem, shown_problem) == 0))
+		return;
+	if (problem)
+	{
+		stm_catalog_set_status(stream_id, STM_STATUS_WAITING, sink_status.error,
+							   sink_status.error == NULL && shown_error, -1);
+		stm_catalog_set_source_error(stream_id, problem);
+	}
+	else if (shown_problem)
+	{
+		stm_catalog_set_status(stream_id, STM_STATUS_RUNNING, NULL, shown_error, -1);
+		stm_catalog_set_source_error(stream_id, NULL);
+	}
+	if (shown_problem)
+		pfree(shown_problem);
+	shown_problem = problem ? MemoryContextStrdup(TopMemoryContext, problem) : NULL;
+	shown_error = sink_status.error != NULL;
+}
+
 /* Write the outcome of a failed batch in a transaction of its own. */
 static int64
 record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
 {
-	bool		connection = ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;
+	bool		connection = stm_error_is_waiting(edata->sqlerrcode);
 	char	   *message = edata->detail ?
 		psprintf("%s: %s", edata->message, edata->detail) : edata->message;
 	int			failures = def->failures;
@@ -201,6 +253,63 @@ record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
 	return Min(delay, 60 * 1000);
 }
 
+/*
+ * The sink's turn (sink.h: deliver), outside any transaction (busy: the
+ * next batch runs at once); what it says is shown in the stream's row.  An
+ * error is the stream's, as a batch's: recorded, and *wait_ms is the delay
+ * before the next try (else 0); *stop when the stream failed for good.
+ */
+static void
+deliver_rows(StmRuntime *rt, StmStreamDef *def, MemoryContext cxt, bool busy, int64 *wait_ms,
+			 bool *stop)
+{
+	*wait_ms = 0;
+	*stop = false;
+	PG_TRY();
+	{
+		sink_status = stm_runtime_deliver(rt, busy);
+		if (sink_problem() != NULL || shown_problem != NULL)
+		{
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			show_sink_status(def->id, false);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+		}
+		MemoryContextSwitchTo(cxt);
+		/* a problem is retried after a while, not at once */
+		if (sink_problem() != NULL)
+			*wait_ms = stm_guc_retry_delay_ms;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		*wait_ms = record_failure(def, edata, stop);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/* The stream is finished (trigger once, available_now): not restarted, but start() runs it again. */
+static void
+finish_stream(int32 stream_id)
+{
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	stm_catalog_set_status(stream_id, STM_STATUS_FINISHED, NULL, false, -1);
+	stm_catalog_disable(stream_id);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	release_slot();
+}
+
 void
 streaming_worker_main(Datum main_arg)
 {
@@ -212,6 +321,7 @@ streaming_worker_main(Datum main_arg)
 	StmRuntime *rt;
 	StmStreamDef *volatile def = NULL;	/* read in PG_CATCH: volatile */
 	TimestampTz lock_deadline;
+	bool		batches_done = false;	/* once / available_now: the sink delivers the rest */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -262,6 +372,8 @@ streaming_worker_main(Datum main_arg)
 		TimestampTz batch_start = GetCurrentTimestamp();
 		int64		wait_ms;
 		StmStreamStatus status;
+		int64		deliver_wait;
+		bool		stop;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -275,6 +387,30 @@ streaming_worker_main(Datum main_arg)
 		{
 			sleep_ms(stm_guc_naptime_ms);
 			continue;
+		}
+		/*
+		 * No batch while the sink holds all it may, or after the last one
+		 * of a once / available_now stream: the sink delivers, and such a
+		 * stream is finished once its sink has nothing left.
+		 */
+		if ((sink_status.full || batches_done) && def != NULL)
+		{
+			deliver_rows(rt, def, worker_cxt, false, &wait_ms, &stop);
+			if (stop)
+			{
+				release_slot();
+				break;
+			}
+			if (batches_done && sink_status.pending == 0 && sink_problem() == NULL)
+			{
+				finish_stream(stream_id);
+				break;
+			}
+			if (sink_status.full || batches_done)
+			{
+				sleep_ms(Max(wait_ms, stm_guc_naptime_ms));
+				continue;
+			}
 		}
 
 		StartTransactionCommand();
@@ -299,9 +435,16 @@ streaming_worker_main(Datum main_arg)
 			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", def->name));
 			rt->bounded = (def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
 			batch_id = stm_batch_run(rt);
-			/* the batch wrote source_error; waiting when the source gave nothing for a reason */
+			/*
+			 * The batch wrote source_error: waiting when the source gave
+			 * nothing for a reason, or while the sink cannot deliver (the
+			 * batch's progress row cleared what its row showed of that:
+			 * shown again in the same transaction)
+			 */
 			status = batch_id < 0 && rt->problem ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
-			if (def->status != status)
+			if (sink_problem() != NULL)
+				show_sink_status(stream_id, batch_id >= 0);
+			else if (def->status != status)
 				stm_catalog_set_status(stream_id, status, NULL, false, -1);
 			if (batch_id >= 0)
 				STM_FAULT_POINT("before_commit");
@@ -317,7 +460,6 @@ streaming_worker_main(Datum main_arg)
 		PG_CATCH();
 		{
 			ErrorData  *edata;
-			bool		stop;
 
 			MemoryContextSwitchTo(worker_cxt);
 			edata = CopyErrorData();
@@ -349,6 +491,13 @@ streaming_worker_main(Datum main_arg)
 				release_slot();
 				break;
 			}
+			/* a batch that waits for the sink's room: the sink delivers meanwhile */
+			deliver_rows(rt, def, worker_cxt, false, &deliver_wait, &stop);
+			if (stop)
+			{
+				release_slot();
+				break;
+			}
 			sleep_ms(wait_ms);
 			continue;
 		}
@@ -363,27 +512,60 @@ streaming_worker_main(Datum main_arg)
 		slot->problem[0] = '\0';
 		LWLockRelease(stm_shared->lock);
 
-		/* once / available_now: the stream is done when it has nothing left */
-		if (def->trigger_kind == STM_TRIGGER_ONCE ||
-			(def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW && batch_id < 0))
-		{
-			StartTransactionCommand();
-			PushActiveSnapshot(GetTransactionSnapshot());
-			/* finished streams are not restarted, but start() runs them again */
-			stm_catalog_set_status(stream_id, STM_STATUS_FINISHED, NULL, false, -1);
-			stm_catalog_disable(stream_id);
-			PopActiveSnapshot();
-			CommitTransactionCommand();
-			release_slot();
-			break;
-		}
-
 		if (batch_id < 0)
 			wait_ms = stm_guc_naptime_ms;
 		else
 			wait_ms = def->trigger_interval_ms -
 				(GetCurrentTimestamp() - batch_start) / 1000;
-		sleep_ms(wait_ms);
+
+		/*
+		 * The sink's turn: what committed batches left for it; when the next
+		 * batch follows at once, it need not wait for confirmations
+		 */
+		deliver_rows(rt, def, worker_cxt,
+					 batch_id >= 0 && wait_ms <= 0 && def->trigger_kind == STM_TRIGGER_INTERVAL,
+					 &deliver_wait, &stop);
+		if (stop)
+		{
+			release_slot();
+			break;
+		}
+
+		/* once / available_now: the stream is done when it has nothing left */
+		if (def->trigger_kind == STM_TRIGGER_ONCE ||
+			(def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW && batch_id < 0))
+		{
+			/* finished once the sink has delivered everything, too */
+			if (sink_status.pending == 0 && sink_problem() == NULL)
+			{
+				finish_stream(stream_id);
+				break;
+			}
+			batches_done = true;
+		}
+
+		if (batch_id >= 0)
+			wait_ms = def->trigger_interval_ms -
+				(GetCurrentTimestamp() - batch_start) / 1000;
+		sleep_ms(Max(wait_ms, deliver_wait));
 	}
+
+	/*
+	 * Stopping: the sink delivers what it can within its timeout and
+	 * leaves the rest for the next start; then the runtime lets go of its
+	 * clients.
+	 */
+	PG_TRY();
+	{
+		sink_status = stm_runtime_deliver(rt, false);
+		stm_runtime_close(rt);
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
 	proc_exit(0);
 }

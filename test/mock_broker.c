@@ -36,12 +36,18 @@
  *	  up [BROKER]				bring all brokers (or BROKER) up (all: like SIGUSR2)
  *	  leader TOPIC PARTITION BROKER
  *								move a partition's leader to broker BROKER
- *	  topic-error TOPIC CODE	make metadata report Kafka error CODE for the
- *								topic (e.g. 3 unknown topic, 29 not authorized);
- *								0 clears it
+ *	  topic-error TOPIC ERR		metadata requests for TOPIC answer with Kafka
+ *								error ERR, a code (e.g. 3 unknown topic, 29 not
+ *								authorized) or librdkafka's name without the
+ *								RD_KAFKA_RESP_ERR_ prefix (e.g.
+ *								TOPIC_AUTHORIZATION_FAILED); 0 or NO_ERROR
+ *								clears it
  *	  request-errors APIKEY CODE COUNT
  *								the next COUNT requests of Kafka API APIKEY
  *								(e.g. 1 Fetch, 2 ListOffsets) fail with CODE
+ *	  produce-error ERR COUNT	the next COUNT produce requests fail with ERR
+ *	  rtt MS					every broker answers MS milliseconds late
+ *								(0: at once again)
  *	  quit						exit 0 (so does end of input)
  *
  * Broker ids are 1..N (--brokers N); partition leaders are spread over them.
@@ -123,6 +129,9 @@ usage(FILE *out)
 			"                            \"error: ...\" on stdout:\n"
 			"                              create TOPIC PARTITIONS\n"
 			"                              down | up | quit   (end of input = quit)\n"
+			"                              topic-error TOPIC ERR (NO_ERROR clears it)\n"
+			"                              produce-error ERR COUNT\n"
+			"                              rtt MS   (answers MS milliseconds late)\n"
 			"  -h, --help                show this help and exit\n"
 			"\n"
 			"The bootstrap servers string is the first line of stdout.\n"
@@ -214,6 +223,40 @@ check_topic_name(const char *name)
 			return "topic name may only contain ASCII letters, digits, '.', '_' and '-'";
 	}
 	return NULL;
+}
+
+/*
+ * A librdkafka error code by its name without the RD_KAFKA_RESP_ERR_ prefix
+ * ("TOPIC_AUTHORIZATION_FAILED"); false if there is none of that name.
+ */
+static bool
+parse_error_name(const char *name, rd_kafka_resp_err_t *err)
+{
+	const struct rd_kafka_err_desc *descs;
+	size_t		n;
+
+	rd_kafka_get_err_descs(&descs, &n);
+	for (size_t i = 0; i < n; i++)
+		if (descs[i].name != NULL && strcmp(descs[i].name, name) == 0)
+		{
+			*err = descs[i].code;
+			return true;
+		}
+	return false;
+}
+
+/* A Kafka error given by its code or by its name. */
+static bool
+parse_error(const char *word, rd_kafka_resp_err_t *err)
+{
+	int			code;
+
+	if (parse_int(word, -200, 1000, &code))
+	{
+		*err = (rd_kafka_resp_err_t) code;
+		return true;
+	}
+	return parse_error_name(word, err);
 }
 
 static void
@@ -335,14 +378,43 @@ run_command(char *line, rd_kafka_mock_cluster_t *mcluster, int nbrokers)
 	}
 	else if (strcmp(words[0], "topic-error") == 0)
 	{
-		int			code;
+		rd_kafka_resp_err_t terr;
 
-		if (nwords != 3 || !parse_int(words[2], 0, 1000, &code))
+		if (nwords != 3)
 		{
-			reply("error: usage: topic-error TOPIC CODE", NULL);
+			reply("error: usage: topic-error TOPIC ERR", NULL);
 			return true;
 		}
-		rd_kafka_mock_topic_set_error(mcluster, words[1], (rd_kafka_resp_err_t) code);
+		if (!parse_error(words[2], &terr))
+		{
+			reply("error: unknown error \"%s\" (a code or a name such as UNKNOWN_TOPIC_OR_PART)", words[2]);
+			return true;
+		}
+		rd_kafka_mock_topic_set_error(mcluster, words[1], terr);
+		reply("ok", NULL);
+	}
+	else if (strcmp(words[0], "produce-error") == 0)
+	{
+		rd_kafka_resp_err_t perr;
+		int			count;
+
+		if (nwords != 3)
+		{
+			reply("error: usage: produce-error ERR COUNT", NULL);
+			return true;
+		}
+		if (!parse_error(words[1], &perr))
+		{
+			reply("error: unknown error name \"%s\"", words[1]);
+			return true;
+		}
+		if (!parse_int(words[2], 1, 1000000, &count))
+		{
+			reply("error: invalid count \"%s\"", words[2]);
+			return true;
+		}
+		for (int i = 0; i < count; i++)
+			rd_kafka_mock_push_request_errors(mcluster, 0 /* Produce */ , 1, perr);
 		reply("ok", NULL);
 	}
 	else if (strcmp(words[0], "request-errors") == 0)
@@ -363,13 +435,33 @@ run_command(char *line, rd_kafka_mock_cluster_t *mcluster, int nbrokers)
 		rd_kafka_mock_push_request_errors_array(mcluster, (int16_t) apikey, (size_t) count, errs);
 		reply("ok", NULL);
 	}
+	else if (strcmp(words[0], "rtt") == 0)
+	{
+		int			rtt;
+
+		if (nwords != 2 || !parse_int(words[1], 0, 3600 * 1000, &rtt))
+		{
+			reply("error: usage: rtt MS", NULL);
+			return true;
+		}
+		for (int id = 1; id <= nbrokers; id++)
+		{
+			err = rd_kafka_mock_broker_set_rtt(mcluster, id, rtt);
+			if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+			{
+				reply("error: %s", rd_kafka_err2str(err));
+				return true;
+			}
+		}
+		reply("ok", NULL);
+	}
 	else if (strcmp(words[0], "quit") == 0)
 	{
 		reply("ok", NULL);
 		return false;
 	}
 	else
-		reply("error: unknown command \"%s\" (expected create, down, up, leader, topic-error, request-errors or quit)",
+		reply("error: unknown command \"%s\" (expected create, down, up, leader, topic-error, request-errors, produce-error, rtt or quit)",
 			  words[0]);
 
 	return true;

@@ -5,6 +5,23 @@
 -- with the test on stdin); each test drops them at its end.  Not echoed
 -- into the tests' output.
 --
+-- stm_strip(t): t without the run's suffix of topic names (the test sets
+-- stm.run to KAFKA_RUN_ID); stm_error(sql): the SQLSTATE, message and
+-- detail of the error that sql raises, without that suffix, or 'no error'.
+CREATE OR REPLACE FUNCTION stm_strip(t text) RETURNS text
+    LANGUAGE sql STABLE RETURN replace(t, coalesce(current_setting('stm.run', true), ''), '');
+CREATE OR REPLACE FUNCTION stm_error(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    d text;
+BEGIN
+    EXECUTE sql;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
+    RETURN SQLSTATE || ': ' || stm_strip(SQLERRM)
+        || CASE WHEN d <> '' THEN E'\nDETAIL: ' || stm_strip(d) ELSE '' END;
+END $$;
+
 -- stm_produce(topic, query): the query's rows (one JSON value each) to
 -- partition 0 of the topic, with kcat (KAFKA_BOOTSTRAP is in the server's
 -- environment).

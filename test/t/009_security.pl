@@ -6,13 +6,14 @@
 #   role's running streams;
 # - DROP EXTENSION by a role that may not drop it leaves every worker as it
 #   was (same pids, still consuming);
-# - plugin.library.paths reaches librdkafka for a superuser's source (the
-#   test plugin leaves a marker file), and never when it is smuggled into an
-#   ordinary role's stored source (no marker; the stream fails saying why);
+# - plugin.library.paths reaches librdkafka for a superuser's source or
+#   Kafka sink (the test plugin leaves a marker file), and never when it is
+#   smuggled into an ordinary role's stored source or sink (no marker; the
+#   stream fails saying why, a sink's rows stay in the outbox);
 # - non-superusers' prefetch properties are capped by batch_memory;
 # - a SASL password never appears in the server log, pg_stat_activity or
-#   the views, after the stream failed to connect several times with
-#   librdkafka's debug output and log_min_messages = debug5 on;
+#   the views, after a stream and a Kafka sink failed to connect several
+#   times with librdkafka's debug output and log_min_messages = debug5 on;
 # - DROP ROLE of an owner of running streams in another database is
 #   refused; one of stopped streams there leaves a stream that fails with a
 #   clear error when started, and never runs without its owner;
@@ -150,6 +151,34 @@ like(
 	'run_batch by a superuser refuses the smuggled property too');
 ok(!-e "$plugin_user.loaded", 'the smuggled plugin was never loaded');
 
+# the same for a Kafka sink: its producer is built from the stored options
+# checked again, for the sink's owner and the stream's
+my ($out_topic) = $kafka->create_topic('orders_009_out', 4);
+my ($plugin_su_sink, $plugin_user_sink) = ("$plugin_dir/plugin_su_sink.so", "$plugin_dir/plugin_user_sink.so");
+copy("$ENV{TESTDIR}/test/plugin_marker.so", $_) or die "copy: $!"
+  for ($plugin_su_sink, $plugin_user_sink);
+$node->safe_psql('postgres',
+	"SELECT streaming.create_kafka_sink('su_sink', '$bs', '$out_topic', "
+	  . "kafka_options => '{\"plugin.library.paths\": \"$plugin_su_sink\"}'); "
+	  . "SELECT streaming.create_stream('su_to_kafka', 'SELECT order_id FROM su_src', sink => 'su_sink')");
+$node->safe_psql('postgres', "SELECT streaming.process_available('su_to_kafka', '60s')");
+ok(-e "$plugin_su_sink.loaded", 'a superuser\'s sink\'s plugin.library.paths reaches librdkafka');
+$node->safe_psql('postgres', "SELECT streaming.drop_stream('su_to_kafka')");
+as_alice("SELECT streaming.create_kafka_source('alice_src2', '$bs', topics => ARRAY['$topic'], "
+	  . "starting_offsets => 'earliest', columns => '" . ORDER_COLUMNS . "'); "
+	  . "SELECT streaming.create_kafka_sink('alice_sink', '$bs', '$out_topic'); "
+	  . "SELECT streaming.create_stream('alice_to_kafka', 'SELECT order_id FROM alice_src2', "
+	  . "sink => 'alice_sink', start => false)");
+$node->safe_psql('postgres',
+	"UPDATE streaming.sinks SET options = jsonb_set(options, '{kafka_options}', "
+	  . "'{\"plugin.library.paths\": \"$plugin_user_sink\"}') WHERE name = 'alice_sink'");
+as_alice("SELECT streaming.start('alice_to_kafka')");
+wait_for($node,
+	"SELECT status = 'failed' AND last_error LIKE '%plugin.library.paths\" of sink \"alice_sink\" is reserved to superusers%' "
+	  . "AND worker_pid IS NULL AND outbox_rows > 0 FROM streaming.streams WHERE name = 'alice_to_kafka'",
+	't', 'the stream into the sink with the smuggled property fails saying why, its rows kept', 'alice_to_kafka');
+ok(!-e "$plugin_user_sink.loaded", 'the plugin smuggled into the sink was never loaded');
+
 #
 # Credentials never appear in logs, views or pg_stat_activity
 #
@@ -167,6 +196,17 @@ $node->safe_psql('postgres',
 	  . "\"socket.timeout.ms\": \"1000\"}')");
 $node->safe_psql('postgres',
 	"SELECT streaming.create_stream('sasl_all', 'SELECT order_id FROM sasl_src')");
+# and a Kafka sink's producer with the same credentials
+$node->safe_psql('postgres',
+	"SELECT streaming.create_kafka_sink('sasl_sink', '$bs', '$out_topic', "
+	  . "kafka_options => '{\"security.protocol\": \"SASL_PLAINTEXT\", \"sasl.mechanism\": \"PLAIN\", "
+	  . "\"sasl.username\": \"streaming\", \"sasl.password\": \"$canary\", \"debug\": \"all\", "
+	  . "\"socket.timeout.ms\": \"1000\"}'); "
+	  . "SELECT streaming.create_stream('sasl_to_kafka', 'SELECT order_id FROM su_src', sink => 'sasl_sink')");
+wait_for($node,
+	"SELECT coalesce(last_error, '') || coalesce(source_error, '') <> '' AND outbox_rows > 0 "
+	  . "FROM streaming.streams WHERE name = 'sasl_to_kafka'",
+	't', 'the stream into the SASL sink could not deliver', 'sasl_to_kafka', 120);
 wait_for($node,
 	"SELECT coalesce(last_error, '') || coalesce(source_error, '') <> '' FROM streaming.streams WHERE name = 'sasl_all'",
 	't', 'the SASL stream could not connect', 'sasl_all', 120);
@@ -179,7 +219,8 @@ my $views = $node->safe_psql('postgres',
 	"SELECT s::text FROM streaming.streams s UNION ALL SELECT a::text FROM pg_stat_activity a "
 	  . "WHERE a.pid <> pg_backend_pid() UNION ALL SELECT p::text FROM streaming.progress p");
 unlike($views, qr/$canary/, 'the password is in no view and not in pg_stat_activity');
-$node->safe_psql('postgres', "SELECT streaming.drop_stream('sasl_all')");
+$node->safe_psql('postgres', "SELECT streaming.drop_stream('sasl_all'); "
+	  . "SELECT streaming.drop_stream('sasl_to_kafka', force => true)");
 $node->safe_psql('postgres', q{
 	ALTER SYSTEM RESET log_min_messages;
 	ALTER SYSTEM RESET log_error_verbosity;

@@ -9,6 +9,9 @@
 # - one broker of three down: the partitions it leads are held back (named
 #   in source_error), the others are read on, exactly once; when it is back
 #   everything is read;
+# - ListOffsets requests that fail (request errors) and leaders that move
+#   between brokers while records arrive: nothing lost or doubled, no ERROR
+#   in the log;
 # - every broker down: streaming.stop() and a fast server shutdown return
 #   promptly while the worker is inside a Kafka call that may wait
 #   streaming.kafka_timeout (10 s);
@@ -161,6 +164,27 @@ is(count_matches($log, qr/WARNING:  stream "orders_out" cannot read all of its s
 	'one broker down: one WARNING');
 is(count_matches($log, qr/LOG:  stream "orders_out" reads all of its source again/), 1,
 	'one broker down: one LOG line when it is back');
+
+#
+# Failing ListOffsets requests, and leaders that move
+#
+$log_start = log_size();
+$kafka->produce_orders($topic, $orders, 1_200);
+# the next 6 ListOffsets requests fail with REQUEST_TIMED_OUT (whoever asks)
+$kafka->command('request-errors 2 7 6');
+$node->safe_psql('postgres', "SELECT streaming.process_available('orders_out', '60s')");
+check_sink($node, 'orders_out', $orders, 'after failing ListOffsets requests');
+# every partition's leader moves to the next broker, twice, while records arrive
+for my $round (1 .. 2)
+{
+	$kafka->command("leader $topic $_ " . (1 + ($_ + $round) % 3)) for 0 .. 5;
+	$kafka->produce_orders($topic, $orders, 1_200);
+	$node->safe_psql('postgres', "SELECT streaming.process_available('orders_out', '60s')");
+	check_sink($node, 'orders_out', $orders, "leaders moved ($round)");
+}
+check_offsets($node, 'orders_out', $kafka, $topic, 'after the leaders moved');
+is(count_matches(log_since($log_start), qr/ERROR:/), 0,
+	'failing requests and moving leaders: no ERROR in the log');
 
 #
 # Every broker down: stop and shutdown return promptly

@@ -9,6 +9,7 @@
 #   ... create a stream ...
 #   check_sink($node, 'orders_all', $data, 'after the first run');
 #   check_offsets($node, 'orders_all', $kafka, $topic);
+#   topic_table($node, $kafka, $sink_topic, 'got');  # a Kafka sink's messages
 #
 # Kafka: when KAFKA_BOOTSTRAP_SERVERS is set, that broker is used and every
 # topic gets a unique name; otherwise each test file starts its own mock
@@ -39,6 +40,7 @@ use warnings;
 
 use Cwd qw(abs_path);
 use Exporter 'import';
+use JSON::PP ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -46,7 +48,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
   wait_for query_retry stream_row sink_stats check_sink check_offsets check_progress
-  orders_table compare_rows
+  orders_table compare_rows topic_table
   diag_stream psql_error test_seed ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
 # The declared columns of the orders sources, and what the streams select.
@@ -361,6 +363,44 @@ sub compare_rows
 	return $n;
 }
 
+# topic_table(NODE, KAFKA, TOPIC, TABLE): a new table TABLE (in database
+# postgres) with every message of TOPIC as kcat reads it: (part, off, key,
+# value, stream, batch_id, seq, headers jsonb), the last three from the
+# headers a Kafka sink gives its messages.  Returns how many there are.
+sub topic_table
+{
+	my ($node, $kafka, $topic, $table) = @_;
+	my $file = abs_path(PostgreSQL::Test::Utils::tempdir()) . "/$table.csv";
+	my $n = 0;
+
+	open my $fh, '>', $file or die "$file: $!";
+	for my $line (split /\n/, $kafka->kcat('-C', '-t', $topic, '-e', '-J', '-q'))
+	{
+		next if $line eq '';
+		my $m = JSON::PP->new->decode($line);
+		my %h = @{ $m->{headers} || [] };
+		my @f = ($m->{partition}, $m->{offset}, $m->{key}, $m->{payload},
+			$h{'streaming-stream'}, $h{'streaming-batch-id'}, $h{'streaming-seq'},
+			JSON::PP->new->canonical->encode(\%h));
+		print $fh join(',', map { defined $_ ? csv_field($_) : '' } @f), "\n";
+		$n++;
+	}
+	close $fh or die "$file: $!";
+	$node->safe_psql('postgres', qq{
+CREATE TABLE $table (part int, off bigint, key text, value text, stream text, batch_id bigint, seq bigint, headers jsonb);
+COPY $table FROM '$file' WITH (FORMAT csv);
+});
+	return $n;
+}
+
+# A CSV field, always quoted (so that an empty string is not NULL).
+sub csv_field
+{
+	my ($v) = @_;
+	$v =~ s/"/""/g;
+	return qq{"$v"};
+}
+
 #-------------------------------------------------------------------------
 # What was produced: the expected content of a sink.
 package StreamingTest::Orders;
@@ -456,7 +496,7 @@ sub start
 
 	my $bin = "$FindBin::RealBin/../mock_broker";
 	BAIL_OUT("$bin is missing: run make first") unless -x $bin;
-	my $name = basename($0, '.pl');
+	my $name = basename($0, '.pl') . (defined $opts{name} ? "_$opts{name}" : '');
 	$self->{in} = '';
 	$self->{out} = '';
 	$self->{mock} = 1;
@@ -506,6 +546,35 @@ sub up
 	my ($self) = @_;
 	die "cannot bring a real broker up\n" unless $self->{mock};
 	kill 'USR2', $self->{pid} or die "could not signal the mock broker: $!";
+	return;
+}
+
+# topic_error(TOPIC, ERR): metadata requests for TOPIC answer with
+# librdkafka's error ERR (e.g. TOPIC_AUTHORIZATION_FAILED; NO_ERROR clears
+# it); produce_error(ERR, COUNT): the next COUNT produce requests fail with
+# ERR.  The mock broker only.
+sub topic_error
+{
+	my ($self, $topic, $err) = @_;
+	die "cannot make a real broker fail\n" unless $self->{mock};
+	$self->command("topic-error $topic $err");
+	return;
+}
+
+# rtt(MS): every broker answers MS milliseconds late (the mock only)
+sub rtt
+{
+	my ($self, $ms) = @_;
+	die "cannot slow a real broker down\n" unless $self->{mock};
+	$self->command("rtt $ms");
+	return;
+}
+
+sub produce_error
+{
+	my ($self, $err, $count) = @_;
+	die "cannot make a real broker fail\n" unless $self->{mock};
+	$self->command("produce-error $err $count");
 	return;
 }
 

@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# bench/kafka_sink.sh: the Kafka sink against the table sink, in one run
+# (issue 11).  By hand, not in CI.
+#
+# One private server (test/pg_env.sh: a copy of PostgreSQL 15 with this
+# checkout installed into it, so nothing is installed into the system;
+# fsync on, shared_buffers 1GB, max_wal_size 4GB) and the embedded mock
+# broker.  N JSON orders (bench/gen_orders.py, ~110 bytes each) are produced
+# to a topic of 32 partitions; then, ROUNDS times, one after the other:
+#
+#   table  create_stream('table_<r>', 'SELECT order_id, user_id, amount,
+#          status, event_time FROM orders'): a table sink, timed from
+#          create_stream until process_available returns;
+#   kafka  the same query into a Kafka sink (a topic of 32 partitions, key
+#          order_id, lz4-compressed so that N messages fit in the mock's
+#          5 MiB per partition), timed until process_available returns,
+#          which waits for the outbox to be delivered too.  The outbox's
+#          rows are sampled every 250 ms (its peak), and the worker's peak
+#          RSS (VmHWM, which counts the shared buffers it touched) is read
+#          before the stream is stopped.  Then VACUUM streaming.outbox, as
+#          autovacuum would within a minute (its size before is shown).
+#
+# Checked: each table holds the N orders; each output topic holds N
+# distinct (stream, batch id, seq) headers and N distinct order ids, and
+# every partition of it still starts at offset 0 (the mock kept everything).
+# Printed: records/s of each run, the ratio kafka/table of each round and of
+# the medians, the outbox's peak rows, the worker's peak RSS.
+#
+# Then the latency: a stream copies topic lat_in (4 partitions) into a Kafka
+# sink on lat_out; bench/sink_latency.py produces RATE records/s for SECONDS
+# seconds and measures produce-to-delivered latency (p50, p90, p99, max),
+# with streaming.naptime = NAPTIME (the idle worker's poll interval).  The
+# baseline, at the same time over the same topic: a stream into a table,
+# each row stamped with clock_timestamp() when its batch writes it.
+#
+# Options:
+#   --records N         orders (default 1000000)
+#   --rounds R          table/kafka rounds (default 2)
+#   --rate R            latency: records per second (default 2000)
+#   --seconds S         latency: for how long (default 30)
+#   --naptime T         streaming.naptime of the server (default 50ms)
+#   --keep              keep the temp dir (data, server log)
+# As root it runs the server as user postgres; the packages it needs are
+# those of bench/run.sh (kcat, python3-confluent-kafka).
+set -uo pipefail
+
+RECORDS=1000000
+ROUNDS=2
+RATE=2000
+SECONDS_LAT=30
+NAPTIME=50ms
+KEEP=
+while [ $# -gt 0 ]; do
+	case $1 in
+		--records) RECORDS=$2; shift 2 ;;
+		--rounds) ROUNDS=$2; shift 2 ;;
+		--rate) RATE=$2; shift 2 ;;
+		--seconds) SECONDS_LAT=$2; shift 2 ;;
+		--naptime) NAPTIME=$2; shift 2 ;;
+		--keep) KEEP=1; shift ;;
+		-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+		*) echo "bench/kafka_sink.sh: unknown argument \"$1\"" >&2; exit 2 ;;
+	esac
+done
+
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PY=${PYTHON:-/usr/bin/python3}
+. "$BENCH/../test/pg_env.sh"
+say() { printf '%s\n' "$*" >&2; }
+die() { say "bench/kafka_sink.sh: $*"; exit 1; }
+[ -n "$KEEP" ] && stm_cleanup() { say "kept $STM_TMP"; kafka_stop >/dev/null 2>&1; stm_kill_ours; }
+
+stm_setup || die "setup failed"
+stm_kafka_start || die "no Kafka broker"
+[ -n "${KAFKA_MOCK_DIR:-}" ] || die "needs the mock broker (unset KAFKA_BOOTSTRAP_SERVERS)"
+DATA=$STM_TMP/data
+mkdir -p "$DATA"
+chmod 755 "$DATA"
+
+say "generating $RECORDS orders"
+read -r TOTAL _ _ _ < <("$PY" "$BENCH/gen_orders.py" "$RECORDS" "$DATA/orders.jsonl" "$DATA/orders.csv") ||
+	die "gen_orders.py failed"
+kafka_create_topic orders 32 || die "could not create topic orders"
+kafka_produce orders -z lz4 -l "$DATA/orders.jsonl" || die "producing failed"
+# the mock drops what is beyond 5 MiB per partition: everything must be there
+"$PY" "$BENCH/topic_offsets.py" "$BOOTSTRAP" orders | awk -v n="$TOTAL" \
+	'$2 != 0 { bad = 1 } { sum += $3 } END { if (bad || sum != n) { print "lost records: " sum " of " n; exit 1 } }' ||
+	die "the broker did not keep every record"
+
+PGDATA=$STM_TMP/pgdata
+SOCK=$STM_TMP/sock
+stm_cluster_start "$PGDATA" "$SOCK" || die "the server did not start"
+cat >>"$PGDATA/postgresql.conf" <<EOF
+shared_buffers = '1GB'
+max_wal_size = '4GB'
+fsync = on
+streaming.naptime = '$NAPTIME'
+max_worker_processes = 16
+EOF
+stm_run "$STM_BINDIR/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" -w restart >/dev/null || die "restart failed"
+psql_do() { "$STM_BINDIR/psql" -XAtq -v ON_ERROR_STOP=1 -h "$SOCK" -p 5432 -U "$STM_USER" -d postgres "$@"; }
+psql_do -c "CREATE EXTENSION streaming" || die "CREATE EXTENSION failed"
+psql_do -c "SELECT streaming.create_kafka_source('orders', '$BOOTSTRAP', topics => ARRAY['orders'],
+	starting_offsets => 'earliest',
+	columns => 'order_id bigint, user_id bigint, amount numeric(10,2), status text, event_time timestamptz')" >/dev/null ||
+	die "create_kafka_source failed"
+QUERY='SELECT order_id, user_id, amount, status, event_time FROM orders'
+OUTBOX_MAX=$(psql_do -c "SHOW streaming.outbox_max_rows")
+
+now() { date +%s.%N; }
+
+# worker_hwm STREAM: the worker's VmHWM in kB
+worker_hwm()
+{
+	local pid
+	pid=$(psql_do -c "SELECT worker_pid FROM streaming.streams WHERE name = '$1'")
+	[ -n "$pid" ] && awk '/^VmHWM/ { print $2 }' "/proc/$pid/status" 2>/dev/null
+}
+
+# run_stream NAME SINK_ARG: create the stream, wait until everything is in
+# its sink; prints "seconds peak_outbox_rows hwm_kB"
+run_stream()
+{
+	local name=$1 sink=$2 t0 t1 sampler peak hwm
+	rm -f "$DATA/outbox.$name"
+	t0=$(now)
+	psql_do -c "SELECT streaming.create_stream('$name', \$q\$$QUERY\$q\$$sink)" >/dev/null || return 1
+	(while :; do psql_do -c "SELECT coalesce(outbox_rows, 0) FROM streaming.streams WHERE name = '$name'" \
+		>>"$DATA/outbox.$name" 2>/dev/null; sleep 0.25; done) &
+	sampler=$!
+	psql_do -c "SELECT streaming.process_available('$name', '30 minutes')" >/dev/null || { kill $sampler; return 1; }
+	t1=$(now)
+	kill $sampler 2>/dev/null
+	wait $sampler 2>/dev/null
+	hwm=$(worker_hwm "$name")
+	peak=$(sort -n "$DATA/outbox.$name" | tail -n 1)
+	psql_do -c "SELECT streaming.stop('$name')" >/dev/null
+	echo "$(echo "$t1 - $t0" | bc -l) ${peak:-0} ${hwm:-?}"
+}
+
+declare -a T_TABLE T_KAFKA PEAKS HWMS_T HWMS_K OUTBOX_SIZE
+for r in $(seq 1 "$ROUNDS"); do
+	say "round $r: table sink"
+	read -r t _ h < <(run_stream "table_$r" "") || die "the table stream failed"
+	n=$(psql_do -c "SELECT count(*) FROM table_$r")
+	[ "$n" = "$TOTAL" ] || die "table_$r holds $n rows, not $TOTAL"
+	T_TABLE[$r]=$t; HWMS_T[$r]=$h
+
+	say "round $r: Kafka sink"
+	kafka_create_topic "out_$r" 32 || die "could not create topic out_$r"
+	psql_do -c "SELECT streaming.create_kafka_sink('out_$r', '$BOOTSTRAP', 'out_$r', key_columns => ARRAY['order_id'],
+		kafka_options => '{\"compression.type\": \"lz4\"}')" >/dev/null || die "create_kafka_sink failed"
+	read -r t p h < <(run_stream "kafka_$r" ", sink => 'out_$r'") || die "the Kafka stream failed"
+	T_KAFKA[$r]=$t; PEAKS[$r]=$p; HWMS_K[$r]=$h
+	# what autovacuum does within a minute: the next round starts with the
+	# deleted rows' space free again (else it writes a bloated outbox)
+	OUTBOX_SIZE[$r]=$(psql_do -c "SELECT pg_size_pretty(pg_total_relation_size('streaming.outbox'))")
+	psql_do -c "VACUUM streaming.outbox" || die "VACUUM failed"
+	# every message is there once at least, and the mock dropped nothing
+	"$PY" - "$BOOTSTRAP" "out_$r" "$TOTAL" <<'PYEOF' || die "out_$r does not hold every order"
+import sys
+from confluent_kafka import Consumer, TopicPartition
+bootstrap, topic, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check", "enable.auto.commit": False,
+              "queued.min.messages": 1000000})
+parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+ends = {}
+for p in parts:
+    lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+    if lo != 0:
+        sys.exit("%s [%d] starts at %d: the broker dropped messages" % (topic, p, lo))
+    ends[p] = hi
+c.assign([TopicPartition(topic, p, 0) for p in parts if ends[p] > 0])
+headers, keys, n, left = set(), set(), 0, {p for p in parts if ends[p] > 0}
+while left:
+    for m in c.consume(10000, 1.0):
+        if m.error():
+            continue
+        h = dict(m.headers())
+        headers.add((h["streaming-stream"], h["streaming-batch-id"], h["streaming-seq"]))
+        keys.add(m.key())
+        n += 1
+        if m.offset() + 1 >= ends[m.partition()]:
+            left.discard(m.partition())
+c.close()
+print("%s: %d messages, %d distinct (stream, batch id, seq), %d distinct keys" % (topic, n, len(headers), len(keys)),
+      file=sys.stderr)
+sys.exit(0 if len(headers) == total and len(keys) == total else 1)
+PYEOF
+done
+
+# ---- latency ---------------------------------------------------------------
+say "latency: $RATE records/s for $SECONDS_LAT s"
+kafka_create_topic lat_in 4 && kafka_create_topic lat_out 4 || die "could not create the latency topics"
+psql_do -c "SELECT streaming.create_kafka_source('lat', '$BOOTSTRAP', topics => ARRAY['lat_in'],
+	starting_offsets => 'earliest', columns => 'order_id bigint, sent_ms float8')" >/dev/null &&
+psql_do -c "SELECT streaming.create_kafka_sink('lat_out', '$BOOTSTRAP', 'lat_out', key_columns => ARRAY['order_id'])" >/dev/null &&
+psql_do -c "SELECT streaming.create_stream('lat', 'SELECT order_id, sent_ms FROM lat', sink => 'lat_out')" >/dev/null &&
+psql_do -c "SELECT streaming.create_stream('lat_table', 'SELECT order_id, sent_ms, extract(epoch FROM clock_timestamp()) * 1000 AS written_ms FROM lat')" >/dev/null ||
+	die "could not create the latency streams"
+LAT=$("$PY" "$BENCH/sink_latency.py" "$BOOTSTRAP" lat_in lat_out "$RATE" "$SECONDS_LAT") || die "latency: $LAT"
+psql_do -c "SELECT streaming.process_available('lat_table', '5 minutes')" >/dev/null || die "the latency table stream failed"
+LAT_TABLE=$(psql_do -c "SELECT format('%s rows, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms', count(*),
+	round(percentile_cont(0.5) WITHIN GROUP (ORDER BY written_ms - sent_ms)),
+	round(percentile_cont(0.9) WITHIN GROUP (ORDER BY written_ms - sent_ms)),
+	round(percentile_cont(0.99) WITHIN GROUP (ORDER BY written_ms - sent_ms)),
+	round(max(written_ms - sent_ms))) FROM lat_table")
+LAT_BATCHES=$(psql_do -c "SELECT string_agg(stream || ': ' || n || ' batches of ' || r || ' rows, ' || d || ' ms each on average', '; ')
+	FROM (SELECT stream, count(*) AS n, round(avg(num_input_rows)) AS r, round(avg(extract(epoch FROM duration)) * 1000, 1) AS d
+	      FROM streaming.progress WHERE stream IN ('lat', 'lat_table') GROUP BY stream ORDER BY stream) x")
+
+# ---- report ----------------------------------------------------------------
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+echo
+echo "Kafka sink vs table sink, $TOTAL orders (32 partitions in and out), streaming.outbox_max_rows = $OUTBOX_MAX"
+printf '%-6s %14s %14s %8s %16s %14s %14s %14s\n' round "table rec/s" "kafka rec/s" ratio "outbox peak" "outbox size" \
+	"table HWM kB" "kafka HWM kB"
+for r in $(seq 1 "$ROUNDS"); do
+	printf '%-6s %14.0f %14.0f %8.2f %16s %14s %14s %14s\n' "$r" \
+		"$(echo "$TOTAL / ${T_TABLE[$r]}" | bc -l)" "$(echo "$TOTAL / ${T_KAFKA[$r]}" | bc -l)" \
+		"$(echo "${T_TABLE[$r]} / ${T_KAFKA[$r]}" | bc -l)" "${PEAKS[$r]}" "${OUTBOX_SIZE[$r]}" \
+		"${HWMS_T[$r]}" "${HWMS_K[$r]}"
+done
+MT=$(median "${T_TABLE[@]}")
+MK=$(median "${T_KAFKA[@]}")
+printf '%-6s %14.0f %14.0f %8.2f\n' median "$(echo "$TOTAL / $MT" | bc -l)" "$(echo "$TOTAL / $MK" | bc -l)" \
+	"$(echo "$MT / $MK" | bc -l)"
+echo
+echo "latency at $RATE records/s for $SECONDS_LAT s (streaming.naptime = $NAPTIME), two streams over the same topic at once:"
+echo "  Kafka sink, produce to delivered to a consumer: $LAT"
+echo "  table sink, produce to written in the batch:    $LAT_TABLE"
+echo "  $LAT_BATCHES"
