@@ -36,8 +36,8 @@
  * of the budget those partitions are paused (librdkafka then drops what it
  * queued for them and fetches it again on resume).  The queue writes a byte
  * to a pipe whenever it becomes non-empty (rd_kafka_queue_io_event_enable):
- * a batch waiting for records sleeps on that pipe with its latch, never in
- * a poll loop.
+ * a batch waiting for records, and the idle worker (wait_fd, ready), sleep
+ * on that pipe with their latch, never in a poll loop.
  *
  * Invariants: no call into PostgreSQL from librdkafka's threads (the error
  * callback only copies a string, and runs in rd_kafka_poll on our thread;
@@ -1561,6 +1561,43 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	}
 }
 
+/*
+ * The idle worker's wake-up (source.h: wait_fd): the shared queue's pipe.
+ * Not with min_offsets_per_trigger, whose plans wait for enough records:
+ * such a stream looks again every streaming.naptime.
+ */
+static int
+kafka_wait_fd(StmSource *src)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+
+	if (kc->rk == NULL || kc->min_offsets_per_trigger > 0)
+		return -1;
+	return kc->wake_fds[0];
+}
+
+/*
+ * Have records arrived since the last plan (source.h: ready)?  Pops what
+ * the shared queue has, up to a chunk, into the partitions' held lists:
+ * true when that was a record (end-of-partition events are not), so the
+ * worker plans again at once; false when it may sleep on the pipe (which
+ * librdkafka writes to again once a message is queued).
+ */
+static bool
+kafka_ready(StmSource *src)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+	int64		held_before = kc->held_bytes;
+
+	if (kc->rk == NULL)
+		return false;
+	drain_wakeups(kc);
+	rd_kafka_poll(kc->rk, 0);
+	(void) pop_messages(kc, false);
+	flow_control(kc);
+	return kc->held_bytes > held_before;
+}
+
 /* Has the stream a position in p?  Not when it was held back before it was ever stored. */
 static bool
 has_position(KafkaPartition *p)
@@ -1966,6 +2003,8 @@ const StmSourceRoutine stm_kafka_source = {
 	.available = kafka_available,
 	.reached = kafka_reached,
 	.after_commit = NULL,
+	.wait_fd = kafka_wait_fd,
+	.ready = kafka_ready,
 	.close = kafka_close
 };
 
