@@ -304,8 +304,12 @@ streaming_process_available(PG_FUNCTION_ARGS)
 	/* what the source holds now; a transient outage is asked about again */
 	src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	while ((available = src->routine->available(src, def->id)) == NULL)
+	for (;;)
 	{
+		src->problem = NULL;
+		available = src->routine->available(src, def->id);
+		if (src->problem == NULL)
+			break;
 		if (GetCurrentTimestamp() > deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),

@@ -122,6 +122,21 @@ stm_runtime_create(int32 stream_id)
 }
 
 /*
+ * The stream's source_error: what keeps it from reading all of its source
+ * and what keeps its sink from taking its rows, or NULL.  One text for
+ * both, so that the batch and the worker write the same value.
+ */
+char *
+stm_runtime_source_error(StmRuntime *rt)
+{
+	if (rt->problem && rt->sink_problem)
+		return psprintf("%s; %s", rt->problem, rt->sink_problem);
+	if (rt->problem)
+		return pstrdup(rt->problem);
+	return rt->sink_problem ? pstrdup(rt->sink_problem) : NULL;
+}
+
+/*
  * Errors that a retry cannot cure: bad data (class 22), lost source data,
  * on_bad_record => 'fail', and an owner that is gone or may no longer use
  * the source's settings (class 28).  The stream fails at once instead of
@@ -423,7 +438,7 @@ last_trigger_time(StmRuntime *rt, StmStreamDef *def)
 
 /* The batch's progress row and the stream's new state, in the batch's transaction. */
 static void
-record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
+record_batch(BatchContext *bc, StmRuntime *rt, bool no_data_batch_due, TimestampTz idle_clock)
 {
 	Oid			types[19] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID, INT8OID,
@@ -432,6 +447,7 @@ record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 	char		nulls[19] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *data_loss = bc->src->routine->data_loss_json ?
 		bc->src->routine->data_loss_json(bc->src) : NULL;
+	char	   *source_error = stm_runtime_source_error(rt);
 	StmCatalogScope scope;
 
 	values[0] = Int32GetDatum(bc->def->id);
@@ -457,8 +473,8 @@ record_batch(BatchContext *bc, bool no_data_batch_due, TimestampTz idle_clock)
 	values[15] = Int64GetDatum(bc->num_dedup);
 	values[16] = TimestampTzGetDatum(idle_clock);
 	nulls[16] = idle_clock != 0 ? ' ' : 'n';
-	if (bc->src->problem)
-		values[17] = CStringGetTextDatum(bc->src->problem);
+	if (source_error)
+		values[17] = CStringGetTextDatum(source_error);
 	else
 		nulls[17] = 'n';
 	/* a sink that delivers after the commit counts its rows as they arrive */
@@ -650,7 +666,7 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	{
 		if (bc->src->routine->save_idle_positions)
 			bc->src->routine->save_idle_positions(bc->src, def->id);
-		stm_catalog_set_source_error(def->id, rt->problem);
+		stm_catalog_set_source_error(def->id, stm_runtime_source_error(rt));
 		return false;
 	}
 	bc->batch_id = def->last_batch_id + 1;
@@ -866,7 +882,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	 * no-data batch due (not for 'once')
 	 */
 	stateful = bc.aggbatch != NULL || bc.dedup != NULL;
-	record_batch(&bc,
+	record_batch(&bc, rt,
 				 stateful && (bc.num_input > 0 || bc.idle_advance != 0) &&
 				 bc.has_watermark && bc.watermark > previous_watermark(def) &&
 				 def->trigger_kind != STM_TRIGGER_ONCE,

@@ -19,6 +19,7 @@ typedef struct StmRuntime
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 	char	   *problem;		/* what the last plan could not read, and why (in cxt), or NULL */
+	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */
 } StmRuntime;
 
 extern StmRuntime *stm_runtime_create(int32 stream_id);
@@ -28,6 +29,7 @@ extern void stm_batch_after_commit(StmRuntime *rt);
 extern StmSinkStatus stm_runtime_deliver(StmRuntime *rt, bool busy);
 extern bool stm_error_is_waiting(int sqlerrcode);
 extern void stm_runtime_wait(StmRuntime *rt, long timeout_ms);
+extern char *stm_runtime_source_error(StmRuntime *rt);
 extern void stm_runtime_close(StmRuntime *rt);
 
 #endif

@@ -193,9 +193,9 @@ struct StmSourceRoutine
 	char	   *(*data_loss_json) (StmSource *src);
 
 	/*
-	 * process_available: what the source holds now (opaque), or NULL with
-	 * problem set when it cannot be read whole now (the caller asks again
-	 * until its timeout); and whether the stream's committed positions have
+	 * process_available: what the source holds now (opaque), or problem
+	 * set when it cannot be read whole now (the caller asks again until its
+	 * timeout); and whether the stream's committed positions have
 	 * reached it (read in a fresh snapshot, as the extension's owner).
 	 */
 	void	   *(*available) (StmSource *src, int32 stream_id);

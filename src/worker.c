@@ -188,31 +188,36 @@ sink_problem(void)
  * Show the sink's problem in the stream's row, in the current transaction:
  * status 'waiting' with source_error (and last_error, for an error), or,
  * once it is gone, 'running' without them (a last_error that is not the
- * sink's stays).  force: write it even if it is shown already (a batch's
- * progress row cleared it).
+ * sink's stays).  source_error says what the source's last plan could not
+ * read too (stm_runtime_source_error: the batches write the same text).
+ * force: write it even if it is shown already (a batch's progress row
+ * wrote the stream's row).
  */
 static void
-show_sink_status(int32 stream_id, bool force)
+show_sink_status(StmRuntime *rt, bool force)
 {
 	const char *problem = sink_problem();
 
 	if (!force && (problem == NULL ? shown_problem == NULL :
 				   shown_problem != NULL && strcmp(problem, shown_problem) == 0))
 		return;
+	rt->sink_problem = problem;
 	if (problem)
 	{
-		stm_catalog_set_status(stream_id, STM_STATUS_WAITING, sink_status.error,
+		stm_catalog_set_status(rt->stream_id, STM_STATUS_WAITING, sink_status.error,
 							   sink_status.error == NULL && shown_error, -1);
-		stm_catalog_set_source_error(stream_id, problem);
+		stm_catalog_set_source_error(rt->stream_id, stm_runtime_source_error(rt));
 	}
 	else if (shown_problem)
 	{
-		stm_catalog_set_status(stream_id, STM_STATUS_RUNNING, NULL, shown_error, -1);
-		stm_catalog_set_source_error(stream_id, NULL);
+		stm_catalog_set_status(rt->stream_id, STM_STATUS_RUNNING, NULL, shown_error, -1);
+		stm_catalog_set_source_error(rt->stream_id, stm_runtime_source_error(rt));
 	}
 	if (shown_problem)
 		pfree(shown_problem);
+	/* the runtime's copy outlives sink_status's strings */
 	shown_problem = problem ? MemoryContextStrdup(TopMemoryContext, problem) : NULL;
+	rt->sink_problem = shown_problem;
 	shown_error = sink_status.error != NULL;
 }
 
@@ -273,7 +278,7 @@ deliver_rows(StmRuntime *rt, StmStreamDef *def, MemoryContext cxt, bool busy, in
 		{
 			StartTransactionCommand();
 			PushActiveSnapshot(GetTransactionSnapshot());
-			show_sink_status(def->id, false);
+			show_sink_status(rt, false);
 			PopActiveSnapshot();
 			CommitTransactionCommand();
 		}
@@ -444,7 +449,7 @@ streaming_worker_main(Datum main_arg)
 			 */
 			status = batch_id < 0 && rt->problem ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
 			if (sink_problem() != NULL)
-				show_sink_status(stream_id, batch_id >= 0);
+				show_sink_status(rt, batch_id >= 0);
 			else if (def->status != status)
 				stm_catalog_set_status(stream_id, status, NULL, false, -1);
 			if (batch_id >= 0)
