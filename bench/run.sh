@@ -119,6 +119,20 @@
 # statements over 100 ms, no ANALYZE: no cost per row) logged it from the
 # worker: the plan join.c made for the batch's row count.
 #
+# Latency (--latency RATES, issue 13): end to end, produce -> committed in
+# the sink.  A stream "l" (stateless: SELECT order_id, amount, status,
+# event_time, rate, produced_at FROM lat, into lat_sink) runs from the start
+# on an empty topic "latency" of --partitions partitions; then for each rate
+# R, bench/latency_producer.py produces R records/s for --latency-seconds,
+# each carrying the wall clock just before it was produced (produced_at,
+# microseconds), and process_available waits for the stream to catch up.
+# The server runs with track_commit_timestamp = on, so a sink row's latency
+# is pg_xact_commit_timestamp(xmin) - produced_at: exactly when its batch
+# committed, with no polling of the sink.  Reported per rate: p50, p90, p99
+# and max latency in ms (the first 2 s left out), the batches (how many, rows
+# and duration per batch), the worker's CPU seconds; checked: the sink holds
+# every record produced, once.  The worker stays up between rates, idle.
+#
 # Options:
 #   --records N     records to generate (default 1000000)
 #   --partitions P  partitions of the topic (default 32)
@@ -141,9 +155,20 @@
 #                   symbols (root only; installs linux-perf if missing); with
 #                   --aggregate the whole machine is recorded (perf record -a)
 #                   and the report is the worker's, plus CPU time per process
+#   --latency RATES end-to-end latency instead (issue 13): see "Latency" above;
+#                   RATES is a comma-separated list of records/s (e.g. 2000,20000)
+#   --latency-seconds S
+#                   how long each rate is produced (default 20; the first 2 s
+#                   of each are left out of the figures as warm-up)
+#   --kafka-options JSON
+#                   the source's kafka_options (default '{}'), e.g.
+#                   '{"fetch.wait.max.ms": "5"}'
+#   --no-install    use the extension installed for $PG_CONFIG as it is (as
+#                   root too): how bench/compare.sh runs two builds
 #   --keep          keep the temp dir (data, server log, perf.data)
 # (under make: make bench BENCH_RECORDS=N BENCH_PARTITIONS=P BENCH_AGG=1 BENCH_JOIN=1
-#  BENCH_USERS=K BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_BATCH_MEMORY=SIZE BENCH_PERF=1)
+#  BENCH_USERS=K BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_BATCH_MEMORY=SIZE BENCH_PERF=1
+#  BENCH_LATENCY=RATES BENCH_LATENCY_SECONDS=S BENCH_KAFKA_OPTIONS=JSON)
 #
 # As root it installs what is missing (apt-get: kcat python3-confluent-kafka
 # python3-psycopg2, and linux-perf for --perf), runs `make install` in the
@@ -164,6 +189,11 @@ USERS=${BENCH_USERS:-100000}
 FORCE_LZ4=${BENCH_LZ4:-}
 MAX_OFFSETS=${BENCH_MAX_OFFSETS:-}
 BATCH_MEMORY=${BENCH_BATCH_MEMORY:-}
+LATENCY=${BENCH_LATENCY:-}
+LATENCY_SECS=${BENCH_LATENCY_SECONDS:-20}
+LATENCY_LINGER=${BENCH_LATENCY_LINGER:-0}
+KAFKA_OPTIONS=${BENCH_KAFKA_OPTIONS:-'{}'}
+NO_INSTALL=${BENCH_NO_INSTALL:-}
 KEEP=
 
 usage()
@@ -187,6 +217,13 @@ while [ $# -gt 0 ]; do
 		--max-offsets-per-trigger=*) MAX_OFFSETS=${1#*=}; shift ;;
 		--batch-memory) BATCH_MEMORY=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--batch-memory=*) BATCH_MEMORY=${1#*=}; shift ;;
+		--latency) LATENCY=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--latency=*) LATENCY=${1#*=}; shift ;;
+		--latency-seconds) LATENCY_SECS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--latency-seconds=*) LATENCY_SECS=${1#*=}; shift ;;
+		--kafka-options) KAFKA_OPTIONS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--kafka-options=*) KAFKA_OPTIONS=${1#*=}; shift ;;
+		--no-install) NO_INSTALL=1; shift ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) usage; exit 0 ;;
 		*) echo "bench/run.sh: unknown argument \"$1\"" >&2; usage >&2; exit 2 ;;
@@ -197,6 +234,11 @@ case $PARTITIONS in ''|*[!0-9]*|0) echo "bench/run.sh: --partitions wants a posi
 case $USERS in ''|*[!0-9]*|0) echo "bench/run.sh: --users wants a positive integer" >&2; exit 2 ;; esac
 case $MAX_OFFSETS in ''|[1-9]|[1-9]*[0-9]) ;; *) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 case $MAX_OFFSETS in *[!0-9]*) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
+case $LATENCY in *[!0-9,]*|,*|*,|*,,*) echo "bench/run.sh: --latency wants records/s, comma-separated (2000,20000)" >&2; exit 2 ;; esac
+case $LATENCY_SECS in ''|*[!0-9]*|0|1|2) echo "bench/run.sh: --latency-seconds wants an integer above 2" >&2; exit 2 ;; esac
+if [ -n "$LATENCY" ] && { [ -n "$AGG" ] || [ -n "$JOIN" ] || [ -n "$DO_PERF" ]; }; then
+	echo "bench/run.sh: --latency goes with none of --aggregate, --join, --perf" >&2; exit 2
+fi
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$BENCH/.." && pwd)
@@ -290,6 +332,8 @@ esac
 if [ -n "$IS_ROOT" ]; then
 	id -u postgres >/dev/null 2>&1 ||
 		die "initdb refuses to run as root and there is no user postgres (install postgresql-15)"
+fi
+if [ -n "$IS_ROOT" ] && [ -z "$NO_INSTALL" ]; then
 	say "make install in $SRC"
 	env -u MAKEFLAGS -u MFLAGS make --no-print-directory -C "$SRC" install PG_CONFIG="$PG_CONFIG" >/tmp/streaming-bench-install.$$.log 2>&1 || {
 		cat /tmp/streaming-bench-install.$$.log >&2
@@ -320,6 +364,7 @@ SOCK=$TMP/sock
 
 # ---- data ------------------------------------------------------------------
 
+if [ -z "$LATENCY" ]; then
 GEN_OPTS=()
 [ -n "$AGG" ] && GEN_OPTS=(--in-order --sentinel)
 [ -n "$JOIN" ] && GEN_OPTS+=(--users "$USERS")
@@ -337,10 +382,11 @@ if [ -n "$AGG" ]; then
 	PRODUCE_EXPECT=$((TOTAL - 1))
 	PRODUCE_ROUND_ROBIN=1
 fi
+fi
 
 say "starting the mock broker"
 "$SRC/test/mock_broker" --topic "orders:$PARTITIONS" --topic "orders_lz4:$PARTITIONS" \
-	--bootstrap-file "$TMP/bootstrap" >"$TMP/broker.log" 2>&1 &
+	--topic "latency:$PARTITIONS" --bootstrap-file "$TMP/bootstrap" >"$TMP/broker.log" 2>&1 &
 BROKER_PID=$!
 for _ in $(seq 100); do
 	[ -s "$TMP/bootstrap" ] && break
@@ -394,6 +440,7 @@ produce()
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 TOPIC=orders
 COMPRESSION=none
+if [ -z "$LATENCY" ]; then
 t0=$(date +%s.%N)
 if [ -n "$FORCE_LZ4" ]; then
 	TOPIC=orders_lz4
@@ -409,6 +456,137 @@ fi
 PRODUCE_SECS=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 PER_PART=$(awk '{ n = $3 - $2; if (min == "" || n < min) min = n; if (n > max) max = n }
 	END { printf "%d..%d", min, max }' "$TMP/offsets.$TOPIC")
+fi
+
+# ---- helpers: the worker's resources, the load ------------------------------
+
+vmhwm_kb()
+{
+	awk '/^VmHWM:/ { print $2 }' "/proc/$1/status" 2>/dev/null
+}
+
+# cpu_secs PID: user + system CPU time of the process (all its threads)
+cpu_secs()
+{
+	sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null |
+		awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($12 + $13) / hz }'
+}
+
+# sched_secs PID: from /proc/PID/task/*/schedstat, "R W A": the main
+# thread's seconds on a CPU (R) and waiting on a run queue for one (W), and
+# the run-queue wait of all its threads (A); the rest of the main thread's
+# life it slept (waited for the broker, the disk, a lock)
+sched_secs()
+{
+	local t main=/proc/$1/task/$1/schedstat
+	[ -r "$main" ] || { echo "- - -"; return; }
+	for t in /proc/$1/task/*/schedstat; do
+		cat "$t" 2>/dev/null
+	done | awk -v m="$(cat "$main" 2>/dev/null)" '{ a += $2 }
+		END { split(m, f, " "); printf "%.2f %.2f %.2f", f[1] / 1e9, f[2] / 1e9, a / 1e9 }'
+}
+
+# load1: the 1-minute load average now (sampled as each part starts)
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# ---- latency mode (--latency) ------------------------------------------------
+
+# run_latency: the whole of --latency (see the header), once the server runs;
+# prints its report and exits.
+run_latency()
+{
+	local r first=1 n secs f l w c0 c1 load stats batches rows=() ok=1 i
+	say "(latency) stream l on the empty topic latency ($PARTITIONS partitions)"
+	psql_q -v bootstrap="$BOOTSTRAP" -v kafka_options="$KAFKA_OPTIONS" >/dev/null <<'EOF' || die "latency setup failed"
+CREATE EXTENSION streaming;
+SELECT streaming.create_kafka_source('lat', :'bootstrap', topics => ARRAY['latency'],
+    starting_offsets => 'earliest',
+    columns => 'order_id bigint, amount numeric(10,2), status text, event_time timestamptz, rate integer, produced_at timestamptz',
+    kafka_options => :'kafka_options'::jsonb);
+SELECT streaming.create_stream('l', 'SELECT order_id, amount, status, event_time, rate, produced_at FROM lat',
+    sink => 'lat_sink', start => true);
+EOF
+	for i in $(seq 200); do
+		w=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = 'l' AND status = 'running'")
+		[ -n "$w" ] && break
+		sleep 0.05
+	done
+	[ -n "$w" ] || die "the worker of stream l did not start"
+	sleep 2		# its first (empty) batches, then idle
+	for r in ${LATENCY//,/ }; do
+		say "(latency) $r records/s for $LATENCY_SECS s"
+		load=$(load1)
+		c0=$(cpu_secs "$w")
+		read -r n secs f l < <("$PY" "$BENCH/latency_producer.py" --bootstrap "$BOOTSTRAP" --topic latency \
+			--rate "$r" --seconds "$LATENCY_SECS" --first-id "$first" --linger-ms "$LATENCY_LINGER") || die "latency_producer.py failed"
+		[ -n "${l:-}" ] || die "latency_producer.py failed"
+		psql_q -c "SELECT streaming.process_available('l', '5 minutes')" >/dev/null ||
+			die "the stream did not catch up with the $r records/s run"
+		c1=$(cpu_secs "$w")
+		# count, distinct, the rows measured (after the warm-up), p50 p90 p99 max
+		stats=$(psql_q -F ' ' -v r="$r" -v f="$f" -v l="$l" <<'EOF'
+WITH a AS (SELECT order_id, produced_at,
+                  extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms
+             FROM lat_sink WHERE rate = :r),
+     m AS (SELECT ms FROM a WHERE produced_at >= (SELECT min(produced_at) FROM a) + interval '2 seconds')
+SELECT (SELECT count(*) FROM a), (SELECT count(DISTINCT order_id) FROM a WHERE order_id BETWEEN :f AND :l),
+       count(*),
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1),
+       round(percentile_cont(0.9) WITHIN GROUP (ORDER BY ms)::numeric, 1),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1),
+       round(max(ms)::numeric, 1)
+  FROM m;
+EOF
+		) || die "reading the latencies failed"
+		# the batches that wrote this rate's rows: how many, rows and ms per batch
+		batches=$(psql_q -F ' ' -v r="$r" <<'EOF'
+SELECT count(*), round(avg(num_input_rows)), round(avg(extract(epoch FROM duration) * 1000)::numeric, 1),
+       round((extract(epoch FROM max(started_at) - min(started_at)) * 1000 / greatest(count(*) - 1, 1))::numeric, 1)
+  FROM streaming.progress
+ WHERE stream = 'l' AND num_input_rows > 0
+   AND started_at >= (SELECT min(produced_at) FROM lat_sink WHERE rate = :r)
+   AND started_at <= (SELECT max(pg_xact_commit_timestamp(xmin)) FROM lat_sink WHERE rate = :r);
+EOF
+		) || die "reading the batches failed"
+		read -r cnt dist meas p50 p90 p99 pmax <<<"$stats"
+		[ "$cnt" = "$n" ] && [ "$dist" = "$n" ] || ok=
+		rows+=("$(printf '%7s %8s %8s %7s %7s %7s %8s   %s  %6.2f  %s' "$r" "$n" "$secs" "$p50" "$p90" "$p99" "$pmax" \
+			"$(awk '{ printf "%7s %9s %8s %9s", $1, $2, $3, $4 }' <<<"$batches")" \
+			"$(awk -v a="$c0" -v b="$c1" 'BEGIN { print b - a }')" "$load")")
+		rows+=("#check $r: $cnt rows in the sink, $dist distinct order_ids of $n produced ($f..$l); $meas measured")
+		first=$((l + 1))
+	done
+	LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+	local commit
+	commit=$(git -c safe.directory="$SRC" -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
+	[ -n "$(git -c safe.directory="$SRC" -C "$SRC" status --porcelain --untracked-files=no 2>/dev/null)" ] &&
+		commit="$commit + uncommitted changes"
+	{
+		echo
+		echo "streaming latency benchmark: stateless stream l (6 typed columns), topic latency of $PARTITIONS partitions"
+		echo "  on the mock broker; source kafka_options $KAFKA_OPTIONS; produce -> commit of the row's batch"
+		echo "  (pg_xact_commit_timestamp(xmin) - produced_at), the first 2 s of each rate left out"
+		echo "checkout $commit; library $("$PG_CONFIG" --pkglibdir)/streaming.so; nproc $(nproc); PostgreSQL $(psql_q -c 'SHOW server_version'); fsync on, streaming.naptime $(psql_q -c 'SHOW streaming.naptime')"
+		echo "load average before $LOAD_BEFORE, after $LOAD_AFTER"
+		echo
+		printf '%7s %8s %8s %7s %7s %7s %8s   %7s %9s %8s %9s  %6s  %s\n' "rate/s" "records" "seconds" "p50 ms" "p90 ms" \
+			"p99 ms" "max ms" "batches" "rows/bat" "ms/batch" "ms apart" "CPU s" "load1"
+		for i in "${rows[@]}"; do
+			case $i in "#check"*) ;; *) echo "$i" ;; esac
+		done
+		echo
+		for i in "${rows[@]}"; do
+			case $i in "#check"*) echo "${i#\#check }" ;; esac
+		done
+		[ -n "$ok" ] && echo "checked: every record produced is in lat_sink exactly once" ||
+			echo "CHECK FAILED: lat_sink does not hold every record produced exactly once"
+		echo
+		echo "server log (errors, warnings):"
+		grep -E 'ERROR|WARNING|FATAL|PANIC' "$PGDATA_DIR/server.log" | head -20 | sed 's/^/  /'
+	}
+	[ -n "$ok" ] || exit 1
+	exit 0
+}
 
 # ---- server ----------------------------------------------------------------
 
@@ -435,6 +613,9 @@ auto_explain.log_min_duration = '100ms'
 auto_explain.log_nested_statements = on
 EOF
 [ -n "$BATCH_MEMORY" ] && echo "streaming.batch_memory = '$BATCH_MEMORY'" >>"$PGDATA_DIR/postgresql.conf"
+# --latency: a row's commit time is pg_xact_commit_timestamp(xmin); every batch's progress kept
+[ -n "$LATENCY" ] && printf 'track_commit_timestamp = on\nstreaming.progress_history = 1000000\nstreaming.log_batches = off\n' \
+	>>"$PGDATA_DIR/postgresql.conf"
 as_server "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$PGDATA_DIR/server.log" -w -t 60 start >/dev/null ||
 	{ tail -n 30 "$PGDATA_DIR/server.log" >&2; die "the server did not start"; }
 
@@ -443,6 +624,8 @@ psql_q()
 {
 	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$SOCK" -p "$PORT" -U postgres -d postgres "$@"
 }
+
+[ -n "$LATENCY" ] && run_latency   # (defined above; it exits)
 
 COLS='order_id bigint, user_id bigint, amount numeric(10,2), status text, event_time timestamptz'
 # the result tables of --aggregate: (2) and (3) hold what the stream's sink
@@ -460,7 +643,8 @@ if [ -n "$JOIN" ]; then
 	AGG_LIST='window_start, window_end, country, cnt, total_amount'
 fi
 psql_q -v cols="$COLS" -v sinkcols="$SINK_COLS" -v aggcols="$AGG_COLS" -v bootstrap="$BOOTSTRAP" -v topic="$TOPIC" \
-	-v max_offsets="$MAX_OFFSETS" -v join="${JOIN:-0}" -v users="$USERS" <<'EOF' || die "setup failed"
+	-v max_offsets="$MAX_OFFSETS" -v join="${JOIN:-0}" -v users="$USERS" -v kafka_options="$KAFKA_OPTIONS" \
+	<<'EOF' || die "setup failed"
 CREATE EXTENSION streaming;
 SELECT format('CREATE TABLE %I (%s)', t, :'cols') FROM unnest(ARRAY['orders_copy', 'orders_py']) t
 \gexec
@@ -482,7 +666,8 @@ VACUUM ANALYZE users;
 \endif
 SELECT streaming.create_kafka_source('orders', :'bootstrap', topics => ARRAY[:'topic'],
     starting_offsets => 'earliest', columns => :'cols',
-    max_offsets_per_trigger => nullif(:'max_offsets', '')::bigint)
+    max_offsets_per_trigger => nullif(:'max_offsets', '')::bigint,
+    kafka_options => :'kafka_options'::jsonb)
 \g /dev/null
 EOF
 
@@ -512,32 +697,6 @@ else
 	OUTPUT_MODE=append
 	WATERMARK=
 fi
-
-vmhwm_kb()
-{
-	awk '/^VmHWM:/ { print $2 }' "/proc/$1/status" 2>/dev/null
-}
-
-# cpu_secs PID: user + system CPU time of the process (all its threads)
-cpu_secs()
-{
-	sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null |
-		awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($12 + $13) / hz }'
-}
-
-# sched_secs PID: from /proc/PID/task/*/schedstat, "R W A": the main
-# thread's seconds on a CPU (R) and waiting on a run queue for one (W), and
-# the run-queue wait of all its threads (A); the rest of the main thread's
-# life it slept (waited for the broker, the disk, a lock)
-sched_secs()
-{
-	local t main=/proc/$1/task/$1/schedstat
-	[ -r "$main" ] || { echo "- - -"; return; }
-	for t in /proc/$1/task/*/schedstat; do
-		cat "$t" 2>/dev/null
-	done | awk -v m="$(cat "$main" 2>/dev/null)" '{ a += $2 }
-		END { split(m, f, " "); printf "%.2f %.2f %.2f", f[1] / 1e9, f[2] / 1e9, a / 1e9 }'
-}
 
 # produce_sentinel: --aggregate's last record, after the data.  Produced
 # with the data, it could be read (with max_offsets_per_trigger) in a batch
@@ -593,8 +752,6 @@ EOF
 	psql_q -c "SELECT streaming.stop('$name')" >/dev/null
 }
 
-# load1: the 1-minute load average now (sampled as each part starts)
-load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # ---- (1) the extension -----------------------------------------------------
 

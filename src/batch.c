@@ -941,6 +941,16 @@ stm_error_is_waiting(int sqlerrcode)
 		sqlerrcode == ERRCODE_INSUFFICIENT_RESOURCES;
 }
 
+/*
+ * The worker is idle (the last plan found nothing): sleep until the
+ * runtime's source may have records, the latch is set, or timeout_ms pass.
+ */
+void
+stm_runtime_wait(StmRuntime *rt, long timeout_ms)
+{
+	stm_source_wait(rt->source, timeout_ms);
+}
+
 /* The end of a runtime: its source and sink let go of what they hold. */
 void
 stm_runtime_close(StmRuntime *rt)

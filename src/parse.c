@@ -5,7 +5,15 @@
  * with semantic actions that pick out the top-level keys of the declared
  * columns, so values are converted straight to their types without building
  * a jsonb first.  Every value is converted with its type's input function,
- * which gives the same results and error messages as a cast from text.
+ * which gives the same results and error messages as a cast from text; for
+ * a few built-in types, by the C function that input function calls
+ * (pg_strtoint64 for int8in, ...), without fmgr in between.
+ *
+ * The common JSON record (flat, no escapes) costs no allocation but its
+ * typed values: it is copied once into a buffer the parser keeps, its
+ * values are terminated in place, and its keys are matched against the
+ * keys seen at the same positions in the last record (records of a topic
+ * nearly always share their key order).
  *
  * CSV: PostgreSQL's COPY parser works on a stream, not on one record whose
  * boundaries are given, so one record's fields (a Kafka message's) are
@@ -24,6 +32,7 @@
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -71,7 +80,14 @@ stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
 	p->infuncs = palloc(sizeof(FmgrInfo) * ncols);
 	p->ioparams = palloc(sizeof(Oid) * ncols);
 	p->wants_json = palloc(sizeof(bool) * ncols);
+	p->kinds = palloc(sizeof(StmInputKind) * ncols);
 	p->fields = palloc0(sizeof(char *) * ncols);
+	p->field_lens = palloc(sizeof(int) * ncols);
+	p->buf_size = 1024;
+	p->buf = palloc(p->buf_size);
+	p->encoding = GetDatabaseEncoding();
+	for (int i = 0; i < STM_KEY_SLOTS; i++)
+		p->keys[i].len = -1;
 	p->scratch = AllocSetContextCreate(CurrentMemoryContext, "streaming record",
 									   ALLOCSET_DEFAULT_SIZES);
 	for (int i = 0; i < ncols; i++)
@@ -87,6 +103,28 @@ stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
 		getTypeInputInfo(att->atttypid, &infunc, &p->ioparams[i]);
 		fmgr_info(infunc, &p->infuncs[i]);
 		p->wants_json[i] = (base == JSONOID || base == JSONBOID);
+		/* the type itself, not a domain over it (domain_in checks constraints) */
+		switch (att->atttypid)
+		{
+			case INT2OID:
+				p->kinds[i] = STM_INPUT_INT2;
+				break;
+			case INT4OID:
+				p->kinds[i] = STM_INPUT_INT4;
+				break;
+			case INT8OID:
+				p->kinds[i] = STM_INPUT_INT8;
+				break;
+			case FLOAT8OID:
+				p->kinds[i] = STM_INPUT_FLOAT8;
+				break;
+			case TEXTOID:
+				p->kinds[i] = STM_INPUT_TEXT;
+				break;
+			default:
+				p->kinds[i] = STM_INPUT_FUNCTION;
+				break;
+		}
 	}
 }
 
@@ -113,6 +151,33 @@ column_of_token(StmParser *p, const char *key, int keylen, int guess)
 		if (p->name_lens[i] == keylen && memcmp(p->names[i], key, keylen) == 0)
 			return i;
 	return -1;
+}
+
+/*
+ * The column of the key at position pos of a flat record: the key seen at
+ * that position in the last record is compared first; only another key is
+ * looked up among the columns (and then remembered for the next record).
+ */
+static int
+column_of_key(StmParser *p, int pos, const char *key, int keylen)
+{
+	StmKeySlot *slot;
+	int			col;
+
+	if (pos >= STM_KEY_SLOTS)
+		return column_of_token(p, key, keylen, 0);
+	slot = &p->keys[pos];
+	if (slot->len == keylen && memcmp(slot->key, key, keylen) == 0)
+		return slot->column;
+	col = column_of_token(p, key, keylen, 0);
+	slot->len = -1;
+	if (keylen < (int) sizeof(slot->key))
+	{
+		memcpy(slot->key, key, keylen);
+		slot->len = keylen;
+		slot->column = col;
+	}
+	return col;
 }
 
 static void
@@ -182,50 +247,69 @@ json_scalar(void *state, char *token, JsonTokenType tokentype)
 /*
  * The common record, fast: a flat object whose keys and strings hold no
  * escapes.  PostgreSQL's lexer finds the tokens, without de-escaping them,
- * and the values are taken from the input as they are; keys mostly come in
- * the same order in every record, so the column after the last one is
- * tried first.  Anything else (a nested value, an escape, a syntax error)
- * returns false, and the record goes through pg_parse_json, which handles
- * it or reports the error.
+ * and the values are taken from the input as they are: p->fields point into
+ * data, terminated in place once the whole record has been lexed (a NUL on
+ * a value's closing quote, or on the character after it).  Anything else (a
+ * nested value, an escape, a syntax error) returns false with data
+ * unchanged, and the record goes through pg_parse_json, which handles it or
+ * reports the error.
  */
 static bool
 parse_json_flat(StmParser *p, char *data, int len)
 {
-	JsonLexContext *lex = makeJsonLexContextCstringLen(data, len, GetDatabaseEncoding(), false);
-	int			guess = 0;
+	JsonLexContext lex;
+	int			pos = 0;
 
-	if (json_lex(lex) != JSON_SUCCESS || lex->token_type != JSON_TOKEN_OBJECT_START ||
-		json_lex(lex) != JSON_SUCCESS)
+	/* as makeJsonLexContextCstringLen does it, without an allocation */
+	memset(&lex, 0, sizeof(lex));
+	lex.input = lex.token_terminator = lex.line_start = data;
+	lex.line_number = 1;
+	lex.input_length = len;
+	lex.input_encoding = p->encoding;
+
+	if (json_lex(&lex) != JSON_SUCCESS || lex.token_type != JSON_TOKEN_OBJECT_START ||
+		json_lex(&lex) != JSON_SUCCESS)
 		return false;
-	while (lex->token_type != JSON_TOKEN_OBJECT_END)
+	while (lex.token_type != JSON_TOKEN_OBJECT_END)
 	{
-		char	   *key = lex->token_start + 1;
-		int			keylen = lex->token_terminator - lex->token_start - 2;
+		char	   *key = lex.token_start + 1;
+		int			keylen = lex.token_terminator - lex.token_start - 2;
 		char	   *value;
 		int			n;
 		int			col;
 
-		if (lex->token_type != JSON_TOKEN_STRING || memchr(key, '\\', keylen) != NULL ||
-			json_lex(lex) != JSON_SUCCESS || lex->token_type != JSON_TOKEN_COLON ||
-			json_lex(lex) != JSON_SUCCESS)
+		if (lex.token_type != JSON_TOKEN_STRING || memchr(key, '\\', keylen) != NULL ||
+			json_lex(&lex) != JSON_SUCCESS || lex.token_type != JSON_TOKEN_COLON ||
+			json_lex(&lex) != JSON_SUCCESS)
 			return false;
-		value = lex->token_start;
-		n = lex->token_terminator - value;
-		col = column_of_token(p, key, keylen, guess);
-		switch (lex->token_type)
+		value = lex.token_start;
+		n = lex.token_terminator - value;
+		col = column_of_key(p, pos++, key, keylen);
+		switch (lex.token_type)
 		{
 			case JSON_TOKEN_STRING:
 				if (memchr(value, '\\', n) != NULL)
 					return false;
 				/* a json or jsonb column keeps the quotes: the value as JSON text */
-				if (col >= 0)
-					p->fields[col] = p->wants_json[col] ? pnstrdup(value, n) : pnstrdup(value + 1, n - 2);
+				if (col >= 0 && p->wants_json[col])
+				{
+					p->fields[col] = value;
+					p->field_lens[col] = n;
+				}
+				else if (col >= 0)
+				{
+					p->fields[col] = value + 1;
+					p->field_lens[col] = n - 2;
+				}
 				break;
 			case JSON_TOKEN_NUMBER:
 			case JSON_TOKEN_TRUE:
 			case JSON_TOKEN_FALSE:
 				if (col >= 0)
-					p->fields[col] = pnstrdup(value, n);
+				{
+					p->fields[col] = value;
+					p->field_lens[col] = n;
+				}
 				break;
 			case JSON_TOKEN_NULL:
 				if (col >= 0)
@@ -234,19 +318,22 @@ parse_json_flat(StmParser *p, char *data, int len)
 			default:
 				return false;	/* nested, or not a value */
 		}
-		if (col >= 0)
-			guess = col + 1;
-		if (json_lex(lex) != JSON_SUCCESS)
+		if (json_lex(&lex) != JSON_SUCCESS)
 			return false;
-		if (lex->token_type == JSON_TOKEN_COMMA)
+		if (lex.token_type == JSON_TOKEN_COMMA)
 		{
-			if (json_lex(lex) != JSON_SUCCESS || lex->token_type == JSON_TOKEN_OBJECT_END)
+			if (json_lex(&lex) != JSON_SUCCESS || lex.token_type == JSON_TOKEN_OBJECT_END)
 				return false;
 		}
-		else if (lex->token_type != JSON_TOKEN_OBJECT_END)
+		else if (lex.token_type != JSON_TOKEN_OBJECT_END)
 			return false;
 	}
-	return json_lex(lex) == JSON_SUCCESS && lex->token_type == JSON_TOKEN_END;
+	if (json_lex(&lex) != JSON_SUCCESS || lex.token_type != JSON_TOKEN_END)
+		return false;
+	for (int i = 0; i < p->ncols; i++)
+		if (p->fields[i] != NULL)
+			p->fields[i][p->field_lens[i]] = '\0';
+	return true;
 }
 
 static void
@@ -379,15 +466,58 @@ check_record_text(const char *data, int len)
 				 errmsg("record contains a zero byte")));
 }
 
-/* p->fields (text or NULL, one per column) to values and nulls */
+/*
+ * p->fields (text or NULL, one per column) to values and nulls.  The
+ * built-in types of StmInputKind are converted by what their input
+ * functions call (int8in is pg_strtoint64, textin cstring_to_text, ...):
+ * the same values and errors, without a function call through fmgr.
+ */
 static void
 convert_fields(StmParser *p, Datum *values, bool *nulls)
 {
 	for (int i = 0; i < p->ncols; i++)
 	{
-		values[i] = InputFunctionCall(&p->infuncs[i], p->fields[i],
-									  p->ioparams[i], p->typmods[i]);
-		nulls[i] = (p->fields[i] == NULL);
+		char	   *f = p->fields[i];
+
+		nulls[i] = (f == NULL);
+		if (f == NULL && p->kinds[i] != STM_INPUT_FUNCTION)
+		{
+			values[i] = (Datum) 0;
+			continue;
+		}
+		switch (p->kinds[i])
+		{
+			case STM_INPUT_INT2:
+				values[i] = Int16GetDatum(pg_strtoint16(f));
+				break;
+			case STM_INPUT_INT4:
+				values[i] = Int32GetDatum(pg_strtoint32(f));
+				break;
+			case STM_INPUT_INT8:
+				values[i] = Int64GetDatum(pg_strtoint64(f));
+				break;
+			case STM_INPUT_FLOAT8:
+				values[i] = Float8GetDatum(float8in_internal(f, NULL, "double precision", f));
+				break;
+			case STM_INPUT_TEXT:
+				values[i] = PointerGetDatum(cstring_to_text_with_len(f, p->field_lens[i] >= 0 ?
+																	 p->field_lens[i] : strlen(f)));
+				break;
+			case STM_INPUT_FUNCTION:
+				values[i] = InputFunctionCall(&p->infuncs[i], f, p->ioparams[i], p->typmods[i]);
+				break;
+		}
+	}
+}
+
+/* No field yet: every column NULL, of unknown length. */
+static void
+clear_fields(StmParser *p)
+{
+	for (int i = 0; i < p->ncols; i++)
+	{
+		p->fields[i] = NULL;
+		p->field_lens[i] = -1;
 	}
 }
 
@@ -445,30 +575,35 @@ stm_parse_record(StmParser *p, const char *data, int len,
 		return;
 	}
 
-	/* lexing garbage goes to the scratch context; values to the caller's */
-	MemoryContextReset(p->scratch);
-	oldcxt = MemoryContextSwitchTo(p->scratch);
-	buf = palloc(len + 1);
+	/* the record as a C string, in the parser's own buffer */
+	if (len + 1 > p->buf_size)
+	{
+		p->buf_size = Max(len + 1, p->buf_size * 2);
+		p->buf = repalloc(p->buf, p->buf_size);
+	}
+	buf = p->buf;
 	memcpy(buf, data, len);
 	buf[len] = '\0';
 	if (p->format == STM_FORMAT_JSON && !p->has_columns)
 	{
-		MemoryContextSwitchTo(oldcxt);
 		values[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
 		nulls[0] = false;
 		return;
 	}
-	for (int i = 0; i < p->ncols; i++)
-		p->fields[i] = NULL;
-	if (p->format == STM_FORMAT_CSV)
-		parse_csv_fields(p, buf, len);
-	else if (!parse_json_flat(p, buf, len))
+	clear_fields(p);
+	if (p->format == STM_FORMAT_CSV || !parse_json_flat(p, buf, len))
 	{
-		for (int i = 0; i < p->ncols; i++)
-			p->fields[i] = NULL;
-		parse_json_columns(p, buf, len);
+		/* splitting and lexing garbage goes to the scratch context */
+		clear_fields(p);
+		MemoryContextReset(p->scratch);
+		oldcxt = MemoryContextSwitchTo(p->scratch);
+		if (p->format == STM_FORMAT_CSV)
+			parse_csv_fields(p, buf, len);
+		else
+			parse_json_columns(p, buf, len);
+		MemoryContextSwitchTo(oldcxt);
 	}
-	MemoryContextSwitchTo(oldcxt);
+	/* values go to the caller's context */
 	convert_fields(p, values, nulls);
 }
 
@@ -487,6 +622,7 @@ stm_parse_fields(StmParser *p, char **fields, int nfields, const char *data, int
 		ereport(ERROR,
 				(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
 				 errmsg("CSV record has %d fields, expected %d", nfields, p->ncols)));
+	clear_fields(p);
 	memcpy(p->fields, fields, sizeof(char *) * p->ncols);
 	convert_fields(p, values, nulls);
 }

@@ -17,6 +17,27 @@ typedef enum StmFormat
 	STM_FORMAT_BYTES
 } StmFormat;
 
+/* How a column's text becomes a Datum (parse.c: convert_fields). */
+typedef enum StmInputKind
+{
+	STM_INPUT_FUNCTION,			/* the type's input function, through fmgr */
+	STM_INPUT_INT2,				/* int2in's own call: pg_strtoint16 */
+	STM_INPUT_INT4,				/* pg_strtoint32 */
+	STM_INPUT_INT8,				/* pg_strtoint64 */
+	STM_INPUT_FLOAT8,			/* float8in_internal */
+	STM_INPUT_TEXT				/* cstring_to_text_with_len */
+} StmInputKind;
+
+/* A key seen at one position of the last JSON record, and its column. */
+typedef struct StmKeySlot
+{
+	char		key[64];
+	int			len;			/* -1: nothing cached at this position */
+	int			column;			/* -1: not a declared column */
+} StmKeySlot;
+
+#define STM_KEY_SLOTS 32
+
 typedef struct StmParser
 {
 	StmFormat	format;
@@ -30,7 +51,13 @@ typedef struct StmParser
 	FmgrInfo   *infuncs;
 	Oid		   *ioparams;
 	bool	   *wants_json;		/* column of type json/jsonb: keep JSON text */
-	char	  **fields;			/* one text per column, in scratch */
+	StmInputKind *kinds;
+	char	  **fields;			/* one text per column, in buf or scratch */
+	int		   *field_lens;		/* their lengths, -1: unknown (strlen) */
+	char	   *buf;			/* the record's copy, NUL-terminated, reused */
+	int			buf_size;
+	int			encoding;		/* the database's */
+	StmKeySlot	keys[STM_KEY_SLOTS];	/* JSON keys by position, as last seen */
 	MemoryContext scratch;		/* reset per record: lexing and splitting */
 } StmParser;
 

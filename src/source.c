@@ -10,8 +10,11 @@
 #include "nodes/parsenodes.h"
 #include "parser/parse_type.h"
 #include "parser/parser.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 #include "api.h"
 #include "options.h"
@@ -85,6 +88,28 @@ stm_source_close(StmSource *src)
 {
 	if (src && src->routine->close)
 		src->routine->close(src);
+}
+
+/*
+ * The idle worker's sleep (no records in the last plan): until the source
+ * says records may have arrived (source.h: wait_fd, ready), the latch is
+ * set, or timeout_ms pass; a source without a descriptor (or none yet: the
+ * runtime's first batch has not opened it) sleeps on the latch only.
+ */
+void
+stm_source_wait(StmSource *src, long timeout_ms)
+{
+	int			fd = src && src->routine->wait_fd ? src->routine->wait_fd(src) : -1;
+
+	if (fd < 0)
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, PG_WAIT_EXTENSION);
+	else if (src->routine->ready && src->routine->ready(src))
+		return;
+	else
+		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
+								 WL_SOCKET_READABLE, fd, timeout_ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
 }
 
 /* Arguments of a create function that may not be NULL (SPEC 5): keys ends with NULL. */

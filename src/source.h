@@ -208,6 +208,17 @@ struct StmSourceRoutine
 	void		(*after_commit) (StmSource *src, int32 stream_id);
 
 	/*
+	 * The idle worker's sleep, when a plan found nothing: a descriptor that
+	 * becomes readable when records may have arrived (the worker sleeps on
+	 * it with its latch, at most streaming.naptime), or -1 (it sleeps for
+	 * streaming.naptime); and ready, asked before each such sleep: have
+	 * records arrived since the last plan (plan again at once)?  ready
+	 * consumes the descriptor's wake-ups.  Both optional (NULL: naptime).
+	 */
+	int			(*wait_fd) (StmSource *src);
+	bool		(*ready) (StmSource *src);
+
+	/*
 	 * streaming.reset(): forget the stream's positions that the kind keeps
 	 * outside streaming.offsets (which reset empties itself), in reset's
 	 * transaction.  Called without opening the source.
@@ -222,6 +233,7 @@ extern void stm_source_register(const StmSourceRoutine *routine);
 extern const StmSourceRoutine *stm_source_routine(const char *kind);
 extern StmSource *stm_source_open(StmSourceDef *def, Oid stream_owner, bool for_batches);
 extern void stm_source_close(StmSource *src);
+extern void stm_source_wait(StmSource *src, long timeout_ms);
 extern List *stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine);
 extern char *stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls);
 extern void stm_source_require_options(Jsonb *options, const char *const *keys);

@@ -24,15 +24,33 @@
  * made in slices of STM_KAFKA_SLICE_MS with interrupt checks between them
  * (stm_check_for_interrupts: a worker told to stop gives up its batch).
  *
+ * Fetching: every partition with a position is consumed all the time, from
+ * its stored offset on, into one local queue that all partitions share
+ * (rd_kafka_consume_start_queue), so librdkafka keeps fetching ahead while
+ * the batch parses and between batches, and its prefetch bound
+ * (queued.max.messages.kbytes) is one budget for the whole source: a
+ * partition with nothing to read takes nothing of it (open_consumer).  The
+ * batch pops chunks from that queue; a message of a partition that is done
+ * with this batch (past its end, or not in it) is kept in that partition's
+ * held list for the next batch, and while the held lists exceed their share
+ * of the budget those partitions are paused (librdkafka then drops what it
+ * queued for them and fetches it again on resume).  The queue writes a byte
+ * to a pipe whenever it becomes non-empty (rd_kafka_queue_io_event_enable):
+ * a batch waiting for records, and the idle worker (wait_fd, ready), sleep
+ * on that pipe with their latch, never in a poll loop.
+ *
  * Invariants: no call into PostgreSQL from librdkafka's threads (the error
- * callback only copies a string, and runs in rd_kafka_poll on our thread);
- * every rd_kafka_message_t is destroyed by the batch that fetched it or kept
- * in a partition's held list; the client is destroyed when the memory context
+ * callback only copies a string, and runs in rd_kafka_poll on our thread;
+ * the queue's wake-up is librdkafka's own write to our pipe); every
+ * rd_kafka_message_t is destroyed by the batch that fetched it or kept in a
+ * partition's held list; the client is destroyed when the memory context
  * holding the KafkaSource is deleted, also on error.
  */
 #include "postgres.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <unistd.h>
 
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
@@ -40,11 +58,13 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "regex/regex.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "api.h"
 #include "catalog.h"
@@ -58,7 +78,6 @@
 PG_FUNCTION_INFO_V1(streaming_create_kafka_source);
 
 #define FETCH_CHUNK 1000
-#define FETCH_POLL_MS 10
 
 /* One partition the source reads. */
 typedef struct KafkaPartition
@@ -77,12 +96,24 @@ typedef struct KafkaPartition
 	int64		limit;			/* available_now: never read past this; -1 none,
 								 * -2 the high watermark when it is first known */
 	bool		started;		/* consumption started at pos */
+	bool		paused;			/* paused while its held list is too large */
+	bool		consumed;		/* a message popped since consumption started */
 	int64		next;			/* while fetching: next offset to hand out */
 	int64		pos;			/* next offset the local queue delivers */
-	rd_kafka_message_t **held;	/* fetched past end: first of next batch */
+	int64		eof;			/* end-of-partition seen at this offset (-1: none) */
+	rd_kafka_message_t **held;	/* popped, not handed out yet (malloc'd) */
 	int			nheld;
 	int			held_next;
+	int			held_cap;
+	int64		held_bytes;
 } KafkaPartition;
+
+/* The partitions of one topic handle by number (the handle's opaque). */
+typedef struct KafkaTopicMap
+{
+	KafkaPartition **by_id;
+	int			nids;
+} KafkaTopicMap;
 
 /* An open Kafka source. */
 typedef struct KafkaSource
@@ -96,6 +127,12 @@ typedef struct KafkaSource
 	int64		user_fetch_bytes;
 	int64		user_fetch_max_bytes;
 	int64		user_receive_max_bytes;
+	rd_kafka_queue_t *queue;	/* every partition's messages (open_consumer) */
+	int			wake_fds[2];	/* the queue writes to [1] when it becomes non-empty */
+	WaitEventSet *wait_set;		/* MyLatch, postmaster death, wake_fds[0] */
+	int64		held_cap_bytes;	/* held messages beyond this: their partitions pause */
+	int64		queue_bytes;	/* librdkafka's bound on the shared queue */
+	int64		held_bytes;		/* held by all partitions */
 	MemoryContext cxt;			/* where partitions are kept */
 	char	   *source;			/* the source's name */
 	char	   *bootstrap;
@@ -114,24 +151,40 @@ typedef struct KafkaSource
 	StringInfoData data_loss;	/* JSON array of losses found by the plan */
 	StringInfoData problem;		/* what the plan could not read, and why */
 	List	   *suspect_leaders;	/* broker ids whose offsets failed last time */
-	KafkaPartition *current;	/* the partition of the chunk being handed over */
 	StmRecord	records[FETCH_CHUNK];	/* the chunk, as the batch sees it */
+	KafkaPartition *record_parts[FETCH_CHUNK];	/* each record's partition */
 } KafkaSource;
 
 #define KAFKA_META_COLUMNS 5	/* without kafka_headers */
 
+static void position_partition(KafkaSource *kc, KafkaPartition *p);
+static void resume_partitions(KafkaSource *kc);
+
+/* Destroy a partition's held messages. */
 static void
-kafka_release_partition(KafkaPartition *p)
+drop_held(KafkaSource *kc, KafkaPartition *p)
 {
 	for (int i = p->held_next; i < p->nheld; i++)
 		rd_kafka_message_destroy(p->held[i]);
 	if (p->held)
 		free(p->held);
 	p->held = NULL;
-	p->nheld = p->held_next = 0;
+	p->nheld = p->held_next = p->held_cap = 0;
+	kc->held_bytes -= p->held_bytes;
+	p->held_bytes = 0;
+}
+
+/* Stop consuming a partition (librdkafka drops what it queued for it). */
+static void
+kafka_release_partition(KafkaSource *kc, KafkaPartition *p)
+{
+	drop_held(kc, p);
 	if (p->started)
 		rd_kafka_consume_stop(p->rkt, p->partition);
 	p->started = false;
+	p->paused = false;
+	p->consumed = false;
+	p->eof = -1;
 }
 
 /* Memory-context callback: the client goes away with the StmKafka. */
@@ -147,10 +200,19 @@ kafka_destroy_cb(void *arg)
 	if (kc->meta)
 		rd_kafka_destroy(kc->meta);
 	kc->meta = NULL;
+	if (kc->wait_set)
+		FreeWaitEventSet(kc->wait_set);
+	kc->wait_set = NULL;
 	if (kc->rk == NULL)
 		return;
 	foreach(lc, kc->partitions)
-		kafka_release_partition(lfirst(lc));
+		kafka_release_partition(kc, lfirst(lc));
+	if (kc->queue)
+	{
+		rd_kafka_queue_io_event_enable(kc->queue, -1, NULL, 0);
+		rd_kafka_queue_destroy(kc->queue);
+	}
+	kc->queue = NULL;
 	/* topic handles are shared between partitions of a topic */
 	foreach(lc, kc->partitions)
 	{
@@ -172,6 +234,10 @@ kafka_destroy_cb(void *arg)
 	}
 	rd_kafka_destroy(kc->rk);
 	kc->rk = NULL;
+	for (int i = 0; i < 2; i++)
+		if (kc->wake_fds[i] >= 0)
+			close(kc->wake_fds[i]);
+	kc->wake_fds[0] = kc->wake_fds[1] = -1;
 }
 
 /*
@@ -191,6 +257,7 @@ kafka_open(StmSource *base, bool for_batches)
 	ListCell   *lc;
 
 	kc->base = *base;
+	kc->wake_fds[0] = kc->wake_fds[1] = -1;
 	kc->cxt = CurrentMemoryContext;
 	kc->source = base->name;
 	initStringInfo(&kc->data_loss);
@@ -234,7 +301,7 @@ kafka_open(StmSource *base, bool for_batches)
 	/* as Spark: end offsets are high watermarks, read them all */
 	stm_kafka_conf_set(conf, "isolation.level", "read_uncommitted");
 	/* prefetch by bytes, not by message count (open_consumer) */
-	stm_kafka_conf_set(conf, "queued.min.messages", "1000000");
+	stm_kafka_conf_set(conf, "queued.min.messages", "10000000");
 	stm_kafka_conf_set(conf, "fetch.wait.max.ms", "100");
 	foreach(lc, user_options)
 	{
@@ -274,21 +341,35 @@ kafka_open(StmSource *base, bool for_batches)
 }
 
 /*
- * The fetching client, made when the first plan knows how many partitions
- * the source reads: their prefetch shares half of streaming.batch_memory
- * (the batch's groups have the other half, guc.h).  Each partition's local
- * queue is kept under batch_memory / (4 * partitions), and a fetch of it
- * gets no more than that either (librdkafka overshoots the queue by one
- * fetch); librdkafka's bookkeeping of each record comes on top.  Partitions
- * added later get the same share.  kafka_options that set these properties
- * win when superusers own the source and the stream; anyone else's are
- * capped by the same share (SPEC 7: the limits are the administrator's).
+ * The fetching client, made by the first plan.  Its prefetch gets half of
+ * streaming.batch_memory (the batch's groups have the other half, guc.h),
+ * one budget for all the partitions, since they share one local queue:
+ *
+ *   queued.max.messages.kbytes  batch_memory / 4: librdkafka's own bound on
+ *                               the shared queue, a backstop: the batch pops
+ *                               the queue as soon as anything is there
+ *   fetch.max.bytes             batch_memory / 8: one fetch response, by
+ *                               which the queue can overshoot
+ *   held lists                  batch_memory / 8: what was popped and not
+ *                               handed to the batch yet; past it, partitions
+ *                               are paused (flow_control)
+ *
+ * so a partition with nothing to read takes no share, and one that is far
+ * behind can use it all.  librdkafka 2.0.2 must not reach its own bound
+ * in a batch: its broker thread then stops fetching until something wakes
+ * it, up to 1 s later; a resumed partition wakes it at once.
+ * fetch.message.max.bytes (a partition's part of one response) is
+ * librdkafka's default, 1MB, at most fetch.max.bytes.  librdkafka's
+ * bookkeeping of each record comes on top.  kafka_options that set these
+ * properties win when superusers own the source and the stream; anyone
+ * else's are capped by the same values (SPEC 7: the limits are the
+ * administrator's).
  */
 static void
 open_consumer(KafkaSource *kc, int npartitions)
 {
 	char		errstr[512];
-	int			share_kb;
+	int64		memory = (int64) stm_guc_batch_memory_kb * 1024;
 	int64		queue_kb;
 	int64		fetch_bytes;
 	int64		fetch_max_bytes;
@@ -296,14 +377,10 @@ open_consumer(KafkaSource *kc, int npartitions)
 
 	if (kc->rk != NULL)
 		return;
-	share_kb = stm_guc_batch_memory_kb / (4 * Max(npartitions, 1));
-	share_kb = Max(64, Min(16384, share_kb));
-	queue_kb = share_kb;
-	fetch_bytes = (int64) share_kb * 1024;
-	/* librdkafka's defaults: 50MB per fetch request, 100MB per response */
-	fetch_max_bytes = Min((int64) 50 * 1024 * 1024, (int64) stm_guc_batch_memory_kb * 1024 / 4);
+	queue_kb = Max(64, memory / 4 / 1024);
 	/* librdkafka wants a fetch to hold at least one message (message.max.bytes) */
-	fetch_max_bytes = Max(fetch_max_bytes, Max(fetch_bytes, 1000000));
+	fetch_max_bytes = Max(memory / 8, 1000000);
+	fetch_bytes = Min((int64) 1024 * 1024, fetch_max_bytes);
 	/* a limit on one response, not an allocation: librdkafka's default */
 	receive_max_bytes = Max((int64) 100000000, fetch_max_bytes + 512);
 	if (kc->privileged)
@@ -327,6 +404,8 @@ open_consumer(KafkaSource *kc, int npartitions)
 			receive_max_bytes = Max(Min(receive_max_bytes, kc->user_receive_max_bytes),
 									fetch_max_bytes + 512);
 	}
+	kc->held_cap_bytes = Max(memory / 8, 64 * 1024);
+	kc->queue_bytes = queue_kb * 1024;
 	stm_kafka_conf_set(kc->consumer_conf, "queued.max.messages.kbytes", psprintf(INT64_FORMAT, queue_kb));
 	stm_kafka_conf_set(kc->consumer_conf, "fetch.message.max.bytes", psprintf(INT64_FORMAT, fetch_bytes));
 	stm_kafka_conf_set(kc->consumer_conf, "fetch.max.bytes", psprintf(INT64_FORMAT, fetch_max_bytes));
@@ -345,6 +424,27 @@ open_consumer(KafkaSource *kc, int npartitions)
 				 errmsg("could not create Kafka client for source \"%s\"", kc->source),
 				 errdetail("%s", errstr)));
 	kc->consumer_conf = NULL;	/* rd_kafka_new took it */
+
+	/*
+	 * The shared queue, and its wake-up: librdkafka writes a byte to the
+	 * pipe when the queue becomes non-empty (once until it is read from
+	 * again), which the batch and the idle worker wait for with their latch.
+	 */
+	kc->queue = rd_kafka_queue_new(kc->rk);
+	if (pipe(kc->wake_fds) != 0 ||
+		fcntl(kc->wake_fds[0], F_SETFL, O_NONBLOCK) != 0 ||
+		fcntl(kc->wake_fds[1], F_SETFL, O_NONBLOCK) != 0 ||
+		fcntl(kc->wake_fds[0], F_SETFD, FD_CLOEXEC) != 0 ||
+		fcntl(kc->wake_fds[1], F_SETFD, FD_CLOEXEC) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create a pipe for the Kafka client of source \"%s\": %m",
+						kc->source)));
+	rd_kafka_queue_io_event_enable(kc->queue, kc->wake_fds[1], "1", 1);
+	kc->wait_set = CreateWaitEventSet(kc->cxt, 3);
+	AddWaitEventToSet(kc->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(kc->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	AddWaitEventToSet(kc->wait_set, WL_SOCKET_READABLE, kc->wake_fds[0], NULL, NULL);
 }
 
 static void
@@ -415,6 +515,7 @@ add_partition(KafkaSource *kc, const char *topic, int32 partition)
 	p->partition = partition;
 	p->topic_text = CStringGetTextDatum(topic);
 	p->limit = -1;
+	p->eof = -1;
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *q = lfirst(lc);
@@ -423,12 +524,34 @@ add_partition(KafkaSource *kc, const char *topic, int32 partition)
 			p->rkt = q->rkt;
 	}
 	if (p->rkt == NULL)
-		p->rkt = rd_kafka_topic_new(kc->rk, topic, NULL);
-	if (p->rkt == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not open Kafka topic \"%s\"", topic),
-				 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
+	{
+		/* the handle's opaque finds a message's partition (partition_of) */
+		rd_kafka_topic_conf_t *tconf = rd_kafka_topic_conf_new();
+
+		rd_kafka_topic_conf_set_opaque(tconf, palloc0(sizeof(KafkaTopicMap)));
+		p->rkt = rd_kafka_topic_new(kc->rk, topic, tconf);
+		if (p->rkt == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not open Kafka topic \"%s\"", topic),
+					 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
+	}
+	{
+		KafkaTopicMap *map = rd_kafka_topic_opaque(p->rkt);
+
+		if (partition >= map->nids)
+		{
+			int			n = Max(partition + 1, map->nids * 2);
+
+			KafkaPartition **by_id = palloc0(sizeof(KafkaPartition *) * n);
+
+			if (map->nids > 0)
+				memcpy(by_id, map->by_id, sizeof(KafkaPartition *) * map->nids);
+			map->by_id = by_id;
+			map->nids = n;
+		}
+		map->by_id[partition] = p;
+	}
 	kc->partitions = lappend(kc->partitions, p);
 	list_sort(kc->partitions, partition_cmp);
 	MemoryContextSwitchTo(oldcxt);
@@ -798,7 +921,10 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	resetStringInfo(&kc->data_loss);
 	resetStringInfo(&kc->problem);
 	if (kc->rk)
+	{
 		rd_kafka_poll(kc->rk, 0);
+		resume_partitions(kc);	/* left paused by a batch that failed */
+	}
 	rd_kafka_poll(kc->meta, 0);
 	refresh_partitions(kc);
 
@@ -926,6 +1052,13 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 		total = capped;
 	}
 
+	/*
+	 * every partition with a position is consumed from it now, so that
+	 * librdkafka fetches while the batch gets ready, and between batches
+	 */
+	foreach(lc, kc->partitions)
+		position_partition(kc, lfirst(lc));
+
 	/* min_offsets_per_trigger: wait for enough records, but not past max_trigger_delay */
 	if (kc->min_offsets_per_trigger > 0 && total < kc->min_offsets_per_trigger &&
 		!TimestampDifferenceExceeds(last_trigger, GetCurrentTimestamp(),
@@ -942,34 +1075,127 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	return total;
 }
 
-/* Keep messages fetched past the batch's end for the next batch. */
-static void
-stash_rest(KafkaPartition *p, rd_kafka_message_t **msgs, int from, int n)
+/* The partition a message belongs to (NULL: none that the source reads). */
+static KafkaPartition *
+partition_of(const rd_kafka_message_t *m)
 {
-	int			keep = n - from;
+	KafkaTopicMap *map = m->rkt ? rd_kafka_topic_opaque(m->rkt) : NULL;
 
-	Assert(p->nheld == p->held_next);
-	if (p->held)
-		free(p->held);
-	p->held = malloc(sizeof(rd_kafka_message_t *) * keep);
-	if (p->held == NULL)
-		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
-	memcpy(p->held, msgs + from, sizeof(rd_kafka_message_t *) * keep);
-	p->nheld = keep;
-	p->held_next = 0;
+	if (map == NULL || m->partition < 0 || m->partition >= map->nids)
+		return NULL;
+	return map->by_id[m->partition];
+}
+
+static int64
+message_bytes(const rd_kafka_message_t *m)
+{
+	return (int64) m->len + (int64) m->key_len;
+}
+
+/* Keep a popped message in p's held list (for later in the batch, or the next). */
+static void
+hold_message(KafkaSource *kc, KafkaPartition *p, rd_kafka_message_t *m)
+{
+	if (p->held_next == p->nheld)
+		p->held_next = p->nheld = 0;
+	if (p->nheld == p->held_cap)
+	{
+		if (p->held_next > 0)
+		{
+			memmove(p->held, p->held + p->held_next,
+					sizeof(rd_kafka_message_t *) * (p->nheld - p->held_next));
+			p->nheld -= p->held_next;
+			p->held_next = 0;
+		}
+		else
+		{
+			int			cap = Max(64, p->held_cap * 2);
+			rd_kafka_message_t **held = realloc(p->held, sizeof(rd_kafka_message_t *) * cap);
+
+			if (held == NULL)
+			{
+				rd_kafka_message_destroy(m);
+				ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+			}
+			p->held = held;
+			p->held_cap = cap;
+		}
+	}
+	p->held[p->nheld++] = m;
+	p->consumed = true;
+	p->held_bytes += message_bytes(m);
+	kc->held_bytes += message_bytes(m);
+}
+
+/* Take p's first held message out of its list. */
+static rd_kafka_message_t *
+unhold_message(KafkaSource *kc, KafkaPartition *p)
+{
+	rd_kafka_message_t *m = p->held[p->held_next++];
+
+	p->held_bytes -= message_bytes(m);
+	kc->held_bytes -= message_bytes(m);
+	return m;
+}
+
+static bool
+has_held(KafkaPartition *p)
+{
+	return p->held_next < p->nheld;
+}
+
+/* Pause (or resume) the given partitions' fetching. */
+static void
+pause_partitions(KafkaSource *kc, List *parts, bool pause)
+{
+	rd_kafka_topic_partition_list_t *list;
+	ListCell   *lc;
+
+	if (parts == NIL)
+		return;
+	list = rd_kafka_topic_partition_list_new(list_length(parts));
+	foreach(lc, parts)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		rd_kafka_topic_partition_list_add(list, p->topic, p->partition);
+		p->paused = pause;
+	}
+	if (pause)
+		(void) rd_kafka_pause_partitions(kc->rk, list);
+	else
+		(void) rd_kafka_resume_partitions(kc->rk, list);
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* Every paused partition fetches again (it goes on after what it handed out). */
+static void
+resume_partitions(KafkaSource *kc)
+{
+	List	   *parts = NIL;
+	ListCell   *lc;
+
+	foreach(lc, kc->partitions)
+		if (((KafkaPartition *) lfirst(lc))->paused)
+			parts = lappend(parts, lfirst(lc));
+	pause_partitions(kc, parts, false);
+	list_free(parts);
 }
 
 /*
- * Make the local queue of a partition deliver from its batch start, so that
- * every partition of the batch fetches in the background from the beginning.
+ * Make the shared queue deliver p's messages from its next start, so that
+ * librdkafka fetches ahead for it: every partition with a position is
+ * consumed, those without records now too (the idle worker wakes when
+ * records arrive).  A partition whose local consumption is anywhere else
+ * (first batch, a rolled-back batch) is restarted there.
  */
 static void
-position_partition(KafkaPartition *p)
+position_partition(KafkaSource *kc, KafkaPartition *p)
 {
-	if (p->end <= p->start || (p->started && p->pos == p->start))
+	if (p->held_back || (p->started && p->pos == p->start))
 		return;
-	kafka_release_partition(p);
-	if (rd_kafka_consume_start(p->rkt, p->partition, p->start) != 0)
+	kafka_release_partition(kc, p);
+	if (rd_kafka_consume_start_queue(p->rkt, p->partition, p->start, kc->queue) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("could not start consuming Kafka topic \"%s\" partition %d",
@@ -977,101 +1203,234 @@ position_partition(KafkaPartition *p)
 				 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
 	p->started = true;
 	p->pos = p->start;
+	p->next = p->start;
+}
+
+/* Is p still to read in this batch? */
+static bool
+reading(KafkaPartition *p)
+{
+	return p->next < p->end;
 }
 
 /*
- * Take up to FETCH_CHUNK messages of the batch from one partition: held ones
- * first, then what its local queue has (waiting at most timeout_ms).  Moves
- * p->next on; returns how many messages were put in msgs.
+ * One message popped from the shared queue: held by its partition when the
+ * partition may still need it (in a batch: at or after the next offset to
+ * hand out, or the batch's end for a partition done with it; between
+ * batches: at or after where its consumption stands), else destroyed (a
+ * stale partition, handed out already); an end-of-partition event only
+ * moves the partition's next offset on.  fetching: a batch reads, and an
+ * error of a partition it reads is the batch's; otherwise (the idle worker)
+ * it makes that partition start again at the next plan.
  */
-static int
-take_messages(KafkaSource *kc, KafkaPartition *p, rd_kafka_message_t **msgs,
-			  int timeout_ms)
+static void
+route_message(KafkaSource *kc, rd_kafka_message_t *m, bool fetching)
 {
-	rd_kafka_message_t *got[FETCH_CHUNK];
-	int			n = 0;
-	ssize_t		ngot;
+	KafkaPartition *p = partition_of(m);
 
-	while (p->held_next < p->nheld && n < FETCH_CHUNK &&
-		   p->held[p->held_next]->offset < p->end)
+	if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
-		msgs[n] = p->held[p->held_next++];
-		p->next = msgs[n]->offset + 1;
-		n++;
-	}
-	if (n > 0)
-		return n;
-	if (p->held_next < p->nheld)
-	{
-		/* the held messages are all past the end: a gap (compaction, markers) */
-		p->next = p->end;
-		return 0;
-	}
+		rd_kafka_resp_err_t err = m->err;
+		int64		offset = m->offset;
 
-	/*
-	 * consume_batch waits until it has all it asked for: when waiting, ask
-	 * for one message, which returns as soon as anything arrives.
-	 */
-	ngot = rd_kafka_consume_batch(p->rkt, p->partition, timeout_ms, got,
-								  timeout_ms > 0 ? 1 : Min(FETCH_CHUNK, p->end - p->next));
-	if (ngot < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not fetch from Kafka topic \"%s\" partition %d",
-						p->topic, p->partition),
-				 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
-	for (int i = 0; i < ngot; i++)
-	{
-		rd_kafka_message_t *m = got[i];
-
-		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
-		{
-			p->next = Max(p->next, m->offset);
-			rd_kafka_message_destroy(m);
-		}
-		else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		{
-			rd_kafka_resp_err_t err = m->err;
-
+		if (err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 			strlcpy(kc->error, rd_kafka_message_errstr(m), sizeof(kc->error));
-			rd_kafka_message_destroy(m);
-			if (err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
-				err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE)
-			{
-				for (int j = i + 1; j < ngot; j++)
-					rd_kafka_message_destroy(got[j]);
-				for (int j = 0; j < n; j++)
-					rd_kafka_message_destroy(msgs[j]);
+		rd_kafka_message_destroy(m);
+		if (p == NULL || !p->started)
+			return;
+		if (err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		{
+			/* everything of p before offset has been popped */
+			p->eof = Max(p->eof, offset);
+			if (fetching && reading(p) && !has_held(p))
+				p->next = Max(p->next, offset);
+		}
+		else if (err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+				 err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE)
+		{
+			if (fetching && reading(p))
 				ereport(ERROR,
 						(errcode(ERRCODE_DATA_CORRUPTED),
 						 errmsg("offset " INT64_FORMAT " of Kafka topic \"%s\" partition %d is out of range",
 								p->next, p->topic, p->partition),
 						 errdetail("%s", kc->error)));
-			}
+			/* not read now: the next plan looks at it (data loss) and starts it again */
+			p->pos = -1;
 		}
-		else if (m->offset < p->next)
-			rd_kafka_message_destroy(m);	/* already handed out */
-		else if (m->offset >= p->end)
-		{
-			stash_rest(p, got, i, ngot);
-			break;
-		}
-		else
-		{
-			msgs[n++] = m;
-			p->next = m->offset + 1;
-		}
+		return;
 	}
-	return n;
+	if (p == NULL || !p->started)
+		rd_kafka_message_destroy(m);
+	else if (fetching ? m->offset >= (reading(p) ? p->next : p->end) :
+			 p->pos >= 0 && m->offset >= p->pos)
+		hold_message(kc, p, m);
+	else
+		rd_kafka_message_destroy(m);
 }
 
 /*
- * Give a chunk of messages of partition p to fn, as StmRecord; the
+ * librdkafka 2.0.2 stops fetching for a partition whose queue reached
+ * queued.max.messages.kbytes and decides again only when its broker thread
+ * wakes: for a response, an operation, or 1 s later (2.1 added
+ * fetch.queue.backoff.ms for this).  Once the queue has been emptied, an
+ * operation wakes it: the pause and resume of a partition that has handed
+ * out messages (librdkafka then fetches it on after its last message
+ * popped; a partition that has not may not be paused, its queued messages
+ * would be skipped).
+ */
+static void
+wake_fetcher(KafkaSource *kc)
+{
+	ListCell   *lc;
+
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		if (p->started && !p->paused && p->consumed)
+		{
+			List	   *one = list_make1(p);
+
+			pause_partitions(kc, one, true);
+			pause_partitions(kc, one, false);
+			list_free(one);
+			return;
+		}
+	}
+}
+
+/*
+ * Pop all the shared queue has, without waiting, into the partitions' held
+ * lists; returns how many messages were popped.  Popped at once, the queue
+ * stays short of librdkafka's own bound, whose pause would last until its
+ * broker thread next wakes (up to 1 s in librdkafka 2.0.2); what is held
+ * is bounded by flow_control instead.
+ */
+static int
+pop_messages(KafkaSource *kc, bool fetching)
+{
+	rd_kafka_message_t *got[FETCH_CHUNK];
+	int			total = 0;
+	int64		bytes = 0;
+
+	for (;;)
+	{
+		ssize_t		ngot = rd_kafka_consume_batch_queue(kc->queue, 0, got, FETCH_CHUNK);
+
+		if (ngot < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not fetch from Kafka for source \"%s\"", kc->source),
+					 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
+		for (int i = 0; i < ngot; i++)
+		{
+			bytes += message_bytes(got[i]);
+			PG_TRY();
+			{
+				route_message(kc, got[i], fetching);
+			}
+			PG_CATCH();
+			{
+				for (int j = i + 1; j < ngot; j++)
+					rd_kafka_message_destroy(got[j]);
+				PG_RE_THROW();
+			}
+			PG_END_TRY();
+		}
+		total += (int) ngot;
+		if (ngot < FETCH_CHUNK)
+			break;
+	}
+	/* the queue was close to librdkafka's bound: it may have stopped fetching */
+	if (bytes >= kc->queue_bytes / 2)
+		wake_fetcher(kc);
+	return total;
+}
+
+/*
+ * Keep the held messages within their share of batch_memory: past it,
+ * the partitions that hold messages are paused (those done with the batch
+ * first; librdkafka drops what it queued for them and, when they resume,
+ * fetches on after what was popped); a paused partition resumes when the
+ * batch needs it (it reads and holds nothing) or once the held messages
+ * are down to half their share.  Resuming is an operation for librdkafka's
+ * broker thread, which wakes it at once.
+ */
+static void
+flow_control(KafkaSource *kc)
+{
+	List	   *pause = NIL;
+	List	   *resume = NIL;
+	ListCell   *lc;
+
+	if (kc->held_bytes > kc->held_cap_bytes)
+	{
+		/* what partitions still fetching hold: what can grow */
+		int64		growing = 0;
+
+		foreach(lc, kc->partitions)
+			if (!((KafkaPartition *) lfirst(lc))->paused)
+				growing += ((KafkaPartition *) lfirst(lc))->held_bytes;
+		for (int pass = 0; pass < 2 && growing > kc->held_cap_bytes / 2; pass++)
+			foreach(lc, kc->partitions)
+			{
+				KafkaPartition *p = lfirst(lc);
+
+				if (p->started && !p->paused && has_held(p) && reading(p) == (pass == 1))
+				{
+					pause = lappend(pause, p);
+					growing -= p->held_bytes;
+				}
+			}
+	}
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		if (p->paused && ((reading(p) && !has_held(p)) ||
+						  kc->held_bytes <= kc->held_cap_bytes / 2))
+			resume = lappend(resume, p);
+	}
+	pause_partitions(kc, pause, true);
+	pause_partitions(kc, resume, false);
+	list_free(pause);
+	list_free(resume);
+}
+
+/* Read the queue's wake-up bytes (the pipe is non-blocking). */
+static void
+drain_wakeups(KafkaSource *kc)
+{
+	char		buf[64];
+
+	while (read(kc->wake_fds[0], buf, sizeof(buf)) > 0)
+		;
+}
+
+/*
+ * Sleep until the shared queue may have messages (its pipe), the latch is
+ * set, or timeout_ms pass; then serve librdkafka's callbacks.
+ */
+static void
+wait_for_queue(KafkaSource *kc, long timeout_ms)
+{
+	WaitEvent	events[3];
+	int			n;
+
+	n = WaitEventSetWait(kc->wait_set, timeout_ms, events, lengthof(events), PG_WAIT_EXTENSION);
+	for (int i = 0; i < n; i++)
+		if (events[i].events & WL_LATCH_SET)
+			ResetLatch(MyLatch);
+	drain_wakeups(kc);
+	rd_kafka_poll(kc->rk, 0);
+}
+
+/*
+ * Give a chunk of messages (of any partitions) to fn, as StmRecord; the
  * messages are destroyed after, also on error.
  */
 static void
-hand_over(KafkaSource *kc, StmChunkFn fn, void *arg, KafkaPartition *p,
-		  rd_kafka_message_t **msgs, int n)
+hand_over(KafkaSource *kc, StmChunkFn fn, void *arg, rd_kafka_message_t **msgs, int n)
 {
 	for (int i = 0; i < n; i++)
 	{
@@ -1079,7 +1438,6 @@ hand_over(KafkaSource *kc, StmChunkFn fn, void *arg, KafkaPartition *p,
 		kc->records[i].len = (int) msgs[i]->len;
 		kc->records[i].opaque = msgs[i];
 	}
-	kc->current = p;
 	PG_TRY();
 	{
 		fn(arg, kc->records, n);
@@ -1088,30 +1446,68 @@ hand_over(KafkaSource *kc, StmChunkFn fn, void *arg, KafkaPartition *p,
 	{
 		for (int i = 0; i < n; i++)
 			rd_kafka_message_destroy(msgs[i]);
-		kc->current = NULL;
 	}
 	PG_END_TRY();
 }
 
 /*
- * Read [start, end) of every partition of the batch, handing chunks of
- * messages to fn.  Partitions are served round-robin from what their local
- * queues hold, so parsing one partition overlaps fetching the others.
- * Messages are destroyed after fn returns (also when it raises an error).
+ * The held messages of partitions still reading, as far as they go (they
+ * come before anything of theirs still queued), into msgs; returns how many.
  */
-static void
-kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
+static int
+take_held(KafkaSource *kc, rd_kafka_message_t **msgs)
 {
-	KafkaSource *kc = (KafkaSource *) src;
-	rd_kafka_message_t *msgs[FETCH_CHUNK];
-	int			waited_ms = 0;
+	int			n = 0;
 	ListCell   *lc;
 
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
 
-		position_partition(p);
+		while (reading(p) && has_held(p) && n < FETCH_CHUNK)
+		{
+			rd_kafka_message_t *m = p->held[p->held_next];
+
+			if (m->offset >= p->end)
+				p->next = p->end;	/* a gap up to the end */
+			else if (m->offset < p->next)
+				rd_kafka_message_destroy(unhold_message(kc, p));
+			else
+			{
+				msgs[n++] = unhold_message(kc, p);
+				p->next = m->offset + 1;
+			}
+		}
+		/* an end-of-partition event after everything held */
+		if (reading(p) && !has_held(p) && p->eof >= 0)
+			p->next = Max(p->next, p->eof);
+		if (n == FETCH_CHUNK)
+			break;
+	}
+	return n;
+}
+
+/*
+ * Read [start, end) of every partition of the batch, handing chunks of
+ * messages to fn as they come from the shared queue (parsing overlaps
+ * librdkafka's fetching of the rest).  Messages are destroyed after fn
+ * returns (also when it raises an error).  When the queue is empty the batch
+ * sleeps on its pipe and latch; a partition that gives nothing for
+ * streaming.kafka_timeout fails the batch.
+ */
+static void
+kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+	rd_kafka_message_t *msgs[FETCH_CHUNK];
+	TimestampTz progress_at = GetCurrentTimestamp();
+	ListCell   *lc;
+
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		position_partition(kc, p);
 		p->next = p->start;
 		/* until the batch ends, the local queue is not where the catalog says */
 		if (p->end > p->start)
@@ -1120,61 +1516,41 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 
 	for (;;)
 	{
-		bool		pending = false;
-		bool		progress = false;
 		KafkaPartition *waiting_on = NULL;
+		int			n;
+		int			popped;
 
 		stm_check_for_interrupts();
+		popped = pop_messages(kc, true);
+		n = take_held(kc, msgs);
+		flow_control(kc);
+		if (n > 0)
+		{
+			hand_over(kc, fn, arg, msgs, n);
+			progress_at = GetCurrentTimestamp();
+		}
 		foreach(lc, kc->partitions)
-		{
-			KafkaPartition *p = lfirst(lc);
-			int			n;
-
-			if (p->next >= p->end)
-				continue;
-			n = take_messages(kc, p, msgs, 0);
-			if (n == 0)
+			if (reading(lfirst(lc)))
 			{
-				if (p->next < p->end)
-				{
-					pending = true;
-					waiting_on = waiting_on ? waiting_on : p;
-				}
-				continue;
+				waiting_on = lfirst(lc);
+				break;
 			}
-			progress = true;
-			hand_over(kc, fn, arg, p, msgs, n);
-			if (p->next < p->end)
-				pending = true;
-		}
-		if (!pending)
+		if (waiting_on == NULL)
 			break;
-		if (progress)
-		{
-			waited_ms = 0;
+		if (n > 0 || popped > 0)
 			continue;
-		}
 
-		/* nothing anywhere: block briefly on one partition, serve callbacks */
-		rd_kafka_poll(kc->rk, 0);
-		{
-			int			n = take_messages(kc, waiting_on, msgs, FETCH_POLL_MS);
-
-			if (n > 0)
-			{
-				waited_ms = 0;
-				hand_over(kc, fn, arg, waiting_on, msgs, n);
-				continue;
-			}
-		}
-		waited_ms += FETCH_POLL_MS;
-		if (waited_ms >= stm_guc_kafka_timeout_ms)
+		/* nothing queued: sleep until librdkafka queues something */
+		if (TimestampDifferenceExceeds(progress_at, GetCurrentTimestamp(), stm_guc_kafka_timeout_ms))
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("timed out fetching from Kafka topic \"%s\" partition %d at offset " INT64_FORMAT,
 							waiting_on->topic, waiting_on->partition, waiting_on->next),
 					 kc->error[0] ? errdetail("%s", kc->error) : 0));
+		wait_for_queue(kc, STM_KAFKA_SLICE_MS);
 	}
+	/* what is held now is within its share: fetch ahead for the next batch */
+	resume_partitions(kc);
 
 	foreach(lc, kc->partitions)
 	{
@@ -1183,6 +1559,43 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		if (p->end > p->start)
 			p->pos = p->end;
 	}
+}
+
+/*
+ * The idle worker's wake-up (source.h: wait_fd): the shared queue's pipe.
+ * Not with min_offsets_per_trigger, whose plans wait for enough records:
+ * such a stream looks again every streaming.naptime.
+ */
+static int
+kafka_wait_fd(StmSource *src)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+
+	if (kc->rk == NULL || kc->min_offsets_per_trigger > 0)
+		return -1;
+	return kc->wake_fds[0];
+}
+
+/*
+ * Have records arrived since the last plan (source.h: ready)?  Pops what
+ * the shared queue has, up to a chunk, into the partitions' held lists:
+ * true when that was a record (end-of-partition events are not), so the
+ * worker plans again at once; false when it may sleep on the pipe (which
+ * librdkafka writes to again once a message is queued).
+ */
+static bool
+kafka_ready(StmSource *src)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+	int64		held_before = kc->held_bytes;
+
+	if (kc->rk == NULL)
+		return false;
+	drain_wakeups(kc);
+	rd_kafka_poll(kc->rk, 0);
+	(void) pop_messages(kc, false);
+	flow_control(kc);
+	return kc->held_bytes > held_before;
 }
 
 /* Has the stream a position in p?  Not when it was held back before it was ever stored. */
@@ -1326,7 +1739,7 @@ kafka_fill_metadata(StmSource *src, StmRecord *rec, Datum *values, bool *nulls)
 	rd_kafka_timestamp_type_t tstype;
 	int64_t		ts = rd_kafka_message_timestamp(msg, &tstype);
 
-	values[0] = kc->current->topic_text;
+	values[0] = partition_of(msg)->topic_text;
 	nulls[0] = false;
 	values[1] = Int32GetDatum(msg->partition);
 	nulls[1] = false;
@@ -1590,6 +2003,8 @@ const StmSourceRoutine stm_kafka_source = {
 	.available = kafka_available,
 	.reached = kafka_reached,
 	.after_commit = NULL,
+	.wait_fd = kafka_wait_fd,
+	.ready = kafka_ready,
 	.close = kafka_close
 };
 

@@ -6,7 +6,8 @@
  * owner (stm_batch_run).  It takes the stream's lock for its whole life (so
  * run_batch refuses meanwhile), and loops: one batch per transaction, then
  * sleep on its latch until the trigger is due or, when the source had
- * nothing, for streaming.naptime.
+ * nothing, until the source says records arrived (its wake-up descriptor,
+ * source.h), at most streaming.naptime.
  *
  * Failures: a batch that raises an error is rolled back and its error
  * recorded in the stream's row.  Connection errors (class 08: the broker is
@@ -552,6 +553,17 @@ streaming_worker_main(Datum main_arg)
 		if (batch_id >= 0)
 			wait_ms = def->trigger_interval_ms -
 				(GetCurrentTimestamp() - batch_start) / 1000;
+
+		/*
+		 * nothing to read: sleep until the source has records (its
+		 * wake-up), at most naptime, unless the sink retries later than that
+		 */
+		if (batch_id < 0 && deliver_wait <= wait_ms)
+		{
+			if (!ShutdownRequestPending)
+				stm_runtime_wait(rt, wait_ms);
+			continue;
+		}
 		sleep_ms(Max(wait_ms, deliver_wait));
 	}
 
