@@ -442,10 +442,34 @@ outbox_count(int32 stream_id)
 	return n;
 }
 
+/*
+ * The stream's rows in the outbox, up to limit, by its primary key in a
+ * fresh snapshot: a count(*) would read the whole table, dead rows of
+ * delivered batches too, while process_available polls.
+ */
 static int64
-kafka_sink_pending(int32 stream_id)
+kafka_sink_pending(int32 stream_id, int64 limit)
 {
-	return outbox_count(stream_id);
+	Relation	rel = table_open(get_relname_relid("outbox", get_namespace_oid("streaming", false)),
+								 AccessShareLock);
+	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	ScanKeyData key;
+	IndexScanDesc scan;
+	int64		n = 0;
+
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stream_id));
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (n < limit && index_getnext_slot(scan, ForwardScanDirection, slot))
+		n++;
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return n;
 }
 
 /* drop_stream: what is left of the stream's messages goes. */
