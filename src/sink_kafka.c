@@ -20,7 +20,8 @@
  * window and group columns in update and complete mode, none in append
  * mode); the value as format says: json (row_to_json of the output row:
  * PostgreSQL's own JSON, numbers and booleans as such, timestamps in ISO
- * 8601 with their offset, NULL as null), csv (quoted as COPY quotes), text
+ * 8601 with their offset, NULL as null; the same bytes written directly
+ * for rows of built-in scalar types, fast_row_json), csv (quoted as COPY quotes), text
  * (the one column besides the key, in its text form) or bytes (that column,
  * a bytea); delete_key (a session merged away) is a tombstone, a NULL
  * value on the key.
@@ -50,9 +51,11 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/jsonapi.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -61,6 +64,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgroids.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -191,6 +195,27 @@ typedef struct KafkaSink
 	char		error_msg[STATUS_LEN];
 } KafkaSink;
 
+/*
+ * A column of a json value, as row_to_json writes it (json.c's categories
+ * of built-in types); a row with another type goes through row_to_json.
+ */
+typedef enum JsonColKind
+{
+	JCOL_INT,					/* int2, int4, int8: always a valid number */
+	JCOL_NUMBER,				/* float4, float8, numeric: quoted if not a JSON number */
+	JCOL_BOOL,
+	JCOL_DATETIME,				/* date, timestamp, timestamptz: ISO 8601, quoted */
+	JCOL_JSON,					/* json, jsonb: as they are */
+	JCOL_STRING					/* anything else built in: its text, escaped */
+} JsonColKind;
+
+typedef struct JsonCol
+{
+	JsonColKind kind;
+	Oid			typid;			/* the base type */
+	char	   *prefix;			/* {"name": or ,"name": */
+} JsonCol;
+
 /* One batch's writer. */
 typedef struct KafkaSinkBatch
 {
@@ -204,6 +229,8 @@ typedef struct KafkaSinkBatch
 	int		   *key_att;
 	int			value_att;		/* text, bytes: the value's column */
 	TupleDesc	row_desc;		/* json: the output row, blessed */
+	JsonCol    *json_cols;		/* json: how each column is written; NULL: row_to_json */
+	StringInfoData json_buf;	/* json: the value being encoded (a bytea) */
 	TupleDesc	key_desc;		/* several key columns: them, blessed */
 	FmgrInfo   *out_funcs;		/* per output: its type's output function */
 	Datum		stream_name;	/* for the headers */
@@ -486,6 +513,7 @@ kafka_sink_discard(int32 stream_id)
 /* ---- batches ------------------------------------------------------------ */
 
 static void destroy_producer(KafkaSink *ks);
+static JsonCol *json_columns(TupleDesc desc);
 
 static void
 kafka_sink_reset_cb(void *arg)
@@ -602,7 +630,11 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 		fmgr_info(func, &kb->out_funcs[i]);
 	}
 	if (ks->format == SINK_JSON)
+	{
 		kb->row_desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		kb->json_cols = json_columns(desc);
+		initStringInfo(&kb->json_buf);
+	}
 	if (kb->nkey > 1)
 	{
 		TupleDesc	kd = CreateTemplateTupleDesc(kb->nkey);
@@ -641,6 +673,135 @@ column_bytes(KafkaSinkBatch *kb, int att, Datum value)
 	/* text and bytea are the same varlena: the bytes of the text form */
 	s = OutputFunctionCall(&kb->out_funcs[att], value);
 	return PointerGetDatum(cstring_to_text(s));
+}
+
+/*
+ * How row_to_json writes each column (json_categorize_type), for rows of
+ * built-in scalar types only: it looks each column's type up again in
+ * every row, which costs more than the rest of the message.  NULL when a
+ * column is of another kind (arrays, composites, domains' casts to json,
+ * user types): such rows go through row_to_json itself.
+ */
+static JsonCol *
+json_columns(TupleDesc desc)
+{
+	JsonCol    *cols = palloc0(sizeof(JsonCol) * Max(desc->natts, 1));
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Oid			typid = getBaseType(att->atttypid);
+		StringInfoData name;
+
+		if (att->attisdropped || typid >= FirstNormalObjectId ||
+			OidIsValid(get_element_type(typid)) || type_is_rowtype(typid) ||
+			typid == ANYARRAYOID || typid == ANYCOMPATIBLEARRAYOID)
+		{
+			pfree(cols);
+			return NULL;
+		}
+		switch (typid)
+		{
+			case INT2OID:
+			case INT4OID:
+			case INT8OID:
+				cols[i].kind = JCOL_INT;
+				break;
+			case FLOAT4OID:
+			case FLOAT8OID:
+			case NUMERICOID:
+				cols[i].kind = JCOL_NUMBER;
+				break;
+			case BOOLOID:
+				cols[i].kind = JCOL_BOOL;
+				break;
+			case DATEOID:
+			case TIMESTAMPOID:
+			case TIMESTAMPTZOID:
+				cols[i].kind = JCOL_DATETIME;
+				break;
+			case JSONOID:
+			case JSONBOID:
+				cols[i].kind = JCOL_JSON;
+				break;
+			default:
+				cols[i].kind = JCOL_STRING;
+		}
+		cols[i].typid = typid;
+		initStringInfo(&name);
+		appendStringInfoChar(&name, i == 0 ? '{' : ',');
+		escape_json(&name, NameStr(att->attname));
+		appendStringInfoChar(&name, ':');
+		cols[i].prefix = name.data;
+	}
+	return cols;
+}
+
+/*
+ * The row as row_to_json writes it (same bytes), from json_columns: a
+ * bytea in kb->json_buf, valid until the next row.
+ */
+static Datum
+fast_row_json(KafkaSinkBatch *kb, Datum *values, bool *nulls)
+{
+	StringInfo	buf = &kb->json_buf;
+	int			natts = kb->base.output->desc->natts;
+
+	resetStringInfo(buf);
+	appendStringInfoSpaces(buf, VARHDRSZ);
+	for (int i = 0; i < natts; i++)
+	{
+		JsonCol    *c = &kb->json_cols[i];
+		char		num[MAXINT8LEN + 1];
+		char		dt[MAXDATELEN + 1];
+		char	   *s;
+
+		appendStringInfoString(buf, c->prefix);
+		if (nulls[i])
+		{
+			appendStringInfoString(buf, "null");
+			continue;
+		}
+		switch (c->kind)
+		{
+			case JCOL_INT:
+				if (c->typid == INT8OID)
+					pg_lltoa(DatumGetInt64(values[i]), num);
+				else if (c->typid == INT4OID)
+					pg_ltoa(DatumGetInt32(values[i]), num);
+				else
+					pg_ltoa((int32) DatumGetInt16(values[i]), num);
+				appendStringInfoString(buf, num);
+				break;
+			case JCOL_NUMBER:
+				s = OutputFunctionCall(&kb->out_funcs[i], values[i]);
+				if (IsValidJsonNumber(s, strlen(s)))
+					appendStringInfoString(buf, s);
+				else
+					escape_json(buf, s);
+				break;
+			case JCOL_BOOL:
+				appendStringInfoString(buf, DatumGetBool(values[i]) ? "true" : "false");
+				break;
+			case JCOL_DATETIME:
+				JsonEncodeDateTime(dt, values[i], c->typid, NULL);
+				appendStringInfoChar(buf, '"');
+				appendStringInfoString(buf, dt);
+				appendStringInfoChar(buf, '"');
+				break;
+			case JCOL_JSON:
+				appendStringInfoString(buf, OutputFunctionCall(&kb->out_funcs[i], values[i]));
+				break;
+			case JCOL_STRING:
+				escape_json(buf, OutputFunctionCall(&kb->out_funcs[i], values[i]));
+				break;
+		}
+	}
+	appendStringInfoChar(buf, natts == 0 ? '{' : '}');
+	if (natts == 0)
+		appendStringInfoChar(buf, '}');
+	SET_VARSIZE(buf->data, buf->len);
+	return PointerGetDatum(buf->data);
 }
 
 /* row_to_json of a row of a blessed descriptor: PostgreSQL's own JSON. */
@@ -722,6 +883,8 @@ encode_value(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool *isnull)
 	switch (ks->format)
 	{
 		case SINK_JSON:
+			if (kb->json_cols)
+				return fast_row_json(kb, values, nulls);
 			return row_json(kb->row_desc, values, nulls);
 		case SINK_CSV:
 			return csv_line(kb, values, nulls);
@@ -738,36 +901,39 @@ encode_value(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool *isnull)
 }
 
 static void
-push_header(JsonbParseState **state, const char *name, const char *value)
+set_pair(JsonbPair *p, const char *name, const char *value, int order)
 {
-	JsonbValue	v;
-
-	v.type = jbvString;
-	v.val.string.val = (char *) name;
-	v.val.string.len = strlen(name);
-	(void) pushJsonbValue(state, WJB_KEY, &v);
-	v.val.string.val = (char *) value;
-	v.val.string.len = strlen(value);
-	(void) pushJsonbValue(state, WJB_VALUE, &v);
+	p->key.type = jbvString;
+	p->key.val.string.val = (char *) name;
+	p->key.val.string.len = strlen(name);
+	p->value.type = jbvString;
+	p->value.val.string.val = (char *) value;
+	p->value.val.string.len = strlen(value);
+	p->order = order;
 }
 
-/* {"streaming-stream": ..., "streaming-batch-id": ..., "streaming-seq": ...} */
+/*
+ * {"streaming-stream": ..., "streaming-batch-id": ..., "streaming-seq": ...},
+ * made from a JsonbValue directly: its keys in jsonb's order (shorter
+ * first), so nothing needs sorting.
+ */
 static Datum
 headers_jsonb(const char *stream, int64 batch_id, int64 seq)
 {
-	JsonbParseState *state = NULL;
-	JsonbValue *res;
-	char		b[32];
-	char		s[32];
+	JsonbValue	obj;
+	JsonbPair	pairs[3];
+	char		b[MAXINT8LEN + 1];
+	char		s[MAXINT8LEN + 1];
 
-	snprintf(b, sizeof(b), INT64_FORMAT, batch_id);
-	snprintf(s, sizeof(s), INT64_FORMAT, seq);
-	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	push_header(&state, "streaming-stream", stream);
-	push_header(&state, "streaming-batch-id", b);
-	push_header(&state, "streaming-seq", s);
-	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
-	return JsonbPGetDatum(JsonbValueToJsonb(res));
+	pg_lltoa(batch_id, b);
+	pg_lltoa(seq, s);
+	set_pair(&pairs[0], "streaming-seq", s, 2);
+	set_pair(&pairs[1], "streaming-stream", stream, 0);
+	set_pair(&pairs[2], "streaming-batch-id", b, 1);
+	obj.type = jbvObject;
+	obj.val.object.nPairs = 3;
+	obj.val.object.pairs = pairs;
+	return JsonbPGetDatum(JsonbValueToJsonb(&obj));
 }
 
 /*
@@ -817,10 +983,17 @@ stage_message(KafkaSink *ks, int64 seq, bytea *key, bytea *value)
 	}
 	m = &ks->stage[ks->nstage++];
 	m->seq = seq;
-	m->key = key ? pnstrdup(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)) : NULL;
 	m->keylen = key ? VARSIZE_ANY_EXHDR(key) : 0;
-	m->value = value ? pnstrdup(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value)) : NULL;
 	m->valuelen = value ? VARSIZE_ANY_EXHDR(value) : 0;
+	/* key and value in one chunk */
+	m->key = palloc(Max(len, 1));
+	m->value = value ? m->key + m->keylen : NULL;
+	if (key)
+		memcpy(m->key, VARDATA_ANY(key), m->keylen);
+	else
+		m->key = NULL;
+	if (value)
+		memcpy(m->value, VARDATA_ANY(value), m->valuelen);
 	ks->stage_bytes += len + sizeof(StagedMsg);
 	MemoryContextSwitchTo(old);
 }
