@@ -46,6 +46,8 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
@@ -1155,6 +1157,13 @@ ensure_producer(KafkaSink *ks)
 							  ks->base.owner, STM_KAFKA_PRODUCER);
 	foreach(lc, ks->kafka_options)
 		check_fixed_option(((StmOptionPair *) lfirst(lc))->key);
+
+	/*
+	 * librdkafka mallocs each message and its headers and frees them in
+	 * rd_kafka_poll: with glibc's fastbins every free that merges into a
+	 * large chunk consolidates them again, which cost more than producing.
+	 */
+	mallopt(M_MXFAST, 0);
 
 	conf = stm_kafka_conf_new(ks->bootstrap, ks->error);
 	/* keys to partitions as the Java producer does */
