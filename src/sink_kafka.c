@@ -28,7 +28,8 @@
  *
  * Invariants:
  * - a stream's outbox never holds more than streaming.outbox_max_rows rows:
- *   capacity bounds the batch's input by the room left, and a batch that
+ *   capacity bounds the batch's input by the room left (and half the
+ *   bound, so batches and deliveries overlap), and a batch that
  *   writes more anyway fails (53000 while rows wait: the stream waits and
  *   runs it again after the delivery; 54000 when the outbox was empty: it
  *   can never fit);
@@ -592,7 +593,13 @@ kafka_sink_capacity(StmSink *sink, const char **why)
 						ks->name, ks->outbox_rows, stm_guc_outbox_max_rows);
 		return 0;
 	}
-	return stm_guc_outbox_max_rows - ks->outbox_rows;
+
+	/*
+	 * At most half the outbox: the batch after it finds room while this
+	 * one's messages are still in flight, so it runs as they are sent
+	 * (deliver's busy) instead of waiting for their delivery
+	 */
+	return Min(stm_guc_outbox_max_rows - ks->outbox_rows, Max(stm_guc_outbox_max_rows / 2, 1));
 }
 
 /* The batch's writer: the outbox's, and what encodes the messages. */
