@@ -438,12 +438,13 @@ streaming_worker_main(Datum main_arg)
 			/*
 			 * The batch wrote source_error: waiting when the source gave
 			 * nothing for a reason, or while the sink cannot deliver (the
-			 * batch's progress row cleared what its row showed of that:
-			 * shown again in the same transaction)
+			 * batch's progress row, or an idle batch's source_error,
+			 * cleared what its row showed of that: shown again in the same
+			 * transaction)
 			 */
 			status = batch_id < 0 && rt->problem ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
 			if (sink_problem() != NULL)
-				show_sink_status(stream_id, batch_id >= 0);
+				show_sink_status(stream_id, true);
 			else if (def->status != status)
 				stm_catalog_set_status(stream_id, status, NULL, false, -1);
 			if (batch_id >= 0)
