@@ -37,8 +37,9 @@
  *   producer keeps its order through retries, messages never time out, and
  *   after a failed delivery everything not delivered is produced again from
  *   the outbox's first row;
- * - a row leaves the outbox only once its delivery report said it was
- *   written, or when Kafka refused it as too large: then it goes to
+ * - a row leaves the outbox only once it was written (no failure was
+ *   reported for it and the producer's out queue became empty after it:
+ *   confirm_delivered), or when Kafka refused it as too large: then it goes to
  *   dead_letters with its outbox position, counted in the batch's
  *   num_rejected_rows, and the rest go on;
  * - no call into PostgreSQL from librdkafka's threads: its callbacks run in
@@ -246,6 +247,7 @@ static const char *const fixed_options[] = {
 	"enable.idempotence", "acks", "request.required.acks", "message.timeout.ms",
 	"delivery.timeout.ms", "transactional.id", "enable.gapless.guarantee",
 	"queue.buffering.max.messages", "queue.buffering.max.kbytes",
+	"delivery.report.only.error",
 	NULL
 };
 
@@ -1085,7 +1087,12 @@ kafka_sink_after_commit(StmSink *sink)
 
 /* ---- delivery ----------------------------------------------------------- */
 
-/* librdkafka's delivery report, in rd_kafka_poll on our thread: recorded only. */
+/*
+ * librdkafka's delivery report, in rd_kafka_poll on our thread: recorded
+ * only.  Only failures are reported (delivery.report.only.error): a
+ * delivered message is freed by librdkafka's broker thread, not ours, and
+ * confirm_delivered finds it delivered.
+ */
 static void
 dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
@@ -1105,19 +1112,49 @@ dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 }
 
 /*
+ * Once the producer's out queue is empty (rd_kafka_outq_len counts messages
+ * not yet acknowledged and reports not yet served), every message produced
+ * so far that was not reported as failed was delivered.
+ */
+static void
+confirm_delivered(KafkaSink *ks)
+{
+	ListCell   *lc;
+
+	if (ks->in_flight == 0 || rd_kafka_outq_len(ks->rk) > 0)
+		return;
+	foreach(lc, ks->rounds)
+	{
+		Round	   *r = lfirst(lc);
+
+		for (int i = 0; i < r->n && r->ndone < r->n; i++)
+			if (r->msgs[i].state == MSG_IN_FLIGHT)
+			{
+				r->msgs[i].state = MSG_DELIVERED;
+				r->ndone++;
+			}
+	}
+}
+
+/*
  * The producer goes: what it still holds is purged (its rows stay in the
- * outbox, to be produced again), then it is destroyed.  Messages it never
- * reported count as failed.
+ * outbox, to be produced again), then it is destroyed.  A purged message is
+ * reported as failed; if the purge's reports were all served, the messages
+ * without one were delivered before, else they count as failed too.
  */
 static void
 destroy_producer(KafkaSink *ks)
 {
 	ListCell   *lc;
+	bool		drained;
 
 	if (ks->rk == NULL)
 		return;
 	rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	(void) rd_kafka_flush(ks->rk, 1000);	/* serves the purged messages' reports */
+	/* serves the purged messages' reports */
+	drained = rd_kafka_flush(ks->rk, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR;
+	if (drained)
+		confirm_delivered(ks);
 	rd_kafka_topic_destroy(ks->rkt);
 	rd_kafka_destroy(ks->rk);
 	ks->rk = NULL;
@@ -1166,9 +1203,10 @@ ensure_producer(KafkaSink *ks)
 		check_fixed_option(((StmOptionPair *) lfirst(lc))->key);
 
 	/*
-	 * librdkafka mallocs each message and its headers and frees them in
-	 * rd_kafka_poll: with glibc's fastbins every free that merges into a
-	 * large chunk consolidates them again, which cost more than producing.
+	 * librdkafka mallocs each message and its headers (six chunks) and
+	 * frees them once delivered: with glibc's fastbins every free that
+	 * merges into a large chunk consolidated them again, which cost more
+	 * than producing.
 	 */
 	mallopt(M_MXFAST, 0);
 
@@ -1185,6 +1223,8 @@ ensure_producer(KafkaSink *ks)
 	stm_kafka_conf_set(conf, "acks", "all");
 	/* never given up: an outage only delays a message, in its order */
 	stm_kafka_conf_set(conf, "message.timeout.ms", "0");
+	/* reports of failures only: freeing delivered messages is not our thread's work */
+	stm_kafka_conf_set(conf, "delivery.report.only.error", "true");
 	stm_kafka_conf_set(conf, "queue.buffering.max.messages", psprintf("%d", MAX_IN_FLIGHT));
 	stm_kafka_conf_set(conf, "queue.buffering.max.kbytes", psprintf("%d", stm_guc_batch_memory_kb));
 	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
@@ -1795,6 +1835,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 	int64		delivered = 0;
 	bool		more = true;
 	bool		timed_out = false;
+	bool		earlier = busy && ks->in_flight > 0;	/* messages of earlier calls unconfirmed */
 	MemoryContext old = MemoryContextSwitchTo(ks->cxt);
 
 	if (ks->outbox_rows == 0 && ks->in_flight == 0)
@@ -1836,6 +1877,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 			ks->have_cursor = false;
 			break;
 		}
+		confirm_delivered(ks);
 		delivered += finish_rounds(ks);
 		if (delivered > 0)
 			ks->error[0] = '\0';
@@ -1848,11 +1890,21 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 			ks->topic_ok = false;
 			break;
 		}
-		if (ks->stage_ready)
-			produce_stage(ks);
-		if (!ks->failed && more && ks->in_flight < MAX_IN_FLIGHT &&
-			ks->outbox_rows > ks->in_flight)
-			more = produce_round(ks, ROUND_ROWS);
+		/*
+		 * busy: what earlier calls produced is confirmed first (it had the
+		 * whole batch for that), as only an empty out queue confirms
+		 * anything; then this batch's messages go out and we return
+		 */
+		if (ks->in_flight == 0)
+			earlier = false;
+		if (!earlier)
+		{
+			if (ks->stage_ready)
+				produce_stage(ks);
+			if (!ks->failed && more && ks->in_flight < MAX_IN_FLIGHT &&
+				ks->outbox_rows > ks->in_flight)
+				more = produce_round(ks, ROUND_ROWS);
+		}
 		if (ks->in_flight == 0 && (!more || ks->outbox_rows == 0))
 			break;				/* all delivered */
 		/* all sent, and room for the next batch: its confirmations come later */
