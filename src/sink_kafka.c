@@ -21,8 +21,8 @@
  * mode); the value as format says: json (row_to_json of the output row:
  * PostgreSQL's own JSON, numbers and booleans as such, timestamps in ISO
  * 8601 with their offset, NULL as null; the same bytes written directly
- * for rows of built-in scalar types, fast_row_json), csv (quoted as COPY quotes), text
- * (the one column besides the key, in its text form) or bytes (that column,
+ * for rows of built-in scalar types, fast_row_json), csv (quoted as COPY
+ * quotes), text (the one column besides the key, in its text form) or bytes (that column,
  * a bytea); delete_key (a session merged away) is a tombstone, a NULL
  * value on the key.
  *
@@ -39,8 +39,8 @@
  *   the outbox's first row;
  * - a row leaves the outbox only once it was written (no failure was
  *   reported for it and the producer's out queue became empty after it:
- *   confirm_delivered), or when Kafka refused it as too large: then it goes to
- *   dead_letters with its outbox position, counted in the batch's
+ *   confirm_delivered), or when Kafka refused it as too large: then it goes
+ *   to dead_letters with its outbox position, counted in the batch's
  *   num_rejected_rows, and the rest go on;
  * - no call into PostgreSQL from librdkafka's threads: its callbacks run in
  *   rd_kafka_poll on ours and only record what they are told; the
@@ -690,8 +690,8 @@ column_bytes(KafkaSinkBatch *kb, int att, Datum value)
  * How row_to_json writes each column (json_categorize_type), for rows of
  * built-in scalar types only: it looks each column's type up again in
  * every row, which costs more than the rest of the message.  NULL when a
- * column is of another kind (arrays, composites, domains' casts to json,
- * user types): such rows go through row_to_json itself.
+ * column is of another kind (arrays, composites, user types, which may
+ * have a cast to json): such rows go through row_to_json itself.
  */
 static JsonCol *
 json_columns(TupleDesc desc)
