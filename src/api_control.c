@@ -332,7 +332,7 @@ streaming_process_available(PG_FUNCTION_ARGS)
 					 errmsg("stream \"%s\" was dropped", name)));
 		/* a sink that delivers after the commit has delivered it, too */
 		if (!now->no_data_batch_due && src->routine->reached(src, def->id, available) &&
-			(sink->pending == NULL || sink->pending(def->id) == 0))
+			(sink->pending == NULL || sink->pending(def->id, 1) == 0))
 			break;
 		if (now->status == STM_STATUS_FAILED)
 			ereport(ERROR,

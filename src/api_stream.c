@@ -449,7 +449,7 @@ stm_api_drop_stream(StmStreamDef *def, bool drop_sink, bool force)
 	routine = stm_sink_routine_of_stream(def);
 	if (routine->pending && !force)
 	{
-		int64		pending = routine->pending(def->id);
+		int64		pending = routine->pending(def->id, PG_INT64_MAX);
 
 		if (pending > 0)
 			ereport(ERROR,

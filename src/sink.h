@@ -157,10 +157,11 @@ struct StmSinkRoutine
 
 	/*
 	 * Rows of the stream that committed batches wrote and the sink has not
-	 * delivered yet (read in a fresh snapshot), and forgetting them when
-	 * the stream is dropped.
+	 * delivered yet (read in a fresh snapshot), counted up to limit
+	 * (process_available asks every 20 ms whether there are any), and
+	 * forgetting them when the stream is dropped.
 	 */
-	int64		(*pending) (int32 stream_id);
+	int64		(*pending) (int32 stream_id, int64 limit);
 	void		(*discard) (int32 stream_id);
 };
 

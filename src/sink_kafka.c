@@ -20,14 +20,16 @@
  * window and group columns in update and complete mode, none in append
  * mode); the value as format says: json (row_to_json of the output row:
  * PostgreSQL's own JSON, numbers and booleans as such, timestamps in ISO
- * 8601 with their offset, NULL as null), csv (quoted as COPY quotes), text
- * (the one column besides the key, in its text form) or bytes (that column,
+ * 8601 with their offset, NULL as null; the same bytes written directly
+ * for rows of built-in scalar types, fast_row_json), csv (quoted as COPY
+ * quotes), text (the one column besides the key, in its text form) or bytes (that column,
  * a bytea); delete_key (a session merged away) is a tombstone, a NULL
  * value on the key.
  *
  * Invariants:
  * - a stream's outbox never holds more than streaming.outbox_max_rows rows:
- *   capacity bounds the batch's input by the room left, and a batch that
+ *   capacity bounds the batch's input by the room left (and half the
+ *   bound, so batches and deliveries overlap), and a batch that
  *   writes more anyway fails (53000 while rows wait: the stream waits and
  *   runs it again after the delivery; 54000 when the outbox was empty: it
  *   can never fit);
@@ -35,9 +37,10 @@
  *   producer keeps its order through retries, messages never time out, and
  *   after a failed delivery everything not delivered is produced again from
  *   the outbox's first row;
- * - a row leaves the outbox only once its delivery report said it was
- *   written, or when Kafka refused it as too large: then it goes to
- *   dead_letters with its outbox position, counted in the batch's
+ * - a row leaves the outbox only once it was written (no failure was
+ *   reported for it and the producer's out queue became empty after it:
+ *   confirm_delivered), or when Kafka refused it as too large: then it goes
+ *   to dead_letters with its outbox position, counted in the batch's
  *   num_rejected_rows, and the rest go on;
  * - no call into PostgreSQL from librdkafka's threads: its callbacks run in
  *   rd_kafka_poll on ours and only record what they are told; the
@@ -45,14 +48,18 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/jsonapi.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -61,6 +68,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgroids.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -191,6 +199,27 @@ typedef struct KafkaSink
 	char		error_msg[STATUS_LEN];
 } KafkaSink;
 
+/*
+ * A column of a json value, as row_to_json writes it (json.c's categories
+ * of built-in types); a row with another type goes through row_to_json.
+ */
+typedef enum JsonColKind
+{
+	JCOL_INT,					/* int2, int4, int8: always a valid number */
+	JCOL_NUMBER,				/* float4, float8, numeric: quoted if not a JSON number */
+	JCOL_BOOL,
+	JCOL_DATETIME,				/* date, timestamp, timestamptz: ISO 8601, quoted */
+	JCOL_JSON,					/* json, jsonb: as they are */
+	JCOL_STRING					/* anything else built in: its text, escaped */
+} JsonColKind;
+
+typedef struct JsonCol
+{
+	JsonColKind kind;
+	Oid			typid;			/* the base type */
+	char	   *prefix;			/* {"name": or ,"name": */
+} JsonCol;
+
 /* One batch's writer. */
 typedef struct KafkaSinkBatch
 {
@@ -204,6 +233,8 @@ typedef struct KafkaSinkBatch
 	int		   *key_att;
 	int			value_att;		/* text, bytes: the value's column */
 	TupleDesc	row_desc;		/* json: the output row, blessed */
+	JsonCol    *json_cols;		/* json: how each column is written; NULL: row_to_json */
+	StringInfoData json_buf;	/* json: the value being encoded (a bytea) */
 	TupleDesc	key_desc;		/* several key columns: them, blessed */
 	FmgrInfo   *out_funcs;		/* per output: its type's output function */
 	Datum		stream_name;	/* for the headers */
@@ -216,6 +247,7 @@ static const char *const fixed_options[] = {
 	"enable.idempotence", "acks", "request.required.acks", "message.timeout.ms",
 	"delivery.timeout.ms", "transactional.id", "enable.gapless.guarantee",
 	"queue.buffering.max.messages", "queue.buffering.max.kbytes",
+	"delivery.report.only.error",
 	NULL
 };
 
@@ -442,10 +474,34 @@ outbox_count(int32 stream_id)
 	return n;
 }
 
+/*
+ * The stream's rows in the outbox, up to limit, by its primary key in a
+ * fresh snapshot: a count(*) would read the whole table, dead rows of
+ * delivered batches too, while process_available polls.
+ */
 static int64
-kafka_sink_pending(int32 stream_id)
+kafka_sink_pending(int32 stream_id, int64 limit)
 {
-	return outbox_count(stream_id);
+	Relation	rel = table_open(get_relname_relid("outbox", get_namespace_oid("streaming", false)),
+								 AccessShareLock);
+	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	ScanKeyData key;
+	IndexScanDesc scan;
+	int64		n = 0;
+
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stream_id));
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (n < limit && index_getnext_slot(scan, ForwardScanDirection, slot))
+		n++;
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return n;
 }
 
 /* drop_stream: what is left of the stream's messages goes. */
@@ -462,6 +518,7 @@ kafka_sink_discard(int32 stream_id)
 /* ---- batches ------------------------------------------------------------ */
 
 static void destroy_producer(KafkaSink *ks);
+static JsonCol *json_columns(TupleDesc desc);
 
 static void
 kafka_sink_reset_cb(void *arg)
@@ -538,7 +595,13 @@ kafka_sink_capacity(StmSink *sink, const char **why)
 						ks->name, ks->outbox_rows, stm_guc_outbox_max_rows);
 		return 0;
 	}
-	return stm_guc_outbox_max_rows - ks->outbox_rows;
+
+	/*
+	 * At most half the outbox: the batch after it finds room while this
+	 * one's messages are still in flight, so it runs as they are sent
+	 * (deliver's busy) instead of waiting for their delivery
+	 */
+	return Min(stm_guc_outbox_max_rows - ks->outbox_rows, Max(stm_guc_outbox_max_rows / 2, 1));
 }
 
 /* The batch's writer: the outbox's, and what encodes the messages. */
@@ -578,7 +641,11 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 		fmgr_info(func, &kb->out_funcs[i]);
 	}
 	if (ks->format == SINK_JSON)
+	{
 		kb->row_desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		kb->json_cols = json_columns(desc);
+		initStringInfo(&kb->json_buf);
+	}
 	if (kb->nkey > 1)
 	{
 		TupleDesc	kd = CreateTemplateTupleDesc(kb->nkey);
@@ -617,6 +684,135 @@ column_bytes(KafkaSinkBatch *kb, int att, Datum value)
 	/* text and bytea are the same varlena: the bytes of the text form */
 	s = OutputFunctionCall(&kb->out_funcs[att], value);
 	return PointerGetDatum(cstring_to_text(s));
+}
+
+/*
+ * How row_to_json writes each column (json_categorize_type), for rows of
+ * built-in scalar types only: it looks each column's type up again in
+ * every row, which costs more than the rest of the message.  NULL when a
+ * column is of another kind (arrays, composites, user types, which may
+ * have a cast to json): such rows go through row_to_json itself.
+ */
+static JsonCol *
+json_columns(TupleDesc desc)
+{
+	JsonCol    *cols = palloc0(sizeof(JsonCol) * Max(desc->natts, 1));
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Oid			typid = getBaseType(att->atttypid);
+		StringInfoData name;
+
+		if (att->attisdropped || typid >= FirstNormalObjectId ||
+			OidIsValid(get_element_type(typid)) || type_is_rowtype(typid) ||
+			typid == ANYARRAYOID || typid == ANYCOMPATIBLEARRAYOID)
+		{
+			pfree(cols);
+			return NULL;
+		}
+		switch (typid)
+		{
+			case INT2OID:
+			case INT4OID:
+			case INT8OID:
+				cols[i].kind = JCOL_INT;
+				break;
+			case FLOAT4OID:
+			case FLOAT8OID:
+			case NUMERICOID:
+				cols[i].kind = JCOL_NUMBER;
+				break;
+			case BOOLOID:
+				cols[i].kind = JCOL_BOOL;
+				break;
+			case DATEOID:
+			case TIMESTAMPOID:
+			case TIMESTAMPTZOID:
+				cols[i].kind = JCOL_DATETIME;
+				break;
+			case JSONOID:
+			case JSONBOID:
+				cols[i].kind = JCOL_JSON;
+				break;
+			default:
+				cols[i].kind = JCOL_STRING;
+		}
+		cols[i].typid = typid;
+		initStringInfo(&name);
+		appendStringInfoChar(&name, i == 0 ? '{' : ',');
+		escape_json(&name, NameStr(att->attname));
+		appendStringInfoChar(&name, ':');
+		cols[i].prefix = name.data;
+	}
+	return cols;
+}
+
+/*
+ * The row as row_to_json writes it (same bytes), from json_columns: a
+ * bytea in kb->json_buf, valid until the next row.
+ */
+static Datum
+fast_row_json(KafkaSinkBatch *kb, Datum *values, bool *nulls)
+{
+	StringInfo	buf = &kb->json_buf;
+	int			natts = kb->base.output->desc->natts;
+
+	resetStringInfo(buf);
+	appendStringInfoSpaces(buf, VARHDRSZ);
+	for (int i = 0; i < natts; i++)
+	{
+		JsonCol    *c = &kb->json_cols[i];
+		char		num[MAXINT8LEN + 1];
+		char		dt[MAXDATELEN + 1];
+		char	   *s;
+
+		appendStringInfoString(buf, c->prefix);
+		if (nulls[i])
+		{
+			appendStringInfoString(buf, "null");
+			continue;
+		}
+		switch (c->kind)
+		{
+			case JCOL_INT:
+				if (c->typid == INT8OID)
+					pg_lltoa(DatumGetInt64(values[i]), num);
+				else if (c->typid == INT4OID)
+					pg_ltoa(DatumGetInt32(values[i]), num);
+				else
+					pg_ltoa((int32) DatumGetInt16(values[i]), num);
+				appendStringInfoString(buf, num);
+				break;
+			case JCOL_NUMBER:
+				s = OutputFunctionCall(&kb->out_funcs[i], values[i]);
+				if (IsValidJsonNumber(s, strlen(s)))
+					appendStringInfoString(buf, s);
+				else
+					escape_json(buf, s);
+				break;
+			case JCOL_BOOL:
+				appendStringInfoString(buf, DatumGetBool(values[i]) ? "true" : "false");
+				break;
+			case JCOL_DATETIME:
+				JsonEncodeDateTime(dt, values[i], c->typid, NULL);
+				appendStringInfoChar(buf, '"');
+				appendStringInfoString(buf, dt);
+				appendStringInfoChar(buf, '"');
+				break;
+			case JCOL_JSON:
+				appendStringInfoString(buf, OutputFunctionCall(&kb->out_funcs[i], values[i]));
+				break;
+			case JCOL_STRING:
+				escape_json(buf, OutputFunctionCall(&kb->out_funcs[i], values[i]));
+				break;
+		}
+	}
+	appendStringInfoChar(buf, natts == 0 ? '{' : '}');
+	if (natts == 0)
+		appendStringInfoChar(buf, '}');
+	SET_VARSIZE(buf->data, buf->len);
+	return PointerGetDatum(buf->data);
 }
 
 /* row_to_json of a row of a blessed descriptor: PostgreSQL's own JSON. */
@@ -698,6 +894,8 @@ encode_value(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool *isnull)
 	switch (ks->format)
 	{
 		case SINK_JSON:
+			if (kb->json_cols)
+				return fast_row_json(kb, values, nulls);
 			return row_json(kb->row_desc, values, nulls);
 		case SINK_CSV:
 			return csv_line(kb, values, nulls);
@@ -714,36 +912,39 @@ encode_value(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool *isnull)
 }
 
 static void
-push_header(JsonbParseState **state, const char *name, const char *value)
+set_pair(JsonbPair *p, const char *name, const char *value, int order)
 {
-	JsonbValue	v;
-
-	v.type = jbvString;
-	v.val.string.val = (char *) name;
-	v.val.string.len = strlen(name);
-	(void) pushJsonbValue(state, WJB_KEY, &v);
-	v.val.string.val = (char *) value;
-	v.val.string.len = strlen(value);
-	(void) pushJsonbValue(state, WJB_VALUE, &v);
+	p->key.type = jbvString;
+	p->key.val.string.val = (char *) name;
+	p->key.val.string.len = strlen(name);
+	p->value.type = jbvString;
+	p->value.val.string.val = (char *) value;
+	p->value.val.string.len = strlen(value);
+	p->order = order;
 }
 
-/* {"streaming-stream": ..., "streaming-batch-id": ..., "streaming-seq": ...} */
+/*
+ * {"streaming-stream": ..., "streaming-batch-id": ..., "streaming-seq": ...},
+ * made from a JsonbValue directly: its keys in jsonb's order (shorter
+ * first), so nothing needs sorting.
+ */
 static Datum
 headers_jsonb(const char *stream, int64 batch_id, int64 seq)
 {
-	JsonbParseState *state = NULL;
-	JsonbValue *res;
-	char		b[32];
-	char		s[32];
+	JsonbValue	obj;
+	JsonbPair	pairs[3];
+	char		b[MAXINT8LEN + 1];
+	char		s[MAXINT8LEN + 1];
 
-	snprintf(b, sizeof(b), INT64_FORMAT, batch_id);
-	snprintf(s, sizeof(s), INT64_FORMAT, seq);
-	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	push_header(&state, "streaming-stream", stream);
-	push_header(&state, "streaming-batch-id", b);
-	push_header(&state, "streaming-seq", s);
-	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
-	return JsonbPGetDatum(JsonbValueToJsonb(res));
+	pg_lltoa(batch_id, b);
+	pg_lltoa(seq, s);
+	set_pair(&pairs[0], "streaming-seq", s, 2);
+	set_pair(&pairs[1], "streaming-stream", stream, 0);
+	set_pair(&pairs[2], "streaming-batch-id", b, 1);
+	obj.type = jbvObject;
+	obj.val.object.nPairs = 3;
+	obj.val.object.pairs = pairs;
+	return JsonbPGetDatum(JsonbValueToJsonb(&obj));
 }
 
 /*
@@ -793,10 +994,17 @@ stage_message(KafkaSink *ks, int64 seq, bytea *key, bytea *value)
 	}
 	m = &ks->stage[ks->nstage++];
 	m->seq = seq;
-	m->key = key ? pnstrdup(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)) : NULL;
 	m->keylen = key ? VARSIZE_ANY_EXHDR(key) : 0;
-	m->value = value ? pnstrdup(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value)) : NULL;
 	m->valuelen = value ? VARSIZE_ANY_EXHDR(value) : 0;
+	/* key and value in one chunk */
+	m->key = palloc(Max(len, 1));
+	m->value = value ? m->key + m->keylen : NULL;
+	if (key)
+		memcpy(m->key, VARDATA_ANY(key), m->keylen);
+	else
+		m->key = NULL;
+	if (value)
+		memcpy(m->value, VARDATA_ANY(value), m->valuelen);
 	ks->stage_bytes += len + sizeof(StagedMsg);
 	MemoryContextSwitchTo(old);
 }
@@ -879,7 +1087,12 @@ kafka_sink_after_commit(StmSink *sink)
 
 /* ---- delivery ----------------------------------------------------------- */
 
-/* librdkafka's delivery report, in rd_kafka_poll on our thread: recorded only. */
+/*
+ * librdkafka's delivery report, in rd_kafka_poll on our thread: recorded
+ * only.  Only failures are reported (delivery.report.only.error): a
+ * delivered message is freed by librdkafka's broker thread, not ours, and
+ * confirm_delivered finds it delivered.
+ */
 static void
 dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
@@ -899,19 +1112,49 @@ dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 }
 
 /*
+ * Once the producer's out queue is empty (rd_kafka_outq_len counts messages
+ * not yet acknowledged and reports not yet served), every message produced
+ * so far that was not reported as failed was delivered.
+ */
+static void
+confirm_delivered(KafkaSink *ks)
+{
+	ListCell   *lc;
+
+	if (ks->in_flight == 0 || rd_kafka_outq_len(ks->rk) > 0)
+		return;
+	foreach(lc, ks->rounds)
+	{
+		Round	   *r = lfirst(lc);
+
+		for (int i = 0; i < r->n && r->ndone < r->n; i++)
+			if (r->msgs[i].state == MSG_IN_FLIGHT)
+			{
+				r->msgs[i].state = MSG_DELIVERED;
+				r->ndone++;
+			}
+	}
+}
+
+/*
  * The producer goes: what it still holds is purged (its rows stay in the
- * outbox, to be produced again), then it is destroyed.  Messages it never
- * reported count as failed.
+ * outbox, to be produced again), then it is destroyed.  A purged message is
+ * reported as failed; if the purge's reports were all served, the messages
+ * without one were delivered before, else they count as failed too.
  */
 static void
 destroy_producer(KafkaSink *ks)
 {
 	ListCell   *lc;
+	bool		drained;
 
 	if (ks->rk == NULL)
 		return;
 	rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	(void) rd_kafka_flush(ks->rk, 1000);	/* serves the purged messages' reports */
+	/* serves the purged messages' reports */
+	drained = rd_kafka_flush(ks->rk, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR;
+	if (drained)
+		confirm_delivered(ks);
 	rd_kafka_topic_destroy(ks->rkt);
 	rd_kafka_destroy(ks->rk);
 	ks->rk = NULL;
@@ -959,6 +1202,14 @@ ensure_producer(KafkaSink *ks)
 	foreach(lc, ks->kafka_options)
 		check_fixed_option(((StmOptionPair *) lfirst(lc))->key);
 
+	/*
+	 * librdkafka mallocs each message and its headers (six chunks) and
+	 * frees them once delivered: with glibc's fastbins every free that
+	 * merges into a large chunk consolidated them again, which cost more
+	 * than producing.
+	 */
+	mallopt(M_MXFAST, 0);
+
 	conf = stm_kafka_conf_new(ks->bootstrap, ks->error);
 	/* keys to partitions as the Java producer does */
 	stm_kafka_conf_set(conf, "partitioner", "murmur2_random");
@@ -972,6 +1223,8 @@ ensure_producer(KafkaSink *ks)
 	stm_kafka_conf_set(conf, "acks", "all");
 	/* never given up: an outage only delays a message, in its order */
 	stm_kafka_conf_set(conf, "message.timeout.ms", "0");
+	/* reports of failures only: freeing delivered messages is not our thread's work */
+	stm_kafka_conf_set(conf, "delivery.report.only.error", "true");
 	stm_kafka_conf_set(conf, "queue.buffering.max.messages", psprintf("%d", MAX_IN_FLIGHT));
 	stm_kafka_conf_set(conf, "queue.buffering.max.kbytes", psprintf("%d", stm_guc_batch_memory_kb));
 	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
@@ -1582,6 +1835,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 	int64		delivered = 0;
 	bool		more = true;
 	bool		timed_out = false;
+	bool		earlier = busy && ks->in_flight > 0;	/* messages of earlier calls unconfirmed */
 	MemoryContext old = MemoryContextSwitchTo(ks->cxt);
 
 	if (ks->outbox_rows == 0 && ks->in_flight == 0)
@@ -1623,6 +1877,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 			ks->have_cursor = false;
 			break;
 		}
+		confirm_delivered(ks);
 		delivered += finish_rounds(ks);
 		if (delivered > 0)
 			ks->error[0] = '\0';
@@ -1635,11 +1890,21 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 			ks->topic_ok = false;
 			break;
 		}
-		if (ks->stage_ready)
-			produce_stage(ks);
-		if (!ks->failed && more && ks->in_flight < MAX_IN_FLIGHT &&
-			ks->outbox_rows > ks->in_flight)
-			more = produce_round(ks, ROUND_ROWS);
+		/*
+		 * busy: what earlier calls produced is confirmed first (it had the
+		 * whole batch for that), as only an empty out queue confirms
+		 * anything; then this batch's messages go out and we return
+		 */
+		if (ks->in_flight == 0)
+			earlier = false;
+		if (!earlier)
+		{
+			if (ks->stage_ready)
+				produce_stage(ks);
+			if (!ks->failed && more && ks->in_flight < MAX_IN_FLIGHT &&
+				ks->outbox_rows > ks->in_flight)
+				more = produce_round(ks, ROUND_ROWS);
+		}
 		if (ks->in_flight == 0 && (!more || ks->outbox_rows == 0))
 			break;				/* all delivered */
 		/* all sent, and room for the next batch: its confirmations come later */

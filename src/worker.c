@@ -465,9 +465,10 @@ streaming_worker_main(Datum main_arg)
 			batch_id = stm_batch_run(rt);
 			/*
 			 * The batch wrote source_error: waiting when the source gave
-			 * nothing for a reason, or while the sink cannot deliver (the
-			 * batch's progress row cleared what its row showed of that:
-			 * shown again in the same transaction)
+			 * nothing for a reason, or while the sink cannot deliver (a
+			 * batch's progress row cleared the sink's last_error: shown
+			 * again in the same transaction; source_error the batch wrote
+			 * says the sink's problem too, stm_runtime_source_error)
 			 */
 			status = batch_id < 0 && rt->problem ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
 			if (sink_problem() != NULL)
