@@ -15,9 +15,11 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 
+#include "api.h"
 #include "kafka_conf.h"
 #include "options.h"
 
@@ -125,6 +127,36 @@ stm_kafka_check_option(const char *key, const char *value, Oid role, StmKafkaCli
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid kafka_options entry \"%s\"", key),
 				 errdetail("%s", errstr)));
+}
+
+/*
+ * The kafka_options argument of a create function (in its options): a JSON
+ * object of scalars, each entry checked by check_key first (NULL: none; the
+ * sink's properties it sets itself) and then for role as
+ * stm_kafka_check_option.
+ */
+void
+stm_kafka_check_options(Jsonb *options, Oid role, StmKafkaClient client,
+						void (*check_key) (const char *key))
+{
+	ListCell   *lc;
+
+	if (!stm_arg_check_sql("SELECT jsonb_typeof($1) = 'object' AND NOT EXISTS ("
+						   "SELECT 1 FROM jsonb_each($1) t WHERE jsonb_typeof(t.value) IN ('object', 'array', 'null'))",
+						   JSONBOID, JsonbPGetDatum(stm_option_jsonb(options, "kafka_options"))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("kafka_options must be a JSON object of strings, numbers or booleans"),
+				 errhint(client == STM_KAFKA_PRODUCER ? "For example '{\"compression.type\": \"lz4\"}'." :
+						 "For example '{\"security.protocol\": \"SASL_SSL\"}'.")));
+	foreach(lc, stm_option_pairs(options, "kafka_options"))
+	{
+		StmOptionPair *pair = lfirst(lc);
+
+		if (check_key)
+			check_key(pair->key);
+		stm_kafka_check_option(pair->key, pair->value, role, client);
+	}
 }
 
 /*

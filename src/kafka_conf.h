@@ -9,6 +9,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "nodes/pg_list.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #define STM_KAFKA_ERROR_LEN 512
@@ -26,6 +27,8 @@ typedef enum StmKafkaClient
 extern bool stm_kafka_option_allowed(const char *key, Oid role, StmKafkaClient client);
 extern void stm_kafka_check_option(const char *key, const char *value, Oid role,
 								   StmKafkaClient client);
+extern void stm_kafka_check_options(Jsonb *options, Oid role, StmKafkaClient client,
+									void (*check_key) (const char *key));
 extern void stm_kafka_recheck_options(const char *kind, const char *name, List *pairs,
 									  Oid owner, Oid other_owner, StmKafkaClient client);
 extern void stm_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value);

@@ -298,7 +298,6 @@ kafka_sink_validate(Jsonb *o, Oid role)
 	"kafka_options", NULL};
 	char	   *format;
 	char	   *topic;
-	ListCell   *lc;
 
 	stm_source_require_options(o, required);
 	format = stm_arg_lower(stm_option_text(o, "format"));
@@ -325,20 +324,7 @@ kafka_sink_validate(Jsonb *o, Oid role)
 				 errmsg("key_columns must be a non-empty array of distinct column names")));
 
 	/* kafka_options: an object of scalars that librdkafka accepts for a producer */
-	if (!stm_arg_check_sql("SELECT jsonb_typeof($1) = 'object' AND NOT EXISTS ("
-						   "SELECT 1 FROM jsonb_each($1) t WHERE jsonb_typeof(t.value) IN ('object', 'array', 'null'))",
-						   JSONBOID, JsonbPGetDatum(stm_option_jsonb(o, "kafka_options"))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("kafka_options must be a JSON object of strings, numbers or booleans"),
-				 errhint("For example '{\"compression.type\": \"lz4\"}'.")));
-	foreach(lc, stm_option_pairs(o, "kafka_options"))
-	{
-		StmOptionPair *pair = lfirst(lc);
-
-		check_fixed_option(pair->key);
-		stm_kafka_check_option(pair->key, pair->value, role, STM_KAFKA_PRODUCER);
-	}
+	stm_kafka_check_options(o, role, STM_KAFKA_PRODUCER, check_fixed_option);
 	return stm_option_set_text(o, "format", format);
 }
 
@@ -1439,6 +1425,44 @@ produce_row(KafkaSink *ks, TupleTableSlot *slot, OutMsg *msg)
 						   kafka_headers(DatumGetJsonbP(slot->tts_values[5])));
 }
 
+/* A message of round about to be produced: (batch_id, seq) in the outbox. */
+static void
+start_message(Round *round, OutMsg *msg, int64 batch_id, int64 seq)
+{
+	msg->round = round;
+	msg->batch_id = batch_id;
+	msg->seq = seq;
+	msg->state = MSG_IN_FLIGHT;
+}
+
+/*
+ * What producing msg answered (err, not a full queue): the message is in
+ * the round and the cursor moves past it; a message refused at once as too
+ * large is done already, any other refusal stops the delivery (false).
+ */
+static bool
+account_message(KafkaSink *ks, Round *round, OutMsg *msg, rd_kafka_resp_err_t err)
+{
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		msg->err = err;
+		msg->state = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? MSG_TOO_LARGE : MSG_FAILED;
+		round->ndone++;
+	}
+	round->n++;
+	ks->in_flight++;
+	ks->have_cursor = true;
+	ks->cursor_batch = msg->batch_id;
+	ks->cursor_seq = msg->seq;
+	if (msg->state == MSG_FAILED)
+	{
+		ks->failed = true;
+		ks->fail_err = err;
+		return false;
+	}
+	return true;
+}
+
 /*
  * Read the next outbox rows after the cursor, in order, and produce them;
  * in a transaction of its own.  Returns false when the outbox has no more
@@ -1483,33 +1507,16 @@ produce_round(KafkaSink *ks, int limit)
 
 			slot_getallattrs(slot);
 			nread++;
-			msg->round = round;
-			msg->batch_id = DatumGetInt64(slot->tts_values[1]);
-			msg->seq = DatumGetInt64(slot->tts_values[2]);
-			msg->state = MSG_IN_FLIGHT;
+			start_message(round, msg, DatumGetInt64(slot->tts_values[1]),
+						  DatumGetInt64(slot->tts_values[2]));
 			err = produce_row(ks, slot, msg);
 			if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 			{
 				cut = true;		/* the rest in a later round */
 				break;
 			}
-			if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-			{
-				msg->err = err;
-				msg->state = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? MSG_TOO_LARGE : MSG_FAILED;
-				round->ndone++;
-			}
-			round->n++;
-			ks->in_flight++;
-			ks->have_cursor = true;
-			ks->cursor_batch = msg->batch_id;
-			ks->cursor_seq = msg->seq;
-			if (msg->state == MSG_FAILED)
-			{
-				ks->failed = true;
-				ks->fail_err = err;
+			if (!account_message(ks, round, msg, err))
 				break;
-			}
 		}
 		index_endscan(scan);
 	}
@@ -1581,30 +1588,12 @@ produce_stage(KafkaSink *ks)
 		rd_kafka_header_add(hdrs, "streaming-seq", -1, seq, -1);
 		rd_kafka_header_add(hdrs, "streaming-stream", -1, ks->base.stream_name, -1);
 		rd_kafka_header_add(hdrs, "streaming-batch-id", -1, batch, -1);
-		msg->round = round;
-		msg->batch_id = ks->stage_batch;
-		msg->seq = m->seq;
-		msg->state = MSG_IN_FLIGHT;
+		start_message(round, msg, ks->stage_batch, m->seq);
 		err = produce_message(ks, msg, m->key, m->keylen, m->value, m->valuelen, hdrs);
 		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 			break;				/* the rest is read from the outbox */
-		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		{
-			msg->err = err;
-			msg->state = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? MSG_TOO_LARGE : MSG_FAILED;
-			round->ndone++;
-		}
-		round->n++;
-		ks->in_flight++;
-		ks->have_cursor = true;
-		ks->cursor_batch = ks->stage_batch;
-		ks->cursor_seq = m->seq;
-		if (msg->state == MSG_FAILED)
-		{
-			ks->failed = true;
-			ks->fail_err = err;
+		if (!account_message(ks, round, msg, err))
 			break;
-		}
 	}
 	if (round->n == 0)
 	{

@@ -1965,19 +1965,7 @@ kafka_validate(Jsonb *o, Oid role)
 	stm_source_check_on_bad_record(on_bad_record);
 
 	/* kafka_options: an object of scalars that librdkafka accepts */
-	if (!stm_arg_check_sql("SELECT jsonb_typeof($1) = 'object' AND NOT EXISTS ("
-						   "SELECT 1 FROM jsonb_each($1) t WHERE jsonb_typeof(t.value) IN ('object', 'array', 'null'))",
-						   JSONBOID, JsonbPGetDatum(stm_option_jsonb(o, "kafka_options"))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("kafka_options must be a JSON object of strings, numbers or booleans"),
-				 errhint("For example '{\"security.protocol\": \"SASL_SSL\"}'.")));
-	foreach(lc, stm_option_pairs(o, "kafka_options"))
-	{
-		StmOptionPair *pair = lfirst(lc);
-
-		stm_kafka_check_option(pair->key, pair->value, role, STM_KAFKA_CONSUMER);
-	}
+	stm_kafka_check_options(o, role, STM_KAFKA_CONSUMER, NULL);
 
 	/* keywords are stored as normalised */
 	o = stm_option_set_text(o, "starting_offsets", starting);
