@@ -13,25 +13,12 @@
 \getenv run KAFKA_RUN_ID
 \getenv bs KAFKA_BOOTSTRAP
 \set VERBOSITY terse
-SET ks.run = :'run';
-CREATE OR REPLACE FUNCTION ks_strip(t text) RETURNS text
-    LANGUAGE sql STABLE RETURN replace(t, current_setting('ks.run'), '');
--- SQLSTATE and message of an error, without the run id
-CREATE OR REPLACE FUNCTION ks_error(sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    d text;
-BEGIN
-    EXECUTE sql;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
-    RETURN SQLSTATE || ': ' || ks_strip(SQLERRM)
-        || CASE WHEN d <> '' THEN E'\nDETAIL: ' || ks_strip(d) ELSE '' END;
-END $$;
+SET stm.run = :'run';
+\i test/regress_helpers.sql
 CREATE OR REPLACE VIEW ks_progress AS
 SELECT stream, batch_id, num_input_rows, num_output_rows, num_bad_rows,
-       ks_strip(start_positions::text) AS start_positions,
-       ks_strip(end_positions::text) AS end_positions
+       stm_strip(start_positions::text) AS start_positions,
+       stm_strip(end_positions::text) AS end_positions
 FROM streaming.progress;
 
 --
@@ -52,7 +39,7 @@ SELECT streaming.create_stream('ks_json_st',
             kafka_key, kafka_timestamp IS NOT NULL AS has_timestamp
      FROM ks_json_src', start => false);
 SELECT streaming.run_batch('ks_json_st');
-SELECT id, name, amount, ok, attrs, doc, ks_strip(kafka_topic) AS topic, kafka_partition,
+SELECT id, name, amount, ok, attrs, doc, stm_strip(kafka_topic) AS topic, kafka_partition,
        kafka_offset, kafka_key, has_timestamp
 FROM ks_json_st ORDER BY kafka_partition, kafka_offset;
 SELECT * FROM ks_progress WHERE stream = 'ks_json_st' ORDER BY batch_id;
@@ -142,7 +129,7 @@ SELECT streaming.create_stream('ks_multi_st',
     'SELECT kafka_topic AS topic, kafka_partition AS part, kafka_offset AS off, value FROM ks_multi_src',
     start => false);
 SELECT streaming.run_batch('ks_multi_st');
-SELECT ks_strip(topic) AS topic, part, off, value FROM ks_multi_st ORDER BY 1, 2, 3;
+SELECT stm_strip(topic) AS topic, part, off, value FROM ks_multi_st ORDER BY 1, 2, 3;
 SELECT * FROM ks_progress WHERE stream = 'ks_multi_st' ORDER BY batch_id;
 
 --
@@ -160,11 +147,11 @@ SELECT streaming.create_stream('ks_pat_st',
     'SELECT kafka_topic AS topic, kafka_partition AS part, kafka_offset AS off, value FROM ks_pat_src',
     start => false);
 SELECT streaming.run_batch('ks_pat_st');
-SELECT ks_strip(topic) AS topic, part, off, value FROM ks_pat_st ORDER BY 1, 2, 3;
+SELECT stm_strip(topic) AS topic, part, off, value FROM ks_pat_st ORDER BY 1, 2, 3;
 \! printf 'a2\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_pat_a$KAFKA_RUN_ID" -p 0
 \! printf 'b0\nb1\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_pat_b$KAFKA_RUN_ID" -p 2
 SELECT streaming.run_batch('ks_pat_st');
-SELECT ks_strip(topic) AS topic, part, off, value FROM ks_pat_st ORDER BY 1, 2, 3;
+SELECT stm_strip(topic) AS topic, part, off, value FROM ks_pat_st ORDER BY 1, 2, 3;
 SELECT * FROM ks_progress WHERE stream = 'ks_pat_st' ORDER BY batch_id;
 
 -- a stream whose first batch found no matching topic says so in
@@ -176,10 +163,10 @@ SELECT streaming.create_kafka_source('ks_late_src', :'bs',
 SELECT streaming.create_stream('ks_late_st', 'SELECT kafka_offset AS off, value FROM ks_late_src',
     start => false);
 SELECT streaming.run_batch('ks_late_st');   -- no topic yet: nothing to do
-SELECT ks_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_late_st';
+SELECT stm_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_late_st';
 \! printf 'l0\nl1\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_late_a$KAFKA_RUN_ID" -p 0
 SELECT streaming.run_batch('ks_late_st');   -- the topic appears: 'latest' is its end
-SELECT ks_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_late_st';
+SELECT stm_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_late_st';
 \! printf 'l2\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_late_a$KAFKA_RUN_ID" -p 0
 SELECT streaming.run_batch('ks_late_st');
 SELECT * FROM ks_late_st ORDER BY off;
@@ -188,7 +175,7 @@ SELECT streaming.create_kafka_source('ks_missing_src', :'bs',
     topics => ARRAY[:'t', 'ks_missing' || :'run'], format => 'text');
 SELECT streaming.create_stream('ks_missing_st', 'SELECT value FROM ks_missing_src', start => false);
 SELECT streaming.run_batch('ks_missing_st') IS NOT NULL AS ran;
-SELECT ks_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_missing_st';
+SELECT stm_strip(source_error) AS source_error FROM streaming.streams WHERE name = 'ks_missing_st';
 SELECT streaming.drop_stream('ks_missing_st');
 SELECT streaming.drop_source('ks_missing_src');
 
@@ -208,7 +195,7 @@ SELECT streaming.create_stream('ks_assign_st',
 SELECT streaming.run_batch('ks_assign_st');
 SELECT * FROM ks_assign_st ORDER BY part, off;
 SELECT * FROM ks_progress WHERE stream = 'ks_assign_st' ORDER BY batch_id;
-SELECT stream, ks_strip(topic) AS topic, partition, committed_offset, high_watermark, lag
+SELECT stream, stm_strip(topic) AS topic, partition, committed_offset, high_watermark, lag
 FROM streaming.source_lag WHERE stream = 'ks_assign_st' ORDER BY 2, 3;
 
 --
@@ -222,7 +209,7 @@ SELECT streaming.create_kafka_source('ks_latest_src', :'bs', topics => ARRAY[:'t
 SELECT streaming.create_stream('ks_latest_st',
     'SELECT kafka_partition AS part, kafka_offset AS off, value FROM ks_latest_src', start => false);
 SELECT streaming.run_batch('ks_latest_st');
-SELECT stream, ks_strip(topic) AS topic, partition, committed_offset, high_watermark, lag
+SELECT stream, stm_strip(topic) AS topic, partition, committed_offset, high_watermark, lag
 FROM streaming.source_lag WHERE stream = 'ks_latest_st' ORDER BY 2, 3;
 \! printf 'new2\nnew3\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_latest$KAFKA_RUN_ID" -p 0
 \! printf 'new0\n' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ks_latest$KAFKA_RUN_ID" -p 1
@@ -253,7 +240,7 @@ SELECT * FROM ks_offs_st WHERE part = 2 ORDER BY part, off;
 SELECT streaming.create_kafka_source('ks_offs2_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => format('{"%s": {"0": 1}}', :'t'), format => 'text');
 SELECT streaming.create_stream('ks_offs2_st', 'SELECT value FROM ks_offs2_src', start => false);
-SELECT ks_error($$SELECT streaming.run_batch('ks_offs2_st')$$);
+SELECT stm_error($$SELECT streaming.run_batch('ks_offs2_st')$$);
 SELECT count(*) FROM ks_offs2_st;
 SELECT count(*) FROM streaming.source_lag WHERE stream = 'ks_offs2_st';
 
@@ -266,7 +253,7 @@ SELECT streaming.create_kafka_source('ks_loss_src', :'bs', topics => ARRAY[:'t']
     format => 'text');
 SELECT streaming.create_stream('ks_loss_st',
     'SELECT kafka_partition AS part, kafka_offset AS off, value FROM ks_loss_src', start => false);
-SELECT ks_error($$SELECT streaming.run_batch('ks_loss_st')$$);
+SELECT stm_error($$SELECT streaming.run_batch('ks_loss_st')$$);
 SELECT count(*) FROM ks_loss_st;
 SELECT streaming.create_kafka_source('ks_loss2_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => format('{"%s": {"0": 10, "1": 3, "2": 3, "3": 0}}', :'t'),
@@ -275,7 +262,7 @@ SELECT streaming.create_stream('ks_loss2_st',
     'SELECT kafka_partition AS part, kafka_offset AS off, value FROM ks_loss2_src', start => false);
 SELECT streaming.run_batch('ks_loss2_st');
 SELECT * FROM ks_loss2_st ORDER BY part, off;
-SELECT stream, batch_id, num_input_rows, ks_strip(data_loss::text) AS data_loss
+SELECT stream, batch_id, num_input_rows, stm_strip(data_loss::text) AS data_loss
 FROM streaming.progress WHERE stream = 'ks_loss2_st' ORDER BY batch_id;
 
 --
@@ -304,7 +291,7 @@ SELECT streaming.create_stream('ks_max_st',
 -- 13 records: 3+1+1, then 3+1 of the remaining 6+2, then the last 3+1
 SELECT streaming.run_batch('ks_max_st');
 -- the lag is what the first batch left
-SELECT stream, ks_strip(topic) AS topic, partition, committed_offset, high_watermark, lag
+SELECT stream, stm_strip(topic) AS topic, partition, committed_offset, high_watermark, lag
 FROM streaming.source_lag WHERE stream = 'ks_max_st' ORDER BY 2, 3;
 SELECT name, last_batch_id, lag FROM streaming.streams WHERE name = 'ks_max_st';
 SELECT streaming.run_batch('ks_max_st');
@@ -374,5 +361,7 @@ END $$;
 SELECT count(*) FROM streaming.sources;
 DROP TABLE ks_json_st;
 DROP VIEW ks_progress;
+DROP FUNCTION stm_error(text), stm_strip(text);
+DROP FUNCTION stm_produce(text, text), stm_check(text[]), stm_sessions(text, interval);
 SELECT count(*) FROM streaming.offsets;
 SELECT count(*) FROM streaming.batches;
