@@ -25,7 +25,9 @@ typedef enum StmInputKind
 	STM_INPUT_INT4,				/* pg_strtoint32 */
 	STM_INPUT_INT8,				/* pg_strtoint64 */
 	STM_INPUT_FLOAT8,			/* float8in_internal */
-	STM_INPUT_TEXT				/* cstring_to_text_with_len */
+	STM_INPUT_TEXT,				/* cstring_to_text_with_len */
+	STM_INPUT_TIMESTAMPTZ,		/* RFC 3339 with an offset (rfc3339.c), else fmgr */
+	STM_INPUT_TIMESTAMP			/* RFC 3339 (rfc3339.c), else fmgr */
 } StmInputKind;
 
 /* A key seen at one position of the last JSON record, and its column. */

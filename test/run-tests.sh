@@ -135,7 +135,8 @@ if ! setup; then
 fi
 
 # The production build (the checkout's, which make install installs) has no
-# fault points; the test build has them (else this check proves nothing).
+# fault points (nor test_timestamp_fast_path); the test build has them (else
+# this check proves nothing).
 printf '\n== build ==\n'
 prod_lib=$STM_SRC/streaming.so
 test_lib=$STM_INST$("$PG_CONFIG" --pkglibdir)/streaming.so
@@ -144,6 +145,9 @@ if [ ! -f "$prod_lib" ]; then
 	failed=$((failed + 1))
 elif grep -aq 'streaming\.test_fault' "$prod_lib"; then
 	stm_err "build: the production library $prod_lib has streaming.test_fault: it was built with FAULT_INJECTION=1"
+	failed=$((failed + 1))
+elif grep -aq 'streaming_test_timestamp_fast_path' "$prod_lib"; then
+	stm_err "build: the production library $prod_lib has test_timestamp_fast_path: it was built with FAULT_INJECTION=1"
 	failed=$((failed + 1))
 elif [ -n "$STM_BUILD_ARGS" ] && ! grep -aq 'streaming\.test_fault' "$test_lib"; then
 	stm_err "build: the test library $test_lib has no streaming.test_fault"
