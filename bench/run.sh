@@ -165,8 +165,8 @@
 #                   '{"fetch.wait.max.ms": "5"}'
 #   --parallel-workers N
 #                   stream s's parallel_workers (default 0: the worker reads
-#                   and parses everything itself; stateless and latency
-#                   benchmarks only, the others refuse it)
+#                   and parses everything itself); not with --join, which
+#                   create_stream refuses it for
 #   --no-install    use the extension installed for $PG_CONFIG as it is (as
 #                   root too): how bench/compare.sh runs two builds
 #   --keep          keep the temp dir (data, server log, perf.data)

@@ -259,7 +259,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 				 errhint("Create a source first, with one of the streaming.create_*_source() functions.")));
 	ExecCheckRTPerms(qi->query->rtable, true);
 	stm_parallel_check_arg(name, parallel_workers, stm_source_routine(src->kind), qi,
-						   !PG_ARGISNULL(6));
+						   !PG_ARGISNULL(6), strcmp(late_rows, "keep") == 0);
 	if (qi->agg == NULL && strcmp(output_mode, "complete") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -533,7 +533,8 @@ streaming_alter_stream(PG_FUNCTION_ARGS)
 			qi = stm_query_analyze(def->query);
 			AtEOXact_GUC(true, nest);
 		}
-		stm_parallel_check_arg(name, n, stm_source_routine(src->kind), qi, def->has_dedup);
+		stm_parallel_check_arg(name, n, stm_source_routine(src->kind), qi, def->has_dedup,
+							   def->keep_late_rows);
 		(void) stm_catalog_get_stream_by_id(def->id, true);
 		{
 			Oid			types[2] = {INT4OID, INT4OID};

@@ -658,7 +658,7 @@ open_source(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
 
 		rt->source = stm_source_open(source_def, def->owner, true);
 		rt->source->bounded = rt->bounded;
-		rt->source->plan_only = rt->parallel != NULL;
+		rt->source->plan_only = rt->parallel_wanted > 0;
 		MemoryContextSwitchTo(oldcxt);
 	}
 	return rt->source;
@@ -720,6 +720,15 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	return true;
 }
 
+/* a parallel helper's aggregate batch: a partial group to the leader */
+static void
+share_group(void *arg, TupleDesc desc, Datum *values, bool *nulls)
+{
+	BatchContext *bc = arg;
+
+	stm_parallel_send_group(bc->share, desc, values, nulls);
+}
+
 /*
  * The stream's query, analysed again as its creator wrote it (with "$user"
  * the owner), its relations opened, its projection or aggregation and its
@@ -764,12 +773,24 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 		const char *why;
 
 		/* create_stream and alter_stream refuse the others */
-		if (!stm_parallel_supported(bc->src->routine, qi, def->has_dedup, &why))
+		if (!stm_parallel_supported(bc->src->routine, qi, def->has_dedup, def->keep_late_rows, &why))
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("stream \"%s\" cannot have parallel_workers", def->name),
 					 errdetail("%s.", why)));
-		bc->projector = stm_query_compile(qi);
+		if (qi->agg)
+		{
+			/* pre-aggregation: the leader combines the groups and keeps the state */
+			bc->qual = stm_query_compile_qual(qi);
+			bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, NULL,
+											  def->has_watermark, previous_watermark(def),
+											  bc->event_time_att, NULL);
+			stm_aggbatch_forward(bc->aggbatch, share_group, bc);
+			if (qi->agg->event_time_att >= 0)
+				bc->event_time_att = qi->agg->event_time_att;
+		}
+		else
+			bc->projector = stm_query_compile(qi);
 		bc->out_values = palloc(sizeof(Datum) * Max(qi->noutputs, 1));
 		bc->out_nulls = palloc(sizeof(bool) * Max(qi->noutputs, 1));
 		bc->chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
@@ -847,7 +868,9 @@ end_query(BatchContext *bc)
 {
 	if (bc->share)
 	{
-		/* a helper's share: the leader writes the sink */
+		/* a helper's share: the leader writes the sink and the state */
+		if (bc->aggbatch)
+			stm_aggbatch_finish_forward(bc->aggbatch, &bc->num_late);
 		ExecDropSingleTupleTableSlot(bc->source_slot);
 		FreeExecutorState(bc->estate);
 		MemoryContextDelete(bc->chunk_cxt);
@@ -917,20 +940,31 @@ helper_row(void *arg, Datum *values, bool *nulls)
 	stm_sink_insert(bc->sink, values, nulls);
 }
 
+/* the leader's aggregate batch: a helper's partial group, combined */
+static void
+helper_group(void *arg, Datum *values, bool *nulls)
+{
+	BatchContext *bc = arg;
+
+	stm_aggbatch_add_partial(bc->aggbatch, values, nulls);
+}
+
 /*
- * The runtime's helpers as the stream's parallel_workers says now (only in
- * a worker: run_batch reads its batch itself): replaced after a batch that
- * failed while they worked, or when the setting changed, and the leader's
- * source opened again when that changes who fetches.
+ * How many helpers the stream's parallel_workers asks for now (none for a
+ * run_batch inside a transaction block, whose uncommitted work they would
+ * not see): the runtime's helpers are replaced after a batch that failed
+ * while they worked, or when the number changed, and the leader's source
+ * is opened again when that changes who fetches.  The helpers themselves
+ * start with the first batch that has records (start_helpers).
  */
 static void
 prepare_helpers(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
 {
-	int			want = rt->parallel_allowed ? def->parallel_workers : 0;
+	int			want = rt->parallel_allowed || !IsTransactionBlock() ? def->parallel_workers : 0;
 	const char *why;
 
 	if (want > 0 && !stm_parallel_supported(stm_source_routine(source_def->kind), NULL,
-											def->has_dedup, &why))
+											def->has_dedup, def->keep_late_rows, &why))
 		want = 0;
 	if (rt->parallel &&
 		(stm_parallel_dirty(rt->parallel) || stm_parallel_wanted(rt->parallel) != want))
@@ -938,13 +972,32 @@ prepare_helpers(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
 		stm_parallel_stop(rt->parallel);
 		rt->parallel = NULL;
 	}
-	if (want > 0 && rt->parallel == NULL)
-		rt->parallel = stm_parallel_start(def->id, want, rt->cxt);
-	if (rt->source && rt->source->plan_only != (rt->parallel != NULL))
+	rt->parallel_wanted = want;
+	if (rt->source && rt->source->plan_only != (want > 0))
 	{
 		stm_source_close(rt->source);
 		rt->source = NULL;
 	}
+}
+
+/*
+ * The helpers, once a plan found records to read: a batch whose source
+ * is plan_only cannot run without any, so it waits (53000) while no
+ * background worker slot is free.
+ */
+static void
+start_helpers(StmRuntime *rt, StmStreamDef *def)
+{
+	if (rt->parallel_wanted == 0 || rt->parallel != NULL)
+		return;
+	rt->parallel = stm_parallel_start(def->id, rt->parallel_wanted, rt->cxt);
+	if (rt->parallel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("stream \"%s\" could not start any of its %d parallel helpers",
+						def->name, rt->parallel_wanted),
+				 errdetail("No background worker slot is free."),
+				 errhint("Raise max_worker_processes, or set parallel_workers to 0 with streaming.alter_stream().")));
 }
 
 /* stm_batch_run, once the stream's row is locked and its owner in charge */
@@ -975,6 +1028,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 				 errhint("The stream's worker delivers the waiting rows; start the stream, or wait.")));
 	if (!plan_batch(&bc, rt, room))
 		return -1;
+	start_helpers(rt, def);
 
 	begin_query(&bc, rt);
 	errcb.callback = batch_error_callback;
@@ -983,16 +1037,21 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	error_context_stack = &errcb;
 	if (rt->parallel)
 	{
-		StmParallelReceiver recv = {helper_row, helper_bad_record, &bc};
+		StmParallelReceiver recv = {helper_row, helper_bad_record, helper_group, &bc};
 		StmShareTotals totals = {0};
+		const char *why;
 
-		if (bc.qi->agg || bc.join || bc.dedup)
+		if (!stm_parallel_supported(bc.src->routine, bc.qi, def->has_dedup, def->keep_late_rows,
+									&why))
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("stream \"%s\" cannot have parallel_workers", def->name),
-					 errdetail("Parallel helpers run stateless queries without joins or dedup_keys.")));
-		stm_parallel_fetch(rt->parallel, bc.src, bc.output->desc, &recv, &totals);
+					 errdetail("%s.", why)));
+		stm_parallel_fetch(rt->parallel, bc.src, bc.output->desc,
+						   bc.aggbatch ? stm_aggbatch_partial_desc(bc.aggbatch) : NULL,
+						   &recv, &totals);
 		bc.num_input += totals.num_input;
+		bc.num_late += totals.num_late;
 		if (totals.has_max_event_time &&
 			(!bc.has_max_event_time || totals.max_event_time > bc.max_event_time))
 		{
@@ -1129,6 +1188,18 @@ void
 stm_runtime_wait(StmRuntime *rt, long timeout_ms)
 {
 	stm_source_wait(rt->source, timeout_ms);
+}
+
+/*
+ * A runtime given up on error (run_batch's): its parallel helpers are told
+ * to stop and its segment detached, without waiting for them; the rest
+ * goes with the memory context.
+ */
+void
+stm_runtime_abandon(StmRuntime *rt)
+{
+	stm_parallel_abandon(rt->parallel);
+	rt->parallel = NULL;
 }
 
 /* The end of a runtime: its source and sink let go of what they hold. */

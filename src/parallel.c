@@ -15,6 +15,8 @@
  *                                          as the stream's owner, in a
  *                                          read-only transaction
  *   sink, dead_letters   ◄──out queue───   'R' output rows (minimal tuples)
+ *   groups (combine)                       'G' partial groups of aggregates:
+ *                                              their states serialized
  *                                          'B' bad records (raw bytes,
  *                                              error, position)
  *                                          'D' done (input count, max
@@ -107,16 +109,19 @@ queue_offset(int i, bool out)
 
 /*
  * Can helpers run this stream?  Kafka sources (a kind with share_bounds),
- * stateless queries without joins and without dedup_keys, for now.
+ * stateless queries and aggregates of tumbling or sliding windows or none,
+ * without joins, dedup_keys or late_rows => 'keep', for now.
  */
 bool
 stm_parallel_supported(const StmSourceRoutine *routine, StmQueryInfo *qi, bool has_dedup,
-					   const char **why)
+					   bool keep_late, const char **why)
 {
 	if (routine->share_bounds == NULL || routine->set_share_bounds == NULL)
 		*why = psprintf("sources of kind \"%s\" are read by the stream's worker only", routine->kind);
-	else if (qi && qi->agg)
-		*why = "aggregate queries are not run by helpers yet";
+	else if (qi && qi->agg && qi->agg->window.kind == STM_WINDOW_SESSION)
+		*why = "session windows are not run by helpers yet";
+	else if (keep_late)
+		*why = "late_rows => 'keep' is not run by helpers yet";
 	else if (qi && qi->planned)
 		*why = "queries that read tables too (joins, subqueries) are not run by helpers yet";
 	else if (has_dedup)
@@ -129,7 +134,7 @@ stm_parallel_supported(const StmSourceRoutine *routine, StmQueryInfo *qi, bool h
 /* create_stream's and alter_stream's parallel_workers argument */
 void
 stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
-					   StmQueryInfo *qi, bool has_dedup)
+					   StmQueryInfo *qi, bool has_dedup, bool keep_late)
 {
 	const char *why;
 
@@ -137,12 +142,12 @@ stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routin
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("parallel_workers must be between 0 and %d", STM_MAX_PARALLEL_WORKERS)));
-	if (n > 0 && !stm_parallel_supported(routine, qi, has_dedup, &why))
+	if (n > 0 && !stm_parallel_supported(routine, qi, has_dedup, keep_late, &why))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", stream),
 				 errdetail("%s.", why),
-				 errhint("Parallel helpers run stateless queries over Kafka sources; leave parallel_workers at 0.")));
+				 errhint("Parallel helpers run stateless queries and tumbling or sliding window aggregates over Kafka sources; leave parallel_workers at 0.")));
 }
 
 /*
@@ -200,7 +205,7 @@ stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt)
 	}
 	shared->nhelpers = par->n;
 	MemoryContextSwitchTo(oldcxt);
-	if (par->n < nhelpers)
+	if (par->n < nhelpers && par->n > 0)
 		ereport(WARNING,
 				(errmsg("stream with id %d started %d of its %d parallel helpers",
 						stream_id, par->n, nhelpers),
@@ -226,14 +231,19 @@ stm_parallel_dirty(StmParallel *par)
 	return par->dirty;
 }
 
-/* The helpers go: told to stop, the queues detached, their exits waited for. */
+/*
+ * The helpers go: the queues detached (an idle helper then exits by
+ * itself), told to stop when a batch of theirs failed (they may be in the
+ * middle of a fetch), their exits waited for.
+ */
 void
 stm_parallel_stop(StmParallel *par)
 {
 	if (par == NULL)
 		return;
-	for (int i = 0; i < par->n; i++)
-		TerminateBackgroundWorker(par->handles[i]);
+	if (par->dirty)
+		for (int i = 0; i < par->n; i++)
+			TerminateBackgroundWorker(par->handles[i]);
 	for (int i = 0; i < par->n; i++)
 	{
 		shm_mq_detach(par->in[i]);
@@ -243,6 +253,17 @@ stm_parallel_stop(StmParallel *par)
 	for (int i = 0; i < par->n; i++)
 		(void) WaitForBackgroundWorkerShutdown(par->handles[i]);
 	pfree(par);
+}
+
+/* The same without waiting (on error): the helpers see their queues detach. */
+void
+stm_parallel_abandon(StmParallel *par)
+{
+	if (par == NULL)
+		return;
+	for (int i = 0; i < par->n; i++)
+		TerminateBackgroundWorker(par->handles[i]);
+	dsm_detach(par->seg);
 }
 
 static void
@@ -258,12 +279,23 @@ helper_gone(StmParallel *par, int i)
 /* one message of helper i: false when it was the last of the batch ('D') */
 static bool
 receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableSlot *slot,
-				StmParallelReceiver *recv, StmShareTotals *totals)
+				TupleTableSlot *group_slot, StmParallelReceiver *recv, StmShareTotals *totals)
 {
 	const char *body = data + STM_PAR_HEADER;
 
 	switch (data[0])
 	{
+		case 'G':
+			if (group_slot == NULL)
+			{
+				par->dirty = true;
+				elog(ERROR, "parallel helper %d sent a partial group to a stateless batch", i);
+			}
+			ExecStoreMinimalTuple((MinimalTuple) body, group_slot, false);
+			slot_getallattrs(group_slot);
+			recv->group(recv->arg, group_slot->tts_values, group_slot->tts_isnull);
+			ExecClearTuple(group_slot);
+			return true;
 		case 'R':
 			ExecStoreMinimalTuple((MinimalTuple) body, slot, false);
 			slot_getallattrs(slot);
@@ -301,6 +333,7 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
 
 				memcpy(&t, body, sizeof(t));
 				totals->num_input += t.num_input;
+				totals->num_late += t.num_late;
 				if (t.has_max_event_time &&
 					(!totals->has_max_event_time || t.max_event_time > totals->max_event_time))
 				{
@@ -338,12 +371,14 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
  * said it is done.
  */
 void
-stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc,
+stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc, TupleDesc partial_desc,
 				   StmParallelReceiver *recv, StmShareTotals *totals)
 {
 	bool	   *done = palloc0(sizeof(bool) * par->n);
 	int			remaining = par->n;
 	TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+	TupleTableSlot *group_slot = partial_desc ?
+		MakeSingleTupleTableSlot(partial_desc, &TTSOpsMinimalTuple) : NULL;
 
 	par->dirty = true;
 	for (int i = 0; i < par->n; i++)
@@ -377,7 +412,7 @@ stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc,
 				if (res != SHM_MQ_SUCCESS)
 					helper_gone(par, i);
 				progress = true;
-				if (!receive_message(par, i, data, len, slot, recv, totals))
+				if (!receive_message(par, i, data, len, slot, group_slot, recv, totals))
 				{
 					done[i] = true;
 					remaining--;
@@ -393,6 +428,8 @@ stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc,
 		stm_check_for_interrupts();
 	}
 	ExecDropSingleTupleTableSlot(slot);
+	if (group_slot)
+		ExecDropSingleTupleTableSlot(group_slot);
 	pfree(done);
 	par->dirty = false;
 }
@@ -406,13 +443,13 @@ send_or_exit(StmHelperOut *out, shm_mq_iovec *iov, int n)
 		proc_exit(0);			/* the leader went: so does its batch */
 }
 
-/* An output row to the leader, as a minimal tuple of the output columns. */
-void
-stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
+/* A row of desc to the leader, as a minimal tuple, in a message of type. */
+static void
+send_tuple(StmHelperOut *out, char type, TupleDesc desc, Datum *values, bool *nulls)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(out->cxt);
 	MinimalTuple tup = heap_form_minimal_tuple(desc, values, nulls);
-	char		header[STM_PAR_HEADER] = {'R'};
+	char		header[STM_PAR_HEADER] = {type};
 	shm_mq_iovec iov[2];
 
 	iov[0].data = header;
@@ -422,6 +459,20 @@ stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nu
 	send_or_exit(out, iov, 2);
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextReset(out->cxt);
+}
+
+/* An output row to the leader (stateless queries). */
+void
+stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
+{
+	send_tuple(out, 'R', desc, values, nulls);
+}
+
+/* A partial group to the leader (aggregates: stm_aggbatch_partial_desc). */
+void
+stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
+{
+	send_tuple(out, 'G', desc, values, nulls);
 }
 
 /* A bad record to the leader, which applies on_bad_record to it. */
@@ -532,6 +583,8 @@ streaming_helper_main(Datum main_arg)
 
 	/* as the bootstrap superuser, as the leader: each share runs as the owner */
 	BackgroundWorkerInitializeConnectionByOid(shared->dboid, InvalidOid, 0);
+	/* which stream's helper it is, in pg_stat_activity.application_name */
+	pgstat_report_appname(MyBgworkerEntry->bgw_name);
 
 	helper_cxt = AllocSetContextCreate(TopMemoryContext, "streaming helper",
 									   ALLOCSET_DEFAULT_SIZES);

@@ -34,6 +34,7 @@ typedef struct StmShareBad
 typedef struct StmShareTotals
 {
 	int64		num_input;
+	int64		num_late;		/* aggregates: late groups, counted as a batch's part counts them */
 	bool		has_max_event_time;
 	TimestampTz max_event_time;
 } StmShareTotals;
@@ -43,6 +44,7 @@ typedef struct StmParallelReceiver
 {
 	void		(*row) (void *arg, Datum *values, bool *nulls);
 	void		(*bad) (void *arg, const StmShareBad *bad);
+	void		(*group) (void *arg, Datum *values, bool *nulls);	/* aggregates: a partial group */
 	void	   *arg;
 } StmParallelReceiver;
 
@@ -54,15 +56,18 @@ extern StmParallel *stm_parallel_start(int32 stream_id, int nhelpers, MemoryCont
 extern int	stm_parallel_wanted(StmParallel *par);
 extern bool stm_parallel_dirty(StmParallel *par);
 extern void stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc,
-							   StmParallelReceiver *recv, StmShareTotals *totals);
+							   TupleDesc partial_desc, StmParallelReceiver *recv,
+							   StmShareTotals *totals);
 extern void stm_parallel_stop(StmParallel *par);
+extern void stm_parallel_abandon(StmParallel *par);
 extern bool stm_parallel_supported(const StmSourceRoutine *routine, StmQueryInfo *qi,
-								   bool has_dedup, const char **why);
+								   bool has_dedup, bool keep_late, const char **why);
 extern void stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
-								   StmQueryInfo *qi, bool has_dedup);
+								   StmQueryInfo *qi, bool has_dedup, bool keep_late);
 
 /* a helper: what its batch sends */
 extern void stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
+extern void stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
 extern void stm_parallel_send_bad(StmHelperOut *out, const StmShareBad *bad);
 
 extern PGDLLEXPORT void streaming_helper_main(Datum main_arg);

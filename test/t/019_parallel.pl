@@ -8,7 +8,9 @@
 # (SIGTERM: the leader sees it detach, the batch fails and runs again with
 # new helpers) and another killed with kill -9 (the postmaster restarts
 # every process): nothing is lost or doubled.  alter_stream changes the
-# number of helpers of the running stream.
+# number of helpers of the running stream.  An aggregate stream with two
+# helpers (partial states combined by the worker) reads the same source
+# through all of it, and ends equal to a GROUP BY over the stateless sink.
 use strict;
 use warnings;
 
@@ -30,20 +32,34 @@ create_orders_source($node, 'orders_src', $kafka, $topic,
 	max_offsets_per_trigger => 2_000);
 create_orders_stream($node, 'orders_par', 'orders_src',
 	parallel_workers => 2, start => 'true');
+$node->safe_psql('postgres',
+	"SELECT streaming.create_stream('orders_agg', 'SELECT status, count(*) AS n, sum(amount) AS total, "
+	  . "min(order_id) AS first, max(event_time) AS last FROM orders_src GROUP BY status', "
+	  . "output_mode => 'complete', parallel_workers => 2)");
+
+# the helpers of a stream: application_name 'streaming helper I of stream ID'
+sub of_stream
+{
+	my ($stream) = @_;
+	return "backend_type = 'streaming helper' AND application_name LIKE '% of stream ' || "
+	  . "(SELECT id FROM streaming.stream_defs WHERE name = '$stream')";
+}
 
 sub helpers
 {
-	return query_retry($node,
-		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'streaming helper'");
+	my ($stream) = @_;
+	return query_retry($node, "SELECT count(*) FROM pg_stat_activity WHERE " . of_stream($stream));
 }
 
 sub helper_pids
 {
+	my ($stream) = @_;
 	return split /\n/, query_retry($node,
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'streaming helper' ORDER BY pid");
+		"SELECT pid FROM pg_stat_activity WHERE " . of_stream($stream) . " ORDER BY pid");
 }
 
 $node->safe_psql('postgres', "SELECT streaming.process_available('orders_par', '120s')");
+$node->safe_psql('postgres', "SELECT streaming.process_available('orders_agg', '120s')");
 check_sink($node, 'orders_par', $orders, 'two helpers');
 check_offsets($node, 'orders_par', $kafka, $topic, 'two helpers');
 check_progress($node, 'orders_par', $orders->count + 3, 'two helpers');
@@ -57,8 +73,9 @@ is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM streaming.dead_letters WHERE stream = 'orders_par' "
 		  . "AND raw_length = length(raw) AND raw_sha256 = sha256(raw) AND sqlstate = '22P02'"),
 	'3', 'each dead letter has its raw record, length, hash and SQLSTATE');
-is(helpers(), '2', 'the stream has two helpers');
-my @pids = helper_pids();
+is(helpers('orders_par'), '2', 'the stateless stream has two helpers');
+is(helpers('orders_agg'), '2', 'the aggregate stream has two helpers');
+my @pids = helper_pids('orders_par');
 ok( $node->safe_psql('postgres',
 		"SELECT count(*) FROM streaming.progress WHERE stream = 'orders_par'") >= 10,
 	'the stream ran many batches');
@@ -67,9 +84,10 @@ ok( $node->safe_psql('postgres',
 $kafka->produce_orders($topic, $orders, 4_000);
 $node->safe_psql('postgres', "SELECT streaming.process_available('orders_par', '120s')");
 check_sink($node, 'orders_par', $orders, 'more batches');
-is(join(',', helper_pids()), join(',', @pids), 'the same helpers read every batch');
+is(join(',', helper_pids('orders_par')), join(',', @pids), 'the same helpers read every batch');
 
 # a helper that is told to stop, then one killed with kill -9, mid-batch
+my $with_backlog = 0;
 for my $kind ('TERM', 'KILL')
 {
 	# a backlog of many batches, all there before the worker plans its next
@@ -78,27 +96,31 @@ for my $kind ('TERM', 'KILL')
 	$hold->query_safe('BEGIN');
 	$hold->query_safe(
 		"SELECT count(*) FROM (SELECT FROM streaming.stream_defs WHERE name = 'orders_par' FOR UPDATE) s");
-	$kafka->produce_orders($topic, $orders, 30_000);
+	$kafka->produce_orders($topic, $orders, 50_000);
+	my ($victim) = helper_pids('orders_par');
 	$hold->query_safe('COMMIT');
 	$hold->quit;
-	my ($victim) = helper_pids();
-	ok(kill($kind, $victim), "$kind: signalled helper $victim");
 	my $before = query_retry($node, 'SELECT count(*) FROM orders_par');
+	ok(kill($kind, $victim), "$kind: signalled helper $victim");
 	note "$kind of helper $victim at $before of " . $orders->count . " rows";
-	ok($before < $orders->count, "$kind: the helper went while records were waiting");
+	$with_backlog++ if $before < $orders->count;
+	# more records, so that a batch surely follows (helpers start with the
+	# first batch that has records)
+	$kafka->produce_orders($topic, $orders, 2_000);
 	wait_for($node,
-		"SELECT count(*) = 2 AND bool_and(pid <> $victim) FROM pg_stat_activity "
-		  . "WHERE backend_type = 'streaming helper'",
-		't', "$kind: the stream has two new helpers", 'orders_par');
-	wait_for($node,
-		"SELECT count(*) > $before OR count(*) >= " . $orders->count . " FROM orders_par",
+		"SELECT count(*) > $before FROM orders_par",
 		't', "$kind: the stream makes progress again", 'orders_par');
+	wait_for($node,
+		"SELECT count(*) = 2 AND bool_and(pid <> $victim) FROM pg_stat_activity WHERE "
+		  . of_stream('orders_par'),
+		't', "$kind: the stream has two new helpers", 'orders_par');
 	query_retry($node, "SELECT streaming.process_available('orders_par', '180s')");
 	check_sink($node, 'orders_par', $orders, "after $kind of a helper");
 	check_offsets($node, 'orders_par', $kafka, $topic, "after $kind of a helper");
 	check_progress($node, 'orders_par', $orders->count + 3, "after $kind of a helper");
 	is(stream_row($node, 'orders_par')->{status}, 'running', "$kind: the stream is running");
 }
+ok($with_backlog >= 1, "a helper went while records were waiting ($with_backlog of 2)");
 my $log = slurp_file($node->logfile);
 like($log, qr/parallel helper \d+ of stream with id \d+ exited during the batch/,
 	'the leader failed the batch whose helper went');
@@ -110,20 +132,31 @@ $node->safe_psql('postgres',
 	"SELECT streaming.alter_stream('orders_par', parallel_workers => 1)");
 $kafka->produce_orders($topic, $orders, 2_000);
 wait_for($node,
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'streaming helper'",
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE " . of_stream('orders_par'),
 	't', 'one helper after alter_stream', 'orders_par');
 $node->safe_psql('postgres',
 	"SELECT streaming.alter_stream('orders_par', parallel_workers => 0)");
 $kafka->produce_orders($topic, $orders, 2_000);
 wait_for($node,
-	"SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'streaming helper'",
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE " . of_stream('orders_par'),
 	't', 'no helper after alter_stream to 0', 'orders_par');
 $node->safe_psql('postgres', "SELECT streaming.process_available('orders_par', '120s')");
+$node->safe_psql('postgres', "SELECT streaming.process_available('orders_agg', '120s')");
 check_sink($node, 'orders_par', $orders, 'after alter_stream');
 check_progress($node, 'orders_par', $orders->count + 3, 'after alter_stream');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM orders_par GROUP BY order_id HAVING count(*) > 1"),
 	'', 'no order is in the sink twice');
+# the aggregate stream, with its helpers through the same kills
+my $group_by = "SELECT status, count(*) AS n, sum(amount) AS total, min(order_id) AS first, "
+  . "max(event_time) AS last FROM orders_par GROUP BY status";
+is( $node->safe_psql('postgres',
+		"SELECT (SELECT count(*) FROM (SELECT status, n, total, first, last FROM orders_agg "
+		  . "EXCEPT ALL $group_by) a), (SELECT count(*) FROM ($group_by EXCEPT ALL "
+		  . "SELECT status, n, total, first, last FROM orders_agg) b), (SELECT count(*) FROM orders_agg)"),
+	'0|0|4', 'the aggregate stream with helpers equals GROUP BY over every order');
+check_progress($node, 'orders_agg', $orders->count + 3, 'the aggregate stream');
+is(stream_row($node, 'orders_agg')->{status}, 'running', 'the aggregate stream is running');
 
 $node->stop;
 done_testing();
