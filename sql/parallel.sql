@@ -78,7 +78,32 @@ COMMIT;
 SELECT v, n, total FROM pw_agg ORDER BY v;
 SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'streaming helper';
 
+-- a file source is split by file: each helper reads whole files
+\set dir `mktemp -d`
+\setenv FS_DIR :dir
+SET streaming.file_settle_time = '30min';
+\! printf 'id,v\n1,a\n2,b\n' | test/put_file.sh a.csv '3 hours ago'
+\! printf 'id,v\n3,c\nx,bad\n4,d\n' | test/put_file.sh b.csv '2 hours ago'
+\! printf 'id,v\n5,e\n' | test/put_file.sh 'c%%0A.csv' '1 hour ago'
+SELECT streaming.create_file_source('pw_files', :'dir', csv_header => true, pattern => '*.csv',
+    columns => 'id int, v text');
+SELECT streaming.create_stream('pw_file_rows', 'SELECT id, v, file_name, file_line FROM pw_files',
+    parallel_workers => 2, start => false);
+SELECT streaming.create_stream('pw_file_agg', 'SELECT count(*) AS n, sum(id) AS total FROM pw_files',
+    output_mode => 'complete', parallel_workers => 2, start => false);
+SELECT streaming.run_batch('pw_file_rows') IS NOT NULL AS ran;
+SELECT streaming.run_batch('pw_file_agg') IS NOT NULL AS ran;
+SELECT id, v, file_name, file_line FROM pw_file_rows ORDER BY id;
+SELECT n, total FROM pw_file_agg;
+SELECT stream, position, sqlstate FROM streaming.dead_letters
+WHERE stream LIKE 'pw_file%' ORDER BY stream;
+SELECT stream, num_input_rows, num_output_rows, num_bad_rows FROM streaming.progress
+WHERE stream LIKE 'pw_file%' ORDER BY stream;
+RESET streaming.file_settle_time;
+
 SELECT streaming.drop_stream(s, drop_sink => true) FROM unnest(ARRAY['pw_two', 'pw_none', 'pw_agg', 'pw_sess']) s;
+SELECT streaming.drop_stream(s, drop_sink => true) FROM unnest(ARRAY['pw_file_rows', 'pw_file_agg']) s;
+SELECT streaming.drop_source('pw_files');
 SELECT streaming.drop_source('pw_src');
 SELECT streaming.drop_source('pw_rate');
 DROP TABLE pw_dim;

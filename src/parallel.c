@@ -108,7 +108,7 @@ queue_offset(int i, bool out)
 }
 
 /*
- * Can helpers run this stream?  Kafka sources (a kind with share_bounds),
+ * Can helpers run this stream?  Kafka and file sources (kinds with share_bounds),
  * stateless queries and aggregates of tumbling or sliding windows or none,
  * without joins, dedup_keys or late_rows => 'keep', for now.
  */
@@ -147,7 +147,7 @@ stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routin
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", stream),
 				 errdetail("%s.", why),
-				 errhint("Parallel helpers run stateless queries and tumbling or sliding window aggregates over Kafka sources; leave parallel_workers at 0.")));
+				 errhint("Parallel helpers run stateless queries and tumbling or sliding window aggregates over Kafka and file sources; leave parallel_workers at 0.")));
 }
 
 /*
