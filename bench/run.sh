@@ -199,6 +199,7 @@ LATENCY_SECS=${BENCH_LATENCY_SECONDS:-20}
 LATENCY_LINGER=${BENCH_LATENCY_LINGER:-0}
 KAFKA_OPTIONS=${BENCH_KAFKA_OPTIONS:-'{}'}
 PARALLEL_WORKERS=${BENCH_PARALLEL_WORKERS:-0}
+PW_ARG=    # create_stream's parallel_workers argument, only when not 0 (builds before it have none)
 NO_INSTALL=${BENCH_NO_INSTALL:-}
 KEEP=
 
@@ -242,6 +243,7 @@ case $PARTITIONS in ''|*[!0-9]*|0) echo "bench/run.sh: --partitions wants a posi
 case $USERS in ''|*[!0-9]*|0) echo "bench/run.sh: --users wants a positive integer" >&2; exit 2 ;; esac
 case $MAX_OFFSETS in ''|[1-9]|[1-9]*[0-9]) ;; *) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 case $PARALLEL_WORKERS in ''|*[!0-9]*) echo "bench/run.sh: --parallel-workers wants a non-negative integer" >&2; exit 2 ;; esac
+[ "$PARALLEL_WORKERS" != 0 ] && PW_ARG=", parallel_workers => $PARALLEL_WORKERS"
 case $MAX_OFFSETS in *[!0-9]*) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 case $LATENCY in *[!0-9,]*|,*|*,|*,,*) echo "bench/run.sh: --latency wants records/s, comma-separated (2000,20000)" >&2; exit 2 ;; esac
 case $LATENCY_SECS in ''|*[!0-9]*|0|1|2) echo "bench/run.sh: --latency-seconds wants an integer above 2" >&2; exit 2 ;; esac
@@ -506,14 +508,14 @@ run_latency()
 {
 	local r first=1 n secs f l w c0 c1 load stats batches rows=() ok=1 i
 	say "(latency) stream l on the empty topic latency ($PARTITIONS partitions)"
-	psql_q -v bootstrap="$BOOTSTRAP" -v kafka_options="$KAFKA_OPTIONS" -v parallel_workers="$PARALLEL_WORKERS" >/dev/null <<'EOF' || die "latency setup failed"
+	psql_q -v bootstrap="$BOOTSTRAP" -v kafka_options="$KAFKA_OPTIONS" -v pw_arg="$PW_ARG" >/dev/null <<'EOF' || die "latency setup failed"
 CREATE EXTENSION streaming;
 SELECT streaming.create_kafka_source('lat', :'bootstrap', topics => ARRAY['latency'],
     starting_offsets => 'earliest',
     columns => 'order_id bigint, amount numeric(10,2), status text, event_time timestamptz, rate integer, produced_at timestamptz',
     kafka_options => :'kafka_options'::jsonb);
 SELECT streaming.create_stream('l', 'SELECT order_id, amount, status, event_time, rate, produced_at FROM lat',
-    sink => 'lat_sink', start => true, parallel_workers => :parallel_workers);
+    sink => 'lat_sink', start => true :pw_arg);
 EOF
 	for i in $(seq 200); do
 		w=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = 'l' AND status = 'running'")
@@ -730,12 +732,12 @@ run_stream()
 {
 	local name=$1 sink=$2 secs secs2 pid
 	secs=$(psql_q -v name="$name" -v sink="$sink" -v query="$QUERY" -v output_mode="$OUTPUT_MODE" \
-		-v watermark="$WATERMARK" -v parallel_workers="$PARALLEL_WORKERS" <<'EOF'
+		-v watermark="$WATERMARK" -v pw_arg="$PW_ARG" <<'EOF'
 CHECKPOINT;
 SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
 SELECT streaming.create_stream(:'name', :'query', sink => :'sink',
-    output_mode => :'output_mode', watermark => nullif(:'watermark', '')::interval, start => true,
-    parallel_workers => :parallel_workers)
+    output_mode => :'output_mode', watermark => nullif(:'watermark', '')::interval, start => true
+    :pw_arg)
 \g /dev/null
 SELECT streaming.process_available(:'name', '10 minutes')
 \g /dev/null
