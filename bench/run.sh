@@ -163,12 +163,17 @@
 #   --kafka-options JSON
 #                   the source's kafka_options (default '{}'), e.g.
 #                   '{"fetch.wait.max.ms": "5"}'
+#   --parallel-workers N
+#                   stream s's parallel_workers (default 0: the worker reads
+#                   and parses everything itself); not with --join, which
+#                   create_stream refuses it for
 #   --no-install    use the extension installed for $PG_CONFIG as it is (as
 #                   root too): how bench/compare.sh runs two builds
 #   --keep          keep the temp dir (data, server log, perf.data)
 # (under make: make bench BENCH_RECORDS=N BENCH_PARTITIONS=P BENCH_AGG=1 BENCH_JOIN=1
 #  BENCH_USERS=K BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_BATCH_MEMORY=SIZE BENCH_PERF=1
-#  BENCH_LATENCY=RATES BENCH_LATENCY_SECONDS=S BENCH_KAFKA_OPTIONS=JSON)
+#  BENCH_LATENCY=RATES BENCH_LATENCY_SECONDS=S BENCH_KAFKA_OPTIONS=JSON
+#  BENCH_PARALLEL_WORKERS=N)
 #
 # As root it installs what is missing (apt-get: kcat python3-confluent-kafka
 # python3-psycopg2, and linux-perf for --perf), runs `make install` in the
@@ -193,6 +198,8 @@ LATENCY=${BENCH_LATENCY:-}
 LATENCY_SECS=${BENCH_LATENCY_SECONDS:-20}
 LATENCY_LINGER=${BENCH_LATENCY_LINGER:-0}
 KAFKA_OPTIONS=${BENCH_KAFKA_OPTIONS:-'{}'}
+PARALLEL_WORKERS=${BENCH_PARALLEL_WORKERS:-0}
+PW_ARG=    # create_stream's parallel_workers argument, only when not 0 (builds before it have none)
 NO_INSTALL=${BENCH_NO_INSTALL:-}
 KEEP=
 
@@ -223,6 +230,8 @@ while [ $# -gt 0 ]; do
 		--latency-seconds=*) LATENCY_SECS=${1#*=}; shift ;;
 		--kafka-options) KAFKA_OPTIONS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--kafka-options=*) KAFKA_OPTIONS=${1#*=}; shift ;;
+		--parallel-workers) PARALLEL_WORKERS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--parallel-workers=*) PARALLEL_WORKERS=${1#*=}; shift ;;
 		--no-install) NO_INSTALL=1; shift ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) usage; exit 0 ;;
@@ -233,6 +242,8 @@ case $RECORDS in ''|*[!0-9]*|0) echo "bench/run.sh: --records wants a positive i
 case $PARTITIONS in ''|*[!0-9]*|0) echo "bench/run.sh: --partitions wants a positive integer" >&2; exit 2 ;; esac
 case $USERS in ''|*[!0-9]*|0) echo "bench/run.sh: --users wants a positive integer" >&2; exit 2 ;; esac
 case $MAX_OFFSETS in ''|[1-9]|[1-9]*[0-9]) ;; *) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
+case $PARALLEL_WORKERS in ''|*[!0-9]*) echo "bench/run.sh: --parallel-workers wants a non-negative integer" >&2; exit 2 ;; esac
+[ "$PARALLEL_WORKERS" != 0 ] && PW_ARG=", parallel_workers => $PARALLEL_WORKERS"
 case $MAX_OFFSETS in *[!0-9]*) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 case $LATENCY in *[!0-9,]*|,*|*,|*,,*) echo "bench/run.sh: --latency wants records/s, comma-separated (2000,20000)" >&2; exit 2 ;; esac
 case $LATENCY_SECS in ''|*[!0-9]*|0|1|2) echo "bench/run.sh: --latency-seconds wants an integer above 2" >&2; exit 2 ;; esac
@@ -497,14 +508,14 @@ run_latency()
 {
 	local r first=1 n secs f l w c0 c1 load stats batches rows=() ok=1 i
 	say "(latency) stream l on the empty topic latency ($PARTITIONS partitions)"
-	psql_q -v bootstrap="$BOOTSTRAP" -v kafka_options="$KAFKA_OPTIONS" >/dev/null <<'EOF' || die "latency setup failed"
+	psql_q -v bootstrap="$BOOTSTRAP" -v kafka_options="$KAFKA_OPTIONS" -v pw_arg="$PW_ARG" >/dev/null <<'EOF' || die "latency setup failed"
 CREATE EXTENSION streaming;
 SELECT streaming.create_kafka_source('lat', :'bootstrap', topics => ARRAY['latency'],
     starting_offsets => 'earliest',
     columns => 'order_id bigint, amount numeric(10,2), status text, event_time timestamptz, rate integer, produced_at timestamptz',
     kafka_options => :'kafka_options'::jsonb);
 SELECT streaming.create_stream('l', 'SELECT order_id, amount, status, event_time, rate, produced_at FROM lat',
-    sink => 'lat_sink', start => true);
+    sink => 'lat_sink', start => true :pw_arg);
 EOF
 	for i in $(seq 200); do
 		w=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = 'l' AND status = 'running'")
@@ -563,7 +574,7 @@ EOF
 		commit="$commit + uncommitted changes"
 	{
 		echo
-		echo "streaming latency benchmark: stateless stream l (6 typed columns), topic latency of $PARTITIONS partitions"
+		echo "streaming latency benchmark: stateless stream l (6 typed columns), topic latency of $PARTITIONS partitions, parallel_workers $PARALLEL_WORKERS"
 		echo "  on the mock broker; source kafka_options $KAFKA_OPTIONS; produce -> commit of the row's batch"
 		echo "  (pg_xact_commit_timestamp(xmin) - produced_at), the first 2 s of each rate left out"
 		echo "checkout $commit; library $("$PG_CONFIG" --pkglibdir)/streaming.so; nproc $(nproc); PostgreSQL $(psql_q -c 'SHOW server_version'); fsync on, streaming.naptime $(psql_q -c 'SHOW streaming.naptime')"
@@ -721,11 +732,12 @@ run_stream()
 {
 	local name=$1 sink=$2 secs secs2 pid
 	secs=$(psql_q -v name="$name" -v sink="$sink" -v query="$QUERY" -v output_mode="$OUTPUT_MODE" \
-		-v watermark="$WATERMARK" <<'EOF'
+		-v watermark="$WATERMARK" -v pw_arg="$PW_ARG" <<'EOF'
 CHECKPOINT;
 SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
 SELECT streaming.create_stream(:'name', :'query', sink => :'sink',
-    output_mode => :'output_mode', watermark => nullif(:'watermark', '')::interval, start => true)
+    output_mode => :'output_mode', watermark => nullif(:'watermark', '')::interval, start => true
+    :pw_arg)
 \g /dev/null
 SELECT streaming.process_available(:'name', '10 minutes')
 \g /dev/null
@@ -1132,6 +1144,7 @@ if [ -z "$AGG" ]; then
 		echo "streaming benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes),"
 	fi
 	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
+	echo "  source max_offsets_per_trigger ${MAX_OFFSETS:-none}; stream parallel_workers $PARALLEL_WORKERS"
 	report_setup
 	echo "load average before $LOAD_BEFORE, after $LOAD_AFTER (other work on the machine skews the numbers)"
 	echo
@@ -1196,7 +1209,7 @@ else
 		echo "  event times in order (37 ms apart, jitter < 2 min), 5-minute tumbling windows by status, watermark 10 minutes;"
 	fi
 	echo "  topic of $PARTITIONS partitions ($PER_PART records each, compression $COMPRESSION) on the mock broker, produced by kcat in ${PRODUCE_SECS}s"
-	echo "  source max_offsets_per_trigger ${MAX_OFFSETS:-none}"
+	echo "  source max_offsets_per_trigger ${MAX_OFFSETS:-none}; stream parallel_workers $PARALLEL_WORKERS"
 	report_setup
 	echo "load average (1 min) at the start of (1) $LOAD_1, (2) $LOAD_2, (3) $LOAD_3; before $LOAD_BEFORE, after $LOAD_AFTER"
 	echo "  (other work on the machine skews the numbers)"

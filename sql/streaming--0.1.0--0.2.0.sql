@@ -292,3 +292,33 @@ SELECT s.name AS stream, b.batch_id, b.started_at, b.duration,
        b.max_event_time, b.watermark, b.start_positions, b.end_positions, b.data_loss,
        b.num_delivered_rows, b.num_rejected_rows
 FROM streaming.batches b JOIN streaming.stream_defs s ON s.id = b.stream_id;
+
+-- parallel parse (issue 13): helpers per stream, create_stream's new argument, alter_stream
+ALTER TABLE streaming.stream_defs
+    ADD COLUMN parallel_workers integer NOT NULL DEFAULT 0 CHECK (parallel_workers >= 0); -- helpers that fetch and parse
+DROP FUNCTION streaming.create_stream(text, text, text, text, interval, text, text[], boolean, text,
+    regprocedure, text, interval, boolean);
+CREATE FUNCTION streaming.create_stream(
+    name text,
+    query text,
+    sink text DEFAULT NULL,
+    output_mode text DEFAULT 'append',
+    watermark interval DEFAULT NULL,
+    event_time text DEFAULT NULL,
+    dedup_keys text[] DEFAULT NULL,
+    dedup_within_watermark boolean DEFAULT false,
+    trigger text DEFAULT '0',
+    sink_function regprocedure DEFAULT NULL,
+    late_rows text DEFAULT 'drop',
+    idle_timeout interval DEFAULT NULL,
+    start boolean DEFAULT true,
+    parallel_workers integer DEFAULT 0)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source whose results go into a sink table.';
+CREATE FUNCTION streaming.alter_stream(name text, parallel_workers integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_alter_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.alter_stream IS 'Change settings of a stream (NULL: unchanged); a running stream takes them at its next batch.';

@@ -59,7 +59,8 @@ CREATE TABLE streaming.stream_defs (
     source_error    text,
     failures        integer NOT NULL DEFAULT 0,
     source_started_at timestamptz,  -- the first batch's start: the rate source's time origin
-    sink_name       text REFERENCES streaming.sinks (name) -- a named sink (Kafka), instead of a table
+    sink_name       text REFERENCES streaming.sinks (name), -- a named sink (Kafka), instead of a table
+    parallel_workers integer NOT NULL DEFAULT 0 CHECK (parallel_workers >= 0) -- helpers that fetch and parse
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
 
@@ -318,11 +319,18 @@ CREATE FUNCTION streaming.create_stream(
     sink_function regprocedure DEFAULT NULL,
     late_rows text DEFAULT 'drop',
     idle_timeout interval DEFAULT NULL,
-    start boolean DEFAULT true)
+    start boolean DEFAULT true,
+    parallel_workers integer DEFAULT 0)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_stream'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source whose results go into a sink table.';
+
+CREATE FUNCTION streaming.alter_stream(name text, parallel_workers integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_alter_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.alter_stream IS 'Change settings of a stream (NULL: unchanged); a running stream takes them at its next batch.';
 
 CREATE FUNCTION streaming.drop_stream(name text, drop_sink boolean DEFAULT false,
     force boolean DEFAULT false)

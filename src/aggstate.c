@@ -97,6 +97,9 @@ struct StmAggBatch
 	ExprState **outputs;
 	TupleTableSlot *group_slot;
 	ExprContext *out_econtext;
+	StmAggForwardFn forward;	/* a parallel helper: partial groups go here, not to the state */
+	void	   *forward_arg;
+	TupleDesc	partial_desc;	/* a partial group: window start, group values, stored states */
 };
 
 /*
@@ -410,6 +413,7 @@ add_to_session(StmAggBatch *ab, ExprContext *econtext, TimestampTz ts,
 }
 
 static void merge_groups(StmAggBatch *ab);
+static void forward_groups(StmAggBatch *ab);
 
 /* One source row (the econtext's scan tuple, past WHERE) into its groups. */
 void
@@ -465,8 +469,143 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 		ereport(stm_guc_log_batches ? LOG : DEBUG1,
 				(errmsg("the batch's groups take more than half of streaming.batch_memory (%zu kB): merging them into %s part-way",
 						ab->mem_limit / 1024, ab->table)));
+		if (ab->forward)
+			forward_groups(ab);
+		else
+			merge_groups(ab);
+	}
+}
+
+/*
+ * Parallel helpers (parallel.c) pre-aggregate: a helper's batch hands its
+ * groups, their states as the state table stores them (serialized when
+ * internal), to fn at its end and whenever they exceed their memory,
+ * instead of merging them; the leader combines them into its own groups
+ * (stm_aggbatch_add_partial), as a Finalize Agg combines a Partial Agg's.
+ * A partial group is a row of stm_aggbatch_partial_desc: the window start
+ * (NULL: no window), the group values, the states.
+ */
+void
+stm_aggbatch_forward(StmAggBatch *ab, StmAggForwardFn fn, void *arg)
+{
+	ab->forward = fn;
+	ab->forward_arg = arg;
+}
+
+TupleDesc
+stm_aggbatch_partial_desc(StmAggBatch *ab)
+{
+	StmAggQuery *agg = ab->agg;
+
+	if (ab->partial_desc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ab->cxt);
+		TupleDesc	desc = CreateTemplateTupleDesc(1 + agg->nkeys + ab->rt->naggs);
+
+		TupleDescInitEntry(desc, 1, "window_start", TIMESTAMPTZOID, -1, 0);
+		for (int k = 0; k < agg->nkeys; k++)
+			TupleDescInitEntry(desc, 2 + k, NULL, agg->key_types[k], agg->key_typmods[k], 0);
+		for (int i = 0; i < ab->rt->naggs; i++)
+			TupleDescInitEntry(desc, 2 + agg->nkeys + i, NULL, ab->rt->fns[i].storedtype, -1, 0);
+		ab->partial_desc = desc;
+		MemoryContextSwitchTo(old);
+	}
+	return ab->partial_desc;
+}
+
+/* A helper's groups to its leader; then none in memory, as after a merge. */
+static void
+forward_groups(StmAggBatch *ab)
+{
+	int			nkeys = ab->agg->nkeys;
+	int			n = 1 + nkeys + ab->rt->naggs;
+	Datum	   *values = palloc(sizeof(Datum) * n);
+	bool	   *nulls = palloc(sizeof(bool) * n);
+	tuplehash_iterator iter;
+	TupleHashEntry entry;
+	MemoryContext states_cxt;
+
+	(void) stm_aggbatch_partial_desc(ab);
+	states_cxt = stm_agg_set_state_context(ab->rt, ab->merge_cxt);
+	InitTupleHashIterator(ab->groups, &iter);
+	while ((entry = ScanTupleHashTable(ab->groups, &iter)) != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ab->merge_cxt);
+		StmAggValue *vals = entry->additional;
+		TimestampTz wstart;
+		bool		has_window = entry_key(ab, entry, &wstart);
+
+		stm_check_for_interrupts();
+		values[0] = TimestampTzGetDatum(wstart);
+		nulls[0] = !has_window;
+		for (int k = 0; k < nkeys; k++)
+		{
+			values[1 + k] = ab->entry_slot->tts_values[1 + k];
+			nulls[1 + k] = ab->entry_slot->tts_isnull[1 + k];
+		}
+		for (int i = 0; i < ab->rt->naggs; i++)
+			values[1 + nkeys + i] = stm_agg_store(ab->rt, i, &vals[i], &nulls[1 + nkeys + i]);
+		ab->forward(ab->forward_arg, ab->partial_desc, values, nulls);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(ab->merge_cxt);
+	}
+	TermTupleHashIterator(&iter);
+	(void) stm_agg_set_state_context(ab->rt, states_cxt);
+	ExecClearTuple(ab->entry_slot);
+	ResetTupleHashTable(ab->groups);
+	ResetTupleHashTable(ab->late);
+	MemoryContextReset(ab->group_cxt);
+	ab->nmerges++;
+	pfree(values);
+	pfree(nulls);
+}
+
+/*
+ * The leader: a helper's partial group (a row of stm_aggbatch_partial_desc)
+ * combined into the batch's group; the helper filtered its late rows with
+ * the same watermark.
+ */
+void
+stm_aggbatch_add_partial(StmAggBatch *ab, Datum *values, bool *nulls)
+{
+	int			nkeys = ab->agg->nkeys;
+	bool		isnew;
+	TupleHashEntry entry = lookup(ab, ab->groups, !nulls[0], DatumGetTimestampTz(values[0]),
+								  values + 1, nulls + 1, &isnew);
+	StmAggValue *vals;
+
+	if (isnew)
+	{
+		entry->additional = MemoryContextAlloc(ab->group_cxt,
+											   sizeof(StmAggValue) * Max(ab->rt->naggs, 1));
+		stm_agg_group_init(ab->rt, entry->additional);
+	}
+	vals = entry->additional;
+	for (int i = 0; i < ab->rt->naggs; i++)
+	{
+		StmAggValue from;
+
+		stm_agg_load(ab->rt, i, values[1 + nkeys + i], nulls[1 + nkeys + i], &from);
+		stm_agg_combine(ab->rt, i, &vals[i], &from);
+	}
+	if (MemoryContextMemAllocated(ab->cxt, true) > ab->mem_limit)
+	{
+		ereport(stm_guc_log_batches ? LOG : DEBUG1,
+				(errmsg("the batch's groups take more than half of streaming.batch_memory (%zu kB): merging them into %s part-way",
+						ab->mem_limit / 1024, ab->table)));
 		merge_groups(ab);
 	}
+}
+
+/* A helper's batch: its last groups to the leader, and its late groups' count. */
+void
+stm_aggbatch_finish_forward(StmAggBatch *ab, int64 *num_late_rows)
+{
+	forward_groups(ab);
+	*num_late_rows = ab->nlate;
+	stm_agg_end(ab->rt);
+	MemoryContextDelete(ab->cxt);
+	FreeExprContext(ab->out_econtext, true);
 }
 
 /* The sink row of a group, from its merged states. */

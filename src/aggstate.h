@@ -26,4 +26,11 @@ extern void stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext);
 extern void stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows,
 								int64 *num_late_rows);
 
+/* parallel helpers: partial groups (parallel.c) */
+typedef void (*StmAggForwardFn) (void *arg, TupleDesc desc, Datum *values, bool *nulls);
+extern void stm_aggbatch_forward(StmAggBatch *ab, StmAggForwardFn fn, void *arg);
+extern TupleDesc stm_aggbatch_partial_desc(StmAggBatch *ab);
+extern void stm_aggbatch_add_partial(StmAggBatch *ab, Datum *values, bool *nulls);
+extern void stm_aggbatch_finish_forward(StmAggBatch *ab, int64 *num_late_rows);
+
 #endif

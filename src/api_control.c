@@ -264,7 +264,17 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 				 errhint("Stop it with streaming.stop() to run batches by hand, or wait with streaming.process_available().")));
 	rt = stm_runtime_create(def->id);
 	rt->started_at = 0;			/* waits count from the last batch only */
-	batch_id = stm_batch_run(rt);
+	PG_TRY();
+	{
+		batch_id = stm_batch_run(rt);
+	}
+	PG_CATCH();
+	{
+		/* parallel helpers go with the batch (they see the segment go) */
+		stm_runtime_abandon(rt);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	stm_runtime_close(rt);
 	if (batch_id < 0)
 		PG_RETURN_NULL();

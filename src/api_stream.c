@@ -31,11 +31,13 @@
 #include "api.h"
 #include "catalog.h"
 #include "dedup.h"
+#include "parallel.h"
 #include "query.h"
 #include "sink.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_stream);
 PG_FUNCTION_INFO_V1(streaming_drop_stream);
+PG_FUNCTION_INFO_V1(streaming_alter_stream);
 
 /* Every dedup key must be a column of the source. */
 static void
@@ -149,10 +151,12 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	RangeVar   *sink_rv;
 	Oid			sink_oid;
 	StmSinkDef *named_sink = NULL;
-	Datum		values[17];
-	char		nulls[17];
-	Oid			types[17] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
-		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID, TEXTARRAYOID, BOOLOID, OIDOID, TEXTOID};
+	Datum		values[18];
+	char		nulls[18];
+	Oid			types[18] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
+		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID, TEXTARRAYOID, BOOLOID, OIDOID, TEXTOID,
+	INT4OID};
+	int			parallel_workers;
 	int32		stream_id;
 	StmCatalogScope scope;
 
@@ -164,6 +168,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	stm_arg_require(fcinfo, 8, "trigger");
 	stm_arg_require(fcinfo, 10, "late_rows");
 	stm_arg_require(fcinfo, 12, "start");
+	stm_arg_require(fcinfo, 13, "parallel_workers");
 	name = stm_arg_text(fcinfo, 0);
 	query = stm_arg_text(fcinfo, 1);
 	sink_name = PG_ARGISNULL(2) ? name : stm_arg_text(fcinfo, 2);
@@ -171,6 +176,7 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	trigger = stm_arg_text(fcinfo, 8);
 	late_rows = stm_arg_keyword(fcinfo, 10);
 	start = PG_GETARG_BOOL(12);
+	parallel_workers = PG_GETARG_INT32(13);
 
 	stm_arg_check_name("stream", name);
 	if (stm_catalog_stream_exists(name))
@@ -252,6 +258,8 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 				 errmsg("relation \"%s\" is not a streaming source", get_rel_name(qi->source_view)),
 				 errhint("Create a source first, with one of the streaming.create_*_source() functions.")));
 	ExecCheckRTPerms(qi->query->rtable, true);
+	stm_parallel_check_arg(name, parallel_workers, stm_source_routine(src->kind), qi,
+						   !PG_ARGISNULL(6), strcmp(late_rows, "keep") == 0);
 	if (qi->agg == NULL && strcmp(output_mode, "complete") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -345,8 +353,9 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 		sink_oid = get_relname_relid(sink_rv->relname, nspid);
 	}
 
-	for (int i = 0; i < 17; i++)
+	for (int i = 0; i < 18; i++)
 		nulls[i] = ' ';
+	values[17] = Int32GetDatum(parallel_workers);
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(src->name);
 	values[2] = CStringGetTextDatum(query);
@@ -385,11 +394,11 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
 							  "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, search_path, "
-							  "sink_function, dedup_keys, dedup_within_watermark, owner, sink_name) "
+							  "sink_function, dedup_keys, dedup_within_watermark, owner, sink_name, parallel_workers) "
 							  "VALUES ($1, $2, $3, $4::oid::regclass, $5, $6, $7, $8, $9, $10, $11, "
 							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12, $13::oid::regprocedure, $14, $15, "
-							  "$16::oid::regrole, $17) RETURNING id",
-							  17, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+							  "$16::oid::regrole, $17, $18) RETURNING id",
+							  18, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert into streaming.stream_defs");
 	{
 		bool		isnull;
@@ -489,5 +498,51 @@ streaming_drop_stream(PG_FUNCTION_ARGS)
 
 	stm_catalog_check_owner("stream", name, def->owner);
 	stm_api_drop_stream(def, drop_sink, force);
+	PG_RETURN_VOID();
+}
+
+/*
+ * streaming.alter_stream(name, parallel_workers => n): change a stream's
+ * settings (NULL: unchanged).  A running stream takes them at its next
+ * batch (its worker reads the definition each batch); the row lock waits
+ * for a batch in flight.
+ */
+Datum
+streaming_alter_stream(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	StmStreamDef *def;
+
+	(void) stm_catalog_check_version(ERROR);
+	name = stm_arg_name(fcinfo);
+	def = stm_catalog_get_stream(name, false);
+	stm_catalog_check_owner("stream", name, def->owner);
+	if (!PG_ARGISNULL(1))
+	{
+		int			n = PG_GETARG_INT32(1);
+		StmQueryInfo *qi = NULL;
+		StmSourceDef *src = stm_catalog_get_source_of_stream(def);
+
+		if (n > 0)
+		{
+			/* the query as the batches analyse it: its creator's search_path */
+			int			nest = NewGUCNestLevel();
+
+			(void) set_config_option("search_path", def->search_path, PGC_USERSET,
+									 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+			qi = stm_query_analyze(def->query);
+			AtEOXact_GUC(true, nest);
+		}
+		stm_parallel_check_arg(name, n, stm_source_routine(src->kind), qi, def->has_dedup,
+							   def->keep_late_rows);
+		(void) stm_catalog_get_stream_by_id(def->id, true);
+		{
+			Oid			types[2] = {INT4OID, INT4OID};
+			Datum		values[2] = {Int32GetDatum(def->id), Int32GetDatum(n)};
+
+			stm_catalog_exec("UPDATE streaming.stream_defs SET parallel_workers = $2 WHERE id = $1",
+							 2, types, values, NULL, SPI_OK_UPDATE);
+		}
+	}
 	PG_RETURN_VOID();
 }

@@ -43,6 +43,7 @@
 #include "fault.h"
 #include "guc.h"
 #include "join.h"
+#include "parallel.h"
 #include "parse.h"
 #include "query.h"
 #include "sink.h"
@@ -96,6 +97,7 @@ typedef struct BatchContext
 	StmQueryInfo *qi;
 	Relation	view;
 	int			guc_nest;		/* the stream's search_path, set for the query */
+	StmHelperOut *share;		/* a parallel helper's share: rows and bad records go to the leader */
 } BatchContext;
 
 /* A parsed record: the source row, or the error that made it bad. */
@@ -241,45 +243,38 @@ record_sha256(const char *data, int len)
  * STM_DEAD_LETTER_RAW bytes, and the length and SHA-256 of all of it.
  */
 static void
-write_dead_letter(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
+write_dead_letter(BatchContext *bc, const StmShareBad *bad)
 {
 	Oid			types[9] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID, INT4OID,
 	INT8OID, BYTEAOID};
 	Datum		values[9];
 	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	int			kept = Min(r->len, STM_DEAD_LETTER_RAW);
 	bytea	   *raw;
 
-	raw = palloc(kept + VARHDRSZ);
-	SET_VARSIZE(raw, kept + VARHDRSZ);
-	if (kept > 0)
-		memcpy(VARDATA(raw), r->data, kept);
+	raw = palloc(bad->raw_len + VARHDRSZ);
+	SET_VARSIZE(raw, bad->raw_len + VARHDRSZ);
+	if (bad->raw_len > 0)
+		memcpy(VARDATA(raw), bad->raw, bad->raw_len);
 
 	values[0] = CStringGetTextDatum(bc->def->name);
 	values[1] = CStringGetTextDatum(bc->def->source);
-	values[2] = CStringGetTextDatum(record_position(bc, rec));
+	values[2] = CStringGetTextDatum(bad->position);
 	values[3] = PointerGetDatum(raw);
-	if (r->data == NULL)
+	if (bad->raw == NULL)
 		nulls[3] = 'n';
-	values[4] = CStringGetTextDatum(edata->detail ?
-									psprintf("%s: %s", edata->message, edata->detail) :
-									edata->message);
-	values[5] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
+	values[4] = CStringGetTextDatum(bad->detail ?
+									psprintf("%s: %s", bad->message, bad->detail) :
+									bad->message);
+	values[5] = CStringGetTextDatum(unpack_sql_state(bad->sqlerrcode));
 	values[6] = Int32GetDatum(bc->def->id);
-	if (r->whole)
+	if (bad->sha256)
 	{
-		/* the source kept only the record's start: it says what the whole was */
 		bytea	   *sha = palloc(PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
 
 		SET_VARSIZE(sha, PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
-		memcpy(VARDATA(sha), r->whole->sha256, PG_SHA256_DIGEST_LENGTH);
-		values[7] = Int64GetDatum(r->whole->length);
+		memcpy(VARDATA(sha), bad->sha256, PG_SHA256_DIGEST_LENGTH);
+		values[7] = Int64GetDatum(bad->whole_len);
 		values[8] = PointerGetDatum(sha);
-	}
-	else if (r->data != NULL)
-	{
-		values[7] = Int64GetDatum(r->len);
-		values[8] = PointerGetDatum(record_sha256(r->data, r->len));
 	}
 	else
 		nulls[7] = nulls[8] = 'n';
@@ -289,19 +284,63 @@ write_dead_letter(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *
 	STM_FAULT_POINT("after_dead_letter");
 }
 
+/* on_bad_record, for a bad record of this batch or of a helper's share */
 static void
-handle_bad_record(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
+apply_bad_record(BatchContext *bc, const StmShareBad *bad)
 {
 	bc->num_bad++;
 	if (bc->src->on_bad_record == STM_BAD_RECORD_FAIL)
 		ereport(ERROR,
-				(errcode(edata->sqlerrcode),
+				(errcode(bad->sqlerrcode),
 				 errmsg("bad record in source \"%s\" at %s: %s",
-						bc->def->source, record_position(bc, rec), edata->message),
-				 edata->detail ? errdetail("%s", edata->detail) : 0,
+						bc->def->source, bad->position, bad->message),
+				 bad->detail ? errdetail("%s", bad->detail) : 0,
 				 errhint("The source has on_bad_record => 'fail'; use 'dead_letter' to set bad records aside.")));
 	if (bc->src->on_bad_record == STM_BAD_RECORD_DEAD_LETTER)
-		write_dead_letter(bc, r, rec, edata);
+		write_dead_letter(bc, bad);
+}
+
+/* the leader's batch: a bad record a helper found */
+static void
+helper_bad_record(void *arg, const StmShareBad *bad)
+{
+	apply_bad_record((BatchContext *) arg, bad);
+}
+
+static void
+handle_bad_record(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
+{
+	StmShareBad bad;
+	uint8		sha[PG_SHA256_DIGEST_LENGTH];
+
+	bad.sqlerrcode = edata->sqlerrcode;
+	bad.message = edata->message;
+	bad.detail = edata->detail;
+	bad.position = record_position(bc, rec);
+	bad.raw = r->data;
+	bad.raw_len = r->data ? Min(r->len, STM_DEAD_LETTER_RAW) : 0;
+	bad.whole_len = -1;
+	bad.sha256 = NULL;
+	if (r->whole)
+	{
+		/* the source kept only the record's start: it says what the whole was */
+		bad.whole_len = r->whole->length;
+		bad.sha256 = r->whole->sha256;
+	}
+	else if (r->data != NULL)
+	{
+		memcpy(sha, VARDATA(record_sha256(r->data, r->len)), PG_SHA256_DIGEST_LENGTH);
+		bad.whole_len = r->len;
+		bad.sha256 = sha;
+	}
+	if (bc->share)
+	{
+		/* a helper: the leader applies on_bad_record (and writes the dead letter) */
+		bc->num_bad++;
+		stm_parallel_send_bad(bc->share, &bad);
+	}
+	else
+		apply_bad_record(bc, &bad);
 }
 
 /*
@@ -399,7 +438,12 @@ process_chunk(void *arg, StmRecord *records, int n)
 				stm_aggbatch_add(bc->aggbatch, bc->econtext);
 		}
 		else if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
-			stm_sink_insert(bc->sink, bc->out_values, bc->out_nulls);
+		{
+			if (bc->share)
+				stm_parallel_send_row(bc->share, bc->output->desc, bc->out_values, bc->out_nulls);
+			else
+				stm_sink_insert(bc->sink, bc->out_values, bc->out_nulls);
+		}
 		ResetExprContext(bc->econtext);
 	}
 	bc->error_row = NULL;
@@ -614,6 +658,7 @@ open_source(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
 
 		rt->source = stm_source_open(source_def, def->owner, true);
 		rt->source->bounded = rt->bounded;
+		rt->source->plan_only = rt->parallel_wanted > 0;
 		MemoryContextSwitchTo(oldcxt);
 	}
 	return rt->source;
@@ -675,6 +720,15 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	return true;
 }
 
+/* a parallel helper's aggregate batch: a partial group to the leader */
+static void
+share_group(void *arg, TupleDesc desc, Datum *values, bool *nulls)
+{
+	BatchContext *bc = arg;
+
+	stm_parallel_send_group(bc->share, desc, values, nulls);
+}
+
 /*
  * The stream's query, analysed again as its creator wrote it (with "$user"
  * the owner), its relations opened, its projection or aggregation and its
@@ -714,6 +768,35 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 	bc->econtext = GetPerTupleExprContext(bc->estate);
 	bc->source_slot = MakeSingleTupleTableSlot(bc->source_desc, &TTSOpsVirtual);
 	bc->output = stm_sink_output(qi, def->output_mode);
+	if (bc->share)
+	{
+		const char *why;
+
+		/* create_stream and alter_stream refuse the others */
+		if (!stm_parallel_supported(bc->src->routine, qi, def->has_dedup, def->keep_late_rows, &why))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("stream \"%s\" cannot have parallel_workers", def->name),
+					 errdetail("%s.", why)));
+		if (qi->agg)
+		{
+			/* pre-aggregation: the leader combines the groups and keeps the state */
+			bc->qual = stm_query_compile_qual(qi);
+			bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, NULL,
+											  def->has_watermark, previous_watermark(def),
+											  bc->event_time_att, NULL);
+			stm_aggbatch_forward(bc->aggbatch, share_group, bc);
+			if (qi->agg->event_time_att >= 0)
+				bc->event_time_att = qi->agg->event_time_att;
+		}
+		else
+			bc->projector = stm_query_compile(qi);
+		bc->out_values = palloc(sizeof(Datum) * Max(qi->noutputs, 1));
+		bc->out_nulls = palloc(sizeof(bool) * Max(qi->noutputs, 1));
+		bc->chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
+											  0, 4 * 1024 * 1024, 8 * 1024 * 1024);
+		return;
+	}
 	bc->sink = stm_sink_begin_batch(open_sink(rt, def), bc->output, bc->batch_id, bc->estate);
 	if (def->keep_late_rows)
 	{
@@ -783,6 +866,18 @@ joined_row(void *arg, TupleTableSlot *slot)
 static void
 end_query(BatchContext *bc)
 {
+	if (bc->share)
+	{
+		/* a helper's share: the leader writes the sink and the state */
+		if (bc->aggbatch)
+			stm_aggbatch_finish_forward(bc->aggbatch, &bc->num_late);
+		ExecDropSingleTupleTableSlot(bc->source_slot);
+		FreeExecutorState(bc->estate);
+		MemoryContextDelete(bc->chunk_cxt);
+		relation_close(bc->view, NoLock);
+		AtEOXact_GUC(true, bc->guc_nest);
+		return;
+	}
 	if (bc->join)
 		stm_join_run(bc->join, joined_row, bc);
 	if (bc->dedup)
@@ -836,6 +931,75 @@ advance_watermark(BatchContext *bc)
 		bc->watermark = Max(bc->watermark, bc->idle_advance);
 }
 
+/* the leader's batch: an output row a helper made */
+static void
+helper_row(void *arg, Datum *values, bool *nulls)
+{
+	BatchContext *bc = arg;
+
+	stm_sink_insert(bc->sink, values, nulls);
+}
+
+/* the leader's aggregate batch: a helper's partial group, combined */
+static void
+helper_group(void *arg, Datum *values, bool *nulls)
+{
+	BatchContext *bc = arg;
+
+	stm_aggbatch_add_partial(bc->aggbatch, values, nulls);
+}
+
+/*
+ * How many helpers the stream's parallel_workers asks for now (none for a
+ * run_batch inside a transaction block, whose uncommitted work they would
+ * not see): the runtime's helpers are replaced after a batch that failed
+ * while they worked, or when the number changed, and the leader's source
+ * is opened again when that changes who fetches.  The helpers themselves
+ * start with the first batch that has records (start_helpers).
+ */
+static void
+prepare_helpers(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
+{
+	int			want = rt->parallel_allowed || !IsTransactionBlock() ? def->parallel_workers : 0;
+	const char *why;
+
+	if (want > 0 && !stm_parallel_supported(stm_source_routine(source_def->kind), NULL,
+											def->has_dedup, def->keep_late_rows, &why))
+		want = 0;
+	if (rt->parallel &&
+		(stm_parallel_dirty(rt->parallel) || stm_parallel_wanted(rt->parallel) != want))
+	{
+		stm_parallel_stop(rt->parallel);
+		rt->parallel = NULL;
+	}
+	rt->parallel_wanted = want;
+	if (rt->source && rt->source->plan_only != (want > 0))
+	{
+		stm_source_close(rt->source);
+		rt->source = NULL;
+	}
+}
+
+/*
+ * The helpers, once a plan found records to read: a batch whose source
+ * is plan_only cannot run without any, so it waits (53000) while no
+ * background worker slot is free.
+ */
+static void
+start_helpers(StmRuntime *rt, StmStreamDef *def)
+{
+	if (rt->parallel_wanted == 0 || rt->parallel != NULL)
+		return;
+	rt->parallel = stm_parallel_start(def->id, rt->parallel_wanted, rt->cxt);
+	if (rt->parallel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("stream \"%s\" could not start any of its %d parallel helpers",
+						def->name, rt->parallel_wanted),
+				 errdetail("No background worker slot is free."),
+				 errhint("Raise max_worker_processes, or set parallel_workers to 0 with streaming.alter_stream().")));
+}
+
 /* stm_batch_run, once the stream's row is locked and its owner in charge */
 static int64
 run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
@@ -851,6 +1015,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	bc.def = def;
 	bc.started = GetCurrentTimestamp();
 	bc.source_def = stm_catalog_get_source_of_stream(def);
+	prepare_helpers(rt, def, bc.source_def);
 	bc.src = open_source(rt, def, bc.source_def);
 	/* the sink's room bounds what the source may read (back-pressure) */
 	sink = open_sink(rt, def);
@@ -863,13 +1028,39 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 				 errhint("The stream's worker delivers the waiting rows; start the stream, or wait.")));
 	if (!plan_batch(&bc, rt, room))
 		return -1;
+	start_helpers(rt, def);
 
 	begin_query(&bc, rt);
 	errcb.callback = batch_error_callback;
 	errcb.arg = &bc;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	bc.src->routine->fetch(bc.src, process_chunk, &bc);
+	if (rt->parallel)
+	{
+		StmParallelReceiver recv = {helper_row, helper_bad_record, helper_group, &bc};
+		StmShareTotals totals = {0};
+		const char *why;
+
+		if (!stm_parallel_supported(bc.src->routine, bc.qi, def->has_dedup, def->keep_late_rows,
+									&why))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("stream \"%s\" cannot have parallel_workers", def->name),
+					 errdetail("%s.", why)));
+		stm_parallel_fetch(rt->parallel, bc.src, bc.output->desc,
+						   bc.aggbatch ? stm_aggbatch_partial_desc(bc.aggbatch) : NULL,
+						   &recv, &totals);
+		bc.num_input += totals.num_input;
+		bc.num_late += totals.num_late;
+		if (totals.has_max_event_time &&
+			(!bc.has_max_event_time || totals.max_event_time > bc.max_event_time))
+		{
+			bc.has_max_event_time = true;
+			bc.max_event_time = totals.max_event_time;
+		}
+	}
+	else
+		bc.src->routine->fetch(bc.src, process_chunk, &bc);
 	STM_FAULT_POINT("after_fetch");
 	end_query(&bc);
 	error_context_stack = errcb.previous;
@@ -895,6 +1086,54 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 						def->name, bc.batch_id, (long long) bc.num_input,
 						(long long) bc.num_output, (long long) bc.num_bad)));
 	return bc.batch_id;
+}
+
+/*
+ * A parallel helper's share of a batch (parallel.c), in the helper's
+ * transaction: the stream's query analysed as the leader's batch does, as
+ * the stream's owner; exactly the bounds the leader gave fetched, parsed,
+ * filtered and projected, the rows and bad records sent to the leader.  It
+ * writes nothing and locks no catalog row (the leader holds the stream's).
+ */
+void
+stm_batch_run_share(StmRuntime *rt, const char *bounds, StmHelperOut *out,
+					StmShareTotals *totals)
+{
+	BatchContext bc = {0};
+	ErrorContextCallback errcb;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	bc.def = stm_catalog_get_stream_by_id(rt->stream_id, false);
+	if (bc.def == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("stream with id %d does not exist", rt->stream_id)));
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(bc.def->owner)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+				 errmsg("the owner of stream \"%s\" (role with OID %u) does not exist",
+						bc.def->name, bc.def->owner)));
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(bc.def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	bc.share = out;
+	bc.started = GetCurrentTimestamp();
+	bc.source_def = stm_catalog_get_source_of_stream(bc.def);
+	bc.src = open_source(rt, bc.def, bc.source_def);
+	bc.src->routine->set_share_bounds(bc.src, bounds);
+	begin_query(&bc, rt);
+	errcb.callback = batch_error_callback;
+	errcb.arg = &bc;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	bc.src->routine->fetch(bc.src, process_chunk, &bc);
+	end_query(&bc);
+	error_context_stack = errcb.previous;
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	totals->num_input = bc.num_input;
+	totals->has_max_event_time = bc.has_max_event_time;
+	totals->max_event_time = bc.max_event_time;
 }
 
 /*
@@ -951,10 +1190,24 @@ stm_runtime_wait(StmRuntime *rt, long timeout_ms)
 	stm_source_wait(rt->source, timeout_ms);
 }
 
+/*
+ * A runtime given up on error (run_batch's): its parallel helpers are told
+ * to stop and its segment detached, without waiting for them; the rest
+ * goes with the memory context.
+ */
+void
+stm_runtime_abandon(StmRuntime *rt)
+{
+	stm_parallel_abandon(rt->parallel);
+	rt->parallel = NULL;
+}
+
 /* The end of a runtime: its source and sink let go of what they hold. */
 void
 stm_runtime_close(StmRuntime *rt)
 {
+	stm_parallel_stop(rt->parallel);
+	rt->parallel = NULL;
 	stm_source_close(rt->source);
 	rt->source = NULL;
 	if (rt->sink && rt->sink->routine->close)

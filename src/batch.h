@@ -20,6 +20,9 @@ typedef struct StmRuntime
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 	char	   *problem;		/* what the last plan could not read, and why (in cxt), or NULL */
 	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */
+	bool		parallel_allowed;	/* a worker: helpers even inside a transaction block */
+	struct StmParallel *parallel;	/* its helpers (parallel.c), or NULL */
+	int			parallel_wanted;	/* helpers this batch reads with (0: none) */
 } StmRuntime;
 
 extern StmRuntime *stm_runtime_create(int32 stream_id);
@@ -31,5 +34,10 @@ extern bool stm_error_is_waiting(int sqlerrcode);
 extern void stm_runtime_wait(StmRuntime *rt, long timeout_ms);
 extern char *stm_runtime_source_error(StmRuntime *rt);
 extern void stm_runtime_close(StmRuntime *rt);
+extern void stm_runtime_abandon(StmRuntime *rt);
+struct StmHelperOut;
+struct StmShareTotals;
+extern void stm_batch_run_share(StmRuntime *rt, const char *bounds, struct StmHelperOut *out,
+								struct StmShareTotals *totals);
 
 #endif

@@ -316,7 +316,8 @@ get_bool(CatalogRow *row, const char *name)
 	"sink_function::oid AS sink_function, dedup_keys IS NOT NULL AS has_dedup, " \
 	"dedup_within_watermark, late_rows, " \
 	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error, " \
-	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name) AS sink_kind"
+	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name) AS sink_kind, " \
+	"parallel_workers"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -361,6 +362,7 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->last_error = get_text(&row, "last_error");
 	s->sink_name = get_text(&row, "sink_name");
 	s->sink_kind = get_text(&row, "sink_kind");
+	s->parallel_workers = DatumGetInt32(get_value(&row, "parallel_workers", &isnull));
 	return s;
 }
 

@@ -74,6 +74,7 @@ typedef struct StmStreamDef
 	char	   *last_error;		/* NULL when none */
 	char	   *sink_name;		/* a named sink (streaming.sinks), else NULL */
 	char	   *sink_kind;		/* its kind */
+	int			parallel_workers;	/* helpers that fetch and parse (parallel.c); 0: none */
 } StmStreamDef;
 
 typedef struct StmSourceDef

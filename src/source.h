@@ -65,6 +65,7 @@ typedef struct StmSource
 	int			nmeta;			/* metadata columns after the declared ones */
 	bool		bounded;		/* available_now: only what the first plan saw */
 	char	   *problem;		/* set by plan: what it could not read and why (source_error), or NULL */
+	bool		plan_only;		/* parallel helpers fetch (parallel.c): plan, never read ahead */
 } StmSource;
 
 /*
@@ -224,6 +225,19 @@ struct StmSourceRoutine
 	 * transaction.  Called without opening the source.
 	 */
 	void		(*reset_positions) (int32 stream_id);
+
+	/*
+	 * Parallel helpers (parallel.c; optional, NULL: the kind cannot be read
+	 * by helpers).  share_bounds, in the leader after plan: share's part
+	 * (of nshares) of the batch's bounds, as a text only the kind reads;
+	 * every part of the source is in exactly one share, and a part stays in
+	 * the same share from batch to batch while the parts stay the same.
+	 * set_share_bounds, in a helper: read exactly those bounds with the
+	 * next fetch, and nothing else (the helper's source is open as the
+	 * leader's, never plans and never saves positions).
+	 */
+	char	   *(*share_bounds) (StmSource *src, int share, int nshares);
+	void		(*set_share_bounds) (StmSource *src, const char *bounds);
 
 	/* Give resources back before the memory context goes (else it does). */
 	void		(*close) (StmSource *src);

@@ -1186,6 +1186,87 @@ file_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	MemoryContextSwitchTo(oldcxt);
 }
 
+/*
+ * Parallel helpers: the batch's files split by file, file i of the batch
+ * to share i % nshares, as lines "size mtime name" (what read_file checks
+ * the file against; in the name '%' and newline are written %25 and %0A).
+ * A helper reads whole files; the leader still plans, stores the files
+ * read and cleans up after the commit.
+ */
+static char *
+file_share_bounds(StmSource *src, int share, int nshares)
+{
+	FileSource *fs = (FileSource *) src;
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	foreach(lc, fs->batch)
+	{
+		FileEntry  *f = lfirst(lc);
+
+		if (foreach_current_index(lc) % nshares != share)
+			continue;
+		appendStringInfo(&buf, INT64_FORMAT " " INT64_FORMAT " ", f->size, (int64) f->mtime);
+		for (const char *c = f->name; *c; c++)
+		{
+			if (*c == '%')
+				appendStringInfoString(&buf, "%25");
+			else if (*c == '\n')
+				appendStringInfoString(&buf, "%0A");
+			else
+				appendStringInfoChar(&buf, *c);
+		}
+		appendStringInfoChar(&buf, '\n');
+	}
+	return buf.data;
+}
+
+/* A helper's share: exactly these files with the next fetch. */
+static void
+file_set_share_bounds(StmSource *src, const char *bounds)
+{
+	FileSource *fs = (FileSource *) src;
+	const char *line = bounds;
+	MemoryContext oldcxt;
+
+	MemoryContextReset(fs->plan_cxt);
+	fs->batch = fs->pending = fs->skipped = NIL;
+	oldcxt = MemoryContextSwitchTo(fs->plan_cxt);
+	while (*line)
+	{
+		const char *eol = strchr(line, '\n');
+		char	   *copy = pnstrdup(line, eol ? eol - line : strlen(line));
+		char	   *size_s = strtok(copy, " ");
+		char	   *mtime_s = strtok(NULL, " ");
+		char	   *name = mtime_s ? mtime_s + strlen(mtime_s) + 1 : NULL;
+		FileEntry  *f = palloc(sizeof(FileEntry));
+
+		if (size_s == NULL || mtime_s == NULL || *name == '\0')
+			elog(ERROR, "malformed share bounds: %s", line);
+		f->size = pg_strtoint64(size_s);
+		f->mtime = (TimestampTz) pg_strtoint64(mtime_s);
+		f->name = palloc(strlen(name) + 1);
+		{
+			char	   *d = f->name;
+
+			for (const char *c = name; *c; c++)
+			{
+				if (c[0] == '%' && c[1] == '2' && c[2] == '5')
+					*d++ = '%', c += 2;
+				else if (c[0] == '%' && c[1] == '0' && c[2] == 'A')
+					*d++ = '\n', c += 2;
+				else
+					*d++ = *c;
+			}
+			*d = '\0';
+		}
+		fs->batch = lappend(fs->batch, f);
+		line = eol ? eol + 1 : line + strlen(line);
+	}
+	MemoryContextSwitchTo(oldcxt);
+}
+
 /* file_name, file_line */
 static void
 file_fill_metadata(StmSource *src, StmRecord *rec, Datum *values, bool *nulls)
@@ -1667,6 +1748,8 @@ const StmSourceRoutine stm_file_source = {
 	.plan = file_plan,
 	.positions_json = file_positions_json,
 	.fetch = file_fetch,
+	.share_bounds = file_share_bounds,
+	.set_share_bounds = file_set_share_bounds,
 	.fill_metadata = file_fill_metadata,
 	.position_json = file_position_json,
 	.save_positions = file_save_positions,

@@ -1056,8 +1056,9 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	 * every partition with a position is consumed from it now, so that
 	 * librdkafka fetches while the batch gets ready, and between batches
 	 */
-	foreach(lc, kc->partitions)
-		position_partition(kc, lfirst(lc));
+	if (!kc->base.plan_only)
+		foreach(lc, kc->partitions)
+			position_partition(kc, lfirst(lc));
 
 	/* min_offsets_per_trigger: wait for enough records, but not past max_trigger_delay */
 	if (kc->min_offsets_per_trigger > 0 && total < kc->min_offsets_per_trigger &&
@@ -1974,6 +1975,84 @@ kafka_validate(Jsonb *o, Oid role)
 	return o;
 }
 
+/*
+ * Parallel helpers: partition i (in the source's order: topic, partition)
+ * is share i % nshares's, as lines "start end partition topic" (also those
+ * with nothing to read now: the helper fetches ahead for them).  Held-back
+ * partitions are left out: the helper reads nothing of them.
+ */
+static char *
+kafka_share_bounds(StmSource *src, int share, int nshares)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		if (foreach_current_index(lc) % nshares != share || p->held_back)
+			continue;
+		appendStringInfo(&buf, INT64_FORMAT " " INT64_FORMAT " %d %s\n",
+						 p->start, p->end, p->partition, p->topic);
+	}
+	return buf.data;
+}
+
+/*
+ * A helper's share: these partitions read [start, end) with the next
+ * fetch, every other one is not consumed (held back: fetch and positioning
+ * skip it).  A partition that keeps its share from batch to batch goes on
+ * from where its consumption stands, as the leader's would.
+ */
+static void
+kafka_set_share_bounds(StmSource *src, const char *bounds)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+	List	   *mine = NIL;
+	const char *line = bounds;
+	ListCell   *lc;
+
+	rd_kafka_poll(kc->meta, 0);
+	open_consumer(kc, 1);
+	while (*line)
+	{
+		const char *eol = strchr(line, '\n');
+		char	   *copy = pnstrdup(line, eol ? eol - line : strlen(line));
+		char	   *start_s = strtok(copy, " ");
+		char	   *end_s = strtok(NULL, " ");
+		char	   *part_s = strtok(NULL, " ");
+		char	   *topic = part_s ? part_s + strlen(part_s) + 1 : NULL;
+		KafkaPartition *p;
+
+		if (start_s == NULL || end_s == NULL || part_s == NULL || *topic == '\0')
+			elog(ERROR, "malformed share bounds: %s", line);
+		add_partition(kc, topic, pg_strtoint32(part_s));
+		p = find_partition(kc, topic, pg_strtoint32(part_s));
+		p->start = pg_strtoint64(start_s);
+		p->end = pg_strtoint64(end_s);
+		mine = lappend(mine, p);
+		line = eol ? eol + 1 : line + strlen(line);
+	}
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		if (list_member_ptr(mine, p))
+		{
+			p->held_back = false;
+			continue;
+		}
+		if (!p->held_back)
+			kafka_release_partition(kc, p);
+		p->held_back = true;
+		p->start = p->end = 0;
+	}
+	list_free(mine);
+}
+
 const StmSourceRoutine stm_kafka_source = {
 	.kind = "kafka",
 	.display_name = "Kafka",
@@ -1993,6 +2072,8 @@ const StmSourceRoutine stm_kafka_source = {
 	.after_commit = NULL,
 	.wait_fd = kafka_wait_fd,
 	.ready = kafka_ready,
+	.share_bounds = kafka_share_bounds,
+	.set_share_bounds = kafka_set_share_bounds,
 	.close = kafka_close
 };
 

@@ -379,6 +379,7 @@ streaming_worker_main(Datum main_arg)
 									ALLOCSET_SMALL_SIZES);
 	MemoryContextSwitchTo(worker_cxt);
 	rt = stm_runtime_create(stream_id);
+	rt->parallel_allowed = true;
 
 	/* a run_batch in progress holds the lock for its transaction */
 	lock_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);

@@ -11,6 +11,13 @@
 # checksum), the stored offsets are the high watermarks, and the committed
 # batches read every record once, each starting where the previous ended.
 #
+# The test runs one such stream per parallel_workers value of
+# parallel_workers_list (0 and 2 by default, STREAMING_TEST_PARALLEL_WORKERS
+# chooses), side by side on the same topic: every crash strikes them all
+# (a killed worker restarts every process), each kill_worker round kills
+# the worker of one of them in turn, and each must end with every record
+# exactly once.
+#
 # The random choices (order of the crash kinds, delay before each one)
 # come from the seed printed at the start; STREAMING_TEST_SEED=N replays
 # them (timing aside).
@@ -39,11 +46,16 @@ $kafka->produce_orders($topic, $orders, 150_000);
 my $node = streaming_node('main');
 create_orders_source($node, 'orders_src', $kafka, $topic,
 	max_offsets_per_trigger => 2_000);
-create_orders_stream($node, 'orders_eo', 'orders_src', start => 'true');
+my @streams = map { $_ ? "orders_eo_p$_" : 'orders_eo' } parallel_workers_list();
+my %pw = map { ($_ ? "orders_eo_p$_" : 'orders_eo') => $_ } parallel_workers_list();
+create_orders_stream($node, $_, 'orders_src', parallel_workers => $pw{$_}, start => 'true')
+  for @streams;
+my $names = join ', ', map { "'$_'" } @streams;
 
 sub sink_rows
 {
-	return query_retry($node, 'SELECT count(*) FROM orders_eo');
+	my ($stream) = @_;
+	return query_retry($node, "SELECT count(*) FROM $stream");
 }
 
 my ($kills, $with_backlog) = (0, 0);
@@ -56,7 +68,7 @@ for my $round (1 .. $rounds)
 	my $hold = $node->background_psql('postgres');
 	$hold->query_safe('BEGIN');
 	$hold->query_safe(
-		"SELECT count(*) FROM (SELECT FROM streaming.stream_defs WHERE name = 'orders_eo' FOR UPDATE) s");
+		"SELECT count(*) FROM (SELECT FROM streaming.stream_defs WHERE name IN ($names) FOR UPDATE) s");
 	note "round $round: producing 25,000 more orders";
 	$kafka->produce_orders($topic, $orders, 25_000);
 	$hold->query_safe('COMMIT');
@@ -64,21 +76,23 @@ for my $round (1 .. $rounds)
 
 	# strike at a random moment while the stream works through it
 	usleep(int(rand(40_000)));
-	my $before = sink_rows();
+	my %before = map { $_ => sink_rows($_) } @streams;
+	my $before = join '/', map { $before{$_} } @streams;
 	my $pid = '';
-	$with_backlog++ if $before < $orders->count;
+	my $victim = $streams[ $round % @streams ];
+	$with_backlog++ if grep { $before{$_} < $orders->count } @streams;
 
 	if ($kind eq 'kill_worker')
 	{
-		$pid = stream_row($node, 'orders_eo')->{worker_pid};
+		$pid = stream_row($node, $victim)->{worker_pid};
 		if ($pid eq '')
 		{
 			wait_for($node,
-				"SELECT worker_pid IS NOT NULL FROM streaming.streams WHERE name = 'orders_eo'",
-				't', "round $round: the stream has a worker", 'orders_eo');
-			$pid = stream_row($node, 'orders_eo')->{worker_pid};
+				"SELECT worker_pid IS NOT NULL FROM streaming.streams WHERE name = '$victim'",
+				't', "round $round: the stream has a worker", $victim);
+			$pid = stream_row($node, $victim)->{worker_pid};
 		}
-		note "round $round: kill -9 of worker $pid at $before of "
+		note "round $round: kill -9 of worker $pid of $victim at $before of "
 		  . $orders->count . " rows";
 		ok(kill('KILL', $pid), "round $round: killed worker $pid");
 		$kills++;
@@ -91,39 +105,46 @@ for my $round (1 .. $rounds)
 		$node->start;
 	}
 
-	# the stream runs again, in a new worker, and makes progress (or has
+	# every stream runs again, in a new worker, and makes progress (or has
 	# caught up)
-	my $after = sink_rows();
-	my $produced = $orders->count;
-	wait_for($node,
-		"SELECT count(*) > $after OR count(*) >= $produced FROM orders_eo", 't',
-		"round $round ($kind): the stream makes progress after the crash ($after rows)",
-		'orders_eo');
-	my $new_worker = $pid eq '' ? '' : " AND worker_pid <> $pid";
-	wait_for($node,
-		"SELECT status = 'running' AND worker_pid IS NOT NULL$new_worker "
-		  . "FROM streaming.streams WHERE name = 'orders_eo'",
-		't', "round $round: the stream runs again, in a new worker", 'orders_eo');
+	for my $stream (@streams)
+	{
+		my $after = sink_rows($stream);
+		my $produced = $orders->count;
+		wait_for($node,
+			"SELECT count(*) > $after OR count(*) >= $produced FROM $stream", 't',
+			"round $round ($kind): $stream makes progress after the crash ($after rows)",
+			$stream);
+		my $new_worker = $pid eq '' ? '' : " AND worker_pid <> $pid";
+		wait_for($node,
+			"SELECT status = 'running' AND worker_pid IS NOT NULL$new_worker "
+			  . "FROM streaming.streams WHERE name = '$stream'",
+			't', "round $round: $stream runs again, in a new worker", $stream);
+	}
 }
 
 note "$with_backlog of $rounds crashes struck while records were waiting";
 ok($with_backlog >= 1, 'the crashes struck while the stream had work to do');
-$node->safe_psql('postgres',
-	"SELECT streaming.process_available('orders_eo', '180s')");
+for my $stream (@streams)
+{
+	my $what = "$stream (parallel_workers $pw{$stream}) after the crashes";
+	$node->safe_psql('postgres',
+		"SELECT streaming.process_available('$stream', '180s')");
 
-check_sink($node, 'orders_eo', $orders, 'after the crashes');
-check_offsets($node, 'orders_eo', $kafka, $topic, 'after the crashes');
-check_progress($node, 'orders_eo', $orders->count, 'after the crashes');
-is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM orders_eo GROUP BY order_id HAVING count(*) > 1"),
-	'', 'no order is in the sink twice');
-my $row = stream_row($node, 'orders_eo');
-is($row->{status}, 'running', 'the stream is still running');
-is($row->{lag}, '0', 'the stream has no lag');
-ok( $node->safe_psql('postgres',
-		"SELECT count(*) FROM streaming.progress WHERE stream = 'orders_eo'") >=
-	  int($orders->count / 5_000),
-	'the stream ran many small batches (max_offsets_per_trigger)');
+	check_sink($node, $stream, $orders, $what);
+	check_offsets($node, $stream, $kafka, $topic, $what);
+	check_progress($node, $stream, $orders->count, $what);
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FROM $stream GROUP BY order_id HAVING count(*) > 1"),
+		'', "$what: no order is in the sink twice");
+	my $row = stream_row($node, $stream);
+	is($row->{status}, 'running', "$what: the stream is still running");
+	is($row->{lag}, '0', "$what: the stream has no lag");
+	ok( $node->safe_psql('postgres',
+			"SELECT count(*) FROM streaming.progress WHERE stream = '$stream'") >=
+		  int($orders->count / 5_000),
+		"$what: the stream ran many small batches (max_offsets_per_trigger)");
+}
 
 # the crashes really were crashes: the postmaster restarted everything
 my $log = slurp_file($node->logfile);

@@ -39,6 +39,12 @@
 # the closed session was already written.  With a delay > 0 every later
 # record is past e.
 #
+# Rounds take turns over parallel_workers_list (0 and 2 by default,
+# STREAMING_TEST_PARALLEL_WORKERS chooses): in a round with N > 0 every
+# stream that helpers can run (all but the session windows) has
+# parallel_workers => N, so each run_batch reads and pre-aggregates its
+# records in N helpers and combines their partial states.
+#
 # STREAMING_TEST_SEED=N replays the random choices of a run; the seed and
 # every round's parameters and chunk sizes are printed.
 use strict;
@@ -293,8 +299,10 @@ sub create_streams
 		my $sql = "BEGIN;\nCREATE VIEW pt_exp_$s->{name} AS $s->{expected};\n";
 		$sql .= "CREATE TABLE $s->{name} AS SELECT * FROM pt_exp_$s->{name} WITH NO DATA;\n"
 		  if $s->{own_sink};
+		my %o = %{ $s->{opts} || {} };
+		$o{parallel_workers} = $s->{parallel_workers} if $s->{parallel_workers};
 		my $opts = join '',
-		  map { ", $_ => $s->{opts}{$_}" } sort keys %{ $s->{opts} || {} };
+		  map { ", $_ => $o{$_}" } sort keys %o;
 		$sql .= "SELECT streaming.create_stream('$s->{name}', "
 		  . sql_quote($s->{query})
 		  . ", output_mode => '$s->{mode}'$opts, start => false);\nCOMMIT;\n";
@@ -380,8 +388,10 @@ sub check
 # --- the rounds ------------------------------------------------------------
 
 my $base = 1_709_251_200_000;    # 2024-03-01 00:00:00 UTC, in ms
+my @pws = parallel_workers_list();
 for my $r (1 .. $rounds)
 {
+	my $pw = $pws[ ($r - 1) % @pws ];
 	my $size = pick(10, 15, 30, 60, 120);
 	my $slide = pick(5, 10, 20, 30);
 	my %p = (
@@ -418,7 +428,7 @@ for my $r (1 .. $rounds)
 	my $params = join ', ',
 	  map { "$_ " . (ref $p{$_} ? '[' . join(', ', map { "\"$_\"" } @{ $p{$_} }) . ']' : $p{$_} // 'none') } sort keys %p;
 	my $context = "seed $seed, round $r: $params, partitions $nparts, max_offsets_per_trigger "
-	  . ($max_offsets // 'none') . ", chunks @chunks";
+	  . ($max_offsets // 'none') . ", parallel_workers $pw, chunks @chunks";
 	note $context;
 
 	$node->safe_psql('postgres',
@@ -429,6 +439,10 @@ for my $r (1 .. $rounds)
 		  . "columns => '$COLUMNS'"
 		  . (defined $max_offsets ? ", max_offsets_per_trigger => $max_offsets" : '') . ')');
 	my @streams = stream_specs($r, \%p);
+	for my $s (@streams)
+	{
+		$s->{parallel_workers} = $s->{session} ? 0 : $pw;
+	}
 	@streams = create_streams($r, @streams);
 
 	my $drain_sql = join '', map { "CALL pt_drain('$_->{name}');\n" } shuffle(@streams);

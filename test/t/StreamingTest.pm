@@ -49,7 +49,7 @@ use Time::HiRes qw(usleep);
 our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
   wait_for query_retry stream_row sink_stats check_sink check_offsets check_progress
   orders_table compare_rows topic_table
-  diag_stream psql_error test_seed ORDER_COLUMNS ORDER_QUERY_COLUMNS);
+  diag_stream psql_error test_seed parallel_workers_list ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
 # The declared columns of the orders sources, and what the streams select.
 use constant ORDER_COLUMNS =>
@@ -67,6 +67,17 @@ sub test_seed
 	srand($seed);
 	note "random seed: $seed (replay with STREAMING_TEST_SEED=$seed)";
 	return $seed;
+}
+
+# parallel_workers_list: the parallel_workers values a test that takes them
+# as a parameter runs its streams with (002_crash, 007_property): one
+# stream per value, side by side.  STREAMING_TEST_PARALLEL_WORKERS="0 2" (the
+# default) or e.g. "2" for parallel only.
+sub parallel_workers_list
+{
+	my $v = $ENV{STREAMING_TEST_PARALLEL_WORKERS};
+	return (0, 2) unless defined $v && $v =~ /\d/;
+	return map { int } grep { /^\d+$/ } split /[\s,]+/, $v;
 }
 
 # streaming_node(NAME, preload => 1, conf => '...', install_path => DIR):

@@ -1,0 +1,638 @@
+/*
+ * parallel.c: parallel parse per stream (create_stream's parallel_workers).
+ *
+ * A stream's worker (the leader) keeps N helpers for its whole runtime:
+ * dynamic background workers (bgw_notify_pid = the leader) sharing one DSM
+ * segment with it, two shm_mq queues each, as PostgreSQL's parallel
+ * machinery and test_shm_mq make them.  PostgreSQL's ParallelContext is not
+ * used: it puts the leader into parallel mode, where it may not write, and
+ * the leader writes the sink while the helpers work.
+ *
+ *   leader                                 helper i
+ *   plan (bounds of every partition)
+ *   'P' share i's bounds  ───in queue───►  fetch exactly them (its own
+ *                                          client), parse, WHERE, project,
+ *                                          as the stream's owner, in a
+ *                                          read-only transaction
+ *   sink, dead_letters   ◄──out queue───   'R' output rows (minimal tuples)
+ *   groups (combine)                       'G' partial groups of aggregates:
+ *                                              their states serialized
+ *                                          'B' bad records (raw bytes,
+ *                                              error, position)
+ *                                          'D' done (input count, max
+ *                                              event time) or 'E' its error
+ *   positions, progress; COMMIT
+ *
+ * So the leader still plans, writes and commits one transaction per batch:
+ * exactly-once is unchanged.  A helper that dies or detaches, or reports an
+ * error, fails the batch (an ERROR in the leader; the worker's retry runs it
+ * again), and the leader replaces all its helpers before the next batch, so
+ * nothing a failed batch's helpers still send is ever read.
+ *
+ * Helpers connect as the bootstrap superuser, as the stream's worker does
+ * (an owner without LOGIN works, SPEC 7), and run each share as the
+ * stream's owner (stm_batch_run_share), the query analysed as the leader
+ * analyses it.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/dsm.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shm_mq.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+
+#include "batch.h"
+#include "parallel.h"
+#include "worker.h"
+
+#define STM_PAR_IN_QUEUE	(64 * 1024)		/* leader -> helper: bounds */
+#define STM_PAR_OUT_QUEUE	(1024 * 1024)	/* helper -> leader: rows */
+#define STM_PAR_HEADER		8				/* message type, then MAXALIGNed data */
+
+/* The segment's header; the queues follow, in and out per helper. */
+typedef struct ParallelShared
+{
+	Oid			dboid;
+	int32		stream_id;
+	int			nhelpers;
+	pid_t		leader_pid;
+} ParallelShared;
+
+struct StmParallel
+{
+	dsm_segment *seg;
+	int			wanted;			/* parallel_workers asked for */
+	int			n;				/* helpers registered */
+	bool		dirty;			/* a batch began and did not end cleanly */
+	BackgroundWorkerHandle **handles;
+	shm_mq_handle **in;
+	shm_mq_handle **out;
+	int32		stream_id;
+};
+
+struct StmHelperOut
+{
+	shm_mq_handle *mqh;
+	MemoryContext cxt;			/* for one message */
+};
+
+/* The bad record message's fixed part (then message, detail, position, raw). */
+typedef struct BadHeader
+{
+	int32		sqlerrcode;
+	int32		message_len;
+	int32		detail_len;		/* -1: none */
+	int32		position_len;
+	int32		raw_len;		/* -1: no payload */
+	int32		has_sha;
+	int64		whole_len;
+	uint8		sha256[32];
+} BadHeader;
+
+static Size
+queue_offset(int i, bool out)
+{
+	return MAXALIGN(sizeof(ParallelShared)) +
+		(Size) i * (STM_PAR_IN_QUEUE + STM_PAR_OUT_QUEUE) + (out ? STM_PAR_IN_QUEUE : 0);
+}
+
+/*
+ * Can helpers run this stream?  Kafka and file sources (kinds with share_bounds),
+ * stateless queries and aggregates of tumbling or sliding windows or none,
+ * without joins, dedup_keys or late_rows => 'keep', for now.
+ */
+bool
+stm_parallel_supported(const StmSourceRoutine *routine, StmQueryInfo *qi, bool has_dedup,
+					   bool keep_late, const char **why)
+{
+	if (routine->share_bounds == NULL || routine->set_share_bounds == NULL)
+		*why = psprintf("sources of kind \"%s\" are read by the stream's worker only", routine->kind);
+	else if (qi && qi->agg && qi->agg->window.kind == STM_WINDOW_SESSION)
+		*why = "session windows are not run by helpers yet";
+	else if (keep_late)
+		*why = "late_rows => 'keep' is not run by helpers yet";
+	else if (qi && qi->planned)
+		*why = "queries that read tables too (joins, subqueries) are not run by helpers yet";
+	else if (has_dedup)
+		*why = "dedup_keys are not run by helpers yet";
+	else
+		return true;
+	return false;
+}
+
+/* create_stream's and alter_stream's parallel_workers argument */
+void
+stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
+					   StmQueryInfo *qi, bool has_dedup, bool keep_late)
+{
+	const char *why;
+
+	if (n < 0 || n > STM_MAX_PARALLEL_WORKERS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("parallel_workers must be between 0 and %d", STM_MAX_PARALLEL_WORKERS)));
+	if (n > 0 && !stm_parallel_supported(routine, qi, has_dedup, keep_late, &why))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("stream \"%s\" cannot have parallel_workers", stream),
+				 errdetail("%s.", why),
+				 errhint("Parallel helpers run stateless queries and tumbling or sliding window aggregates over Kafka and file sources; leave parallel_workers at 0.")));
+}
+
+/*
+ * The leader's helpers, for the runtime (in cxt): a DSM segment kept for
+ * the session (not the transaction that made it), its queues, and as many
+ * of the nhelpers as background worker slots allow (a WARNING when that
+ * is fewer).  NULL when none could be started: the batches run without.
+ */
+StmParallel *
+stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+	StmParallel *par = palloc0(sizeof(StmParallel));
+	ParallelShared *shared;
+	Size		size = queue_offset(nhelpers, false);
+
+	par->wanted = nhelpers;
+	par->stream_id = stream_id;
+	par->handles = palloc0(sizeof(BackgroundWorkerHandle *) * nhelpers);
+	par->in = palloc0(sizeof(shm_mq_handle *) * nhelpers);
+	par->out = palloc0(sizeof(shm_mq_handle *) * nhelpers);
+	par->seg = dsm_create(size, 0);
+	dsm_pin_mapping(par->seg);
+	shared = dsm_segment_address(par->seg);
+	shared->dboid = MyDatabaseId;
+	shared->stream_id = stream_id;
+	shared->nhelpers = nhelpers;
+	shared->leader_pid = MyProcPid;
+
+	for (int i = 0; i < nhelpers; i++)
+	{
+		BackgroundWorker worker;
+		char	   *base = dsm_segment_address(par->seg);
+		shm_mq	   *inq = shm_mq_create(base + queue_offset(i, false), STM_PAR_IN_QUEUE);
+		shm_mq	   *outq = shm_mq_create(base + queue_offset(i, true), STM_PAR_OUT_QUEUE);
+
+		shm_mq_set_sender(inq, MyProc);
+		shm_mq_set_receiver(outq, MyProc);
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_ConsistentState;
+		worker.bgw_restart_time = BGW_NEVER_RESTART;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "streaming");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "streaming_helper_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "streaming helper %d of stream %d", i, stream_id);
+		snprintf(worker.bgw_type, BGW_MAXLEN, "streaming helper");
+		worker.bgw_main_arg = UInt32GetDatum(dsm_segment_handle(par->seg));
+		memcpy(worker.bgw_extra, &i, sizeof(int));
+		worker.bgw_notify_pid = MyProcPid;
+		if (!RegisterDynamicBackgroundWorker(&worker, &par->handles[par->n]))
+			break;
+		par->in[par->n] = shm_mq_attach(inq, par->seg, par->handles[par->n]);
+		par->out[par->n] = shm_mq_attach(outq, par->seg, par->handles[par->n]);
+		par->n++;
+	}
+	shared->nhelpers = par->n;
+	MemoryContextSwitchTo(oldcxt);
+	if (par->n < nhelpers && par->n > 0)
+		ereport(WARNING,
+				(errmsg("stream with id %d started %d of its %d parallel helpers",
+						stream_id, par->n, nhelpers),
+				 errdetail("No more background worker slots are free."),
+				 errhint("Raise max_worker_processes.")));
+	if (par->n == 0)
+	{
+		stm_parallel_stop(par);
+		return NULL;
+	}
+	return par;
+}
+
+int
+stm_parallel_wanted(StmParallel *par)
+{
+	return par->wanted;
+}
+
+bool
+stm_parallel_dirty(StmParallel *par)
+{
+	return par->dirty;
+}
+
+/*
+ * The helpers go: the queues detached (an idle helper then exits by
+ * itself), told to stop when a batch of theirs failed (they may be in the
+ * middle of a fetch), their exits waited for.
+ */
+void
+stm_parallel_stop(StmParallel *par)
+{
+	if (par == NULL)
+		return;
+	if (par->dirty)
+		for (int i = 0; i < par->n; i++)
+			TerminateBackgroundWorker(par->handles[i]);
+	for (int i = 0; i < par->n; i++)
+	{
+		shm_mq_detach(par->in[i]);
+		shm_mq_detach(par->out[i]);
+	}
+	dsm_detach(par->seg);
+	for (int i = 0; i < par->n; i++)
+		(void) WaitForBackgroundWorkerShutdown(par->handles[i]);
+	pfree(par);
+}
+
+/* The same without waiting (on error): the helpers see their queues detach. */
+void
+stm_parallel_abandon(StmParallel *par)
+{
+	if (par == NULL)
+		return;
+	for (int i = 0; i < par->n; i++)
+		TerminateBackgroundWorker(par->handles[i]);
+	dsm_detach(par->seg);
+}
+
+static void
+helper_gone(StmParallel *par, int i)
+{
+	par->dirty = true;
+	ereport(ERROR,
+			(errcode(ERRCODE_SYSTEM_ERROR),
+			 errmsg("parallel helper %d of stream with id %d exited during the batch", i, par->stream_id),
+			 errdetail("The batch is rolled back; it runs again with new helpers.")));
+}
+
+/* one message of helper i: false when it was the last of the batch ('D') */
+static bool
+receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableSlot *slot,
+				TupleTableSlot *group_slot, StmParallelReceiver *recv, StmShareTotals *totals)
+{
+	const char *body = data + STM_PAR_HEADER;
+
+	switch (data[0])
+	{
+		case 'G':
+			if (group_slot == NULL)
+			{
+				par->dirty = true;
+				elog(ERROR, "parallel helper %d sent a partial group to a stateless batch", i);
+			}
+			ExecStoreMinimalTuple((MinimalTuple) body, group_slot, false);
+			slot_getallattrs(group_slot);
+			recv->group(recv->arg, group_slot->tts_values, group_slot->tts_isnull);
+			ExecClearTuple(group_slot);
+			return true;
+		case 'R':
+			ExecStoreMinimalTuple((MinimalTuple) body, slot, false);
+			slot_getallattrs(slot);
+			recv->row(recv->arg, slot->tts_values, slot->tts_isnull);
+			ExecClearTuple(slot);
+			return true;
+		case 'B':
+			{
+				BadHeader	h;
+				StmShareBad bad;
+				const char *p = body + sizeof(BadHeader);
+
+				memcpy(&h, body, sizeof(BadHeader));
+				bad.sqlerrcode = h.sqlerrcode;
+				bad.message = p;
+				p += h.message_len + 1;
+				bad.detail = NULL;
+				if (h.detail_len >= 0)
+				{
+					bad.detail = p;
+					p += h.detail_len + 1;
+				}
+				bad.position = p;
+				p += h.position_len + 1;
+				bad.raw = h.raw_len >= 0 ? p : NULL;
+				bad.raw_len = Max(h.raw_len, 0);
+				bad.whole_len = h.whole_len;
+				bad.sha256 = h.has_sha ? h.sha256 : NULL;
+				recv->bad(recv->arg, &bad);
+				return true;
+			}
+		case 'D':
+			{
+				StmShareTotals t;
+
+				memcpy(&t, body, sizeof(t));
+				totals->num_input += t.num_input;
+				totals->num_late += t.num_late;
+				if (t.has_max_event_time &&
+					(!totals->has_max_event_time || t.max_event_time > totals->max_event_time))
+				{
+					totals->has_max_event_time = true;
+					totals->max_event_time = t.max_event_time;
+				}
+				return false;
+			}
+		case 'E':
+			{
+				int32		code;
+				const char *message = body + sizeof(int32);
+				const char *detail = message + strlen(message) + 1;
+
+				memcpy(&code, body, sizeof(int32));
+				par->dirty = true;
+				ereport(ERROR,
+						(errcode(code),
+						 errmsg_internal("%s", message),
+						 *detail ? errdetail_internal("%s", detail) : 0,
+						 errcontext("parallel helper %d of stream with id %d", i, par->stream_id)));
+			}
+			break;
+		default:
+			par->dirty = true;
+			elog(ERROR, "parallel helper %d sent an unknown message type %d", i, data[0]);
+	}
+	return false;
+}
+
+/*
+ * The batch's records, read by the helpers: each gets its share of the
+ * bounds the leader's plan fixed, and the leader takes their rows and bad
+ * records as they come, from whichever queue has some, until every helper
+ * said it is done.
+ */
+void
+stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc, TupleDesc partial_desc,
+				   StmParallelReceiver *recv, StmShareTotals *totals)
+{
+	bool	   *done = palloc0(sizeof(bool) * par->n);
+	int			remaining = par->n;
+	TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+	TupleTableSlot *group_slot = partial_desc ?
+		MakeSingleTupleTableSlot(partial_desc, &TTSOpsMinimalTuple) : NULL;
+
+	par->dirty = true;
+	for (int i = 0; i < par->n; i++)
+	{
+		char	   *bounds = src->routine->share_bounds(src, i, par->n);
+		StringInfoData msg;
+
+		initStringInfo(&msg);
+		appendStringInfoChar(&msg, 'P');
+		appendBinaryStringInfo(&msg, bounds, strlen(bounds) + 1);
+		if (shm_mq_send(par->in[i], msg.len, msg.data, false, true) != SHM_MQ_SUCCESS)
+			helper_gone(par, i);
+		pfree(msg.data);
+		pfree(bounds);
+	}
+	while (remaining > 0)
+	{
+		bool		progress = false;
+
+		for (int i = 0; i < par->n; i++)
+		{
+			/* a few messages of each in turn, so that no queue stays full */
+			for (int k = 0; k < 256 && !done[i]; k++)
+			{
+				Size		len;
+				void	   *data;
+				shm_mq_result res = shm_mq_receive(par->out[i], &len, &data, true);
+
+				if (res == SHM_MQ_WOULD_BLOCK)
+					break;
+				if (res != SHM_MQ_SUCCESS)
+					helper_gone(par, i);
+				progress = true;
+				if (!receive_message(par, i, data, len, slot, group_slot, recv, totals))
+				{
+					done[i] = true;
+					remaining--;
+				}
+			}
+		}
+		if (!progress && remaining > 0)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 200, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+		stm_check_for_interrupts();
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	if (group_slot)
+		ExecDropSingleTupleTableSlot(group_slot);
+	pfree(done);
+	par->dirty = false;
+}
+
+/* ---- the helper ------------------------------------------------------- */
+
+static void
+send_or_exit(StmHelperOut *out, shm_mq_iovec *iov, int n)
+{
+	if (shm_mq_sendv(out->mqh, iov, n, false, false) != SHM_MQ_SUCCESS)
+		proc_exit(0);			/* the leader went: so does its batch */
+}
+
+/* A row of desc to the leader, as a minimal tuple, in a message of type. */
+static void
+send_tuple(StmHelperOut *out, char type, TupleDesc desc, Datum *values, bool *nulls)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(out->cxt);
+	MinimalTuple tup = heap_form_minimal_tuple(desc, values, nulls);
+	char		header[STM_PAR_HEADER] = {type};
+	shm_mq_iovec iov[2];
+
+	iov[0].data = header;
+	iov[0].len = STM_PAR_HEADER;
+	iov[1].data = (const char *) tup;
+	iov[1].len = tup->t_len;
+	send_or_exit(out, iov, 2);
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(out->cxt);
+}
+
+/* An output row to the leader (stateless queries). */
+void
+stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
+{
+	send_tuple(out, 'R', desc, values, nulls);
+}
+
+/* A partial group to the leader (aggregates: stm_aggbatch_partial_desc). */
+void
+stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
+{
+	send_tuple(out, 'G', desc, values, nulls);
+}
+
+/* A bad record to the leader, which applies on_bad_record to it. */
+void
+stm_parallel_send_bad(StmHelperOut *out, const StmShareBad *bad)
+{
+	char		header[STM_PAR_HEADER] = {'B'};
+	BadHeader	h;
+	shm_mq_iovec iov[6];
+	int			n = 0;
+
+	memset(&h, 0, sizeof(h));
+	h.sqlerrcode = bad->sqlerrcode;
+	h.message_len = strlen(bad->message);
+	h.detail_len = bad->detail ? strlen(bad->detail) : -1;
+	h.position_len = strlen(bad->position);
+	h.raw_len = bad->raw ? bad->raw_len : -1;
+	h.whole_len = bad->whole_len;
+	h.has_sha = bad->sha256 != NULL;
+	if (bad->sha256)
+		memcpy(h.sha256, bad->sha256, 32);
+	iov[n].data = header;
+	iov[n++].len = STM_PAR_HEADER;
+	iov[n].data = (const char *) &h;
+	iov[n++].len = sizeof(h);
+	iov[n].data = bad->message;
+	iov[n++].len = h.message_len + 1;
+	if (bad->detail)
+	{
+		iov[n].data = bad->detail;
+		iov[n++].len = h.detail_len + 1;
+	}
+	iov[n].data = bad->position;
+	iov[n++].len = h.position_len + 1;
+	if (bad->raw)
+	{
+		iov[n].data = bad->raw;
+		iov[n++].len = bad->raw_len;
+	}
+	send_or_exit(out, iov, n);
+}
+
+static void
+send_done(StmHelperOut *out, StmShareTotals *totals)
+{
+	char		header[STM_PAR_HEADER] = {'D'};
+	shm_mq_iovec iov[2];
+
+	iov[0].data = header;
+	iov[0].len = STM_PAR_HEADER;
+	iov[1].data = (const char *) totals;
+	iov[1].len = sizeof(StmShareTotals);
+	if (shm_mq_sendv(out->mqh, iov, 2, false, true) != SHM_MQ_SUCCESS)
+		proc_exit(0);
+}
+
+static void
+send_error(StmHelperOut *out, ErrorData *edata)
+{
+	char		header[STM_PAR_HEADER] = {'E'};
+	int32		code = edata->sqlerrcode;
+	const char *detail = edata->detail ? edata->detail : "";
+	shm_mq_iovec iov[4];
+
+	iov[0].data = header;
+	iov[0].len = STM_PAR_HEADER;
+	iov[1].data = (const char *) &code;
+	iov[1].len = sizeof(int32);
+	iov[2].data = edata->message ? edata->message : "error in a parallel helper";
+	iov[2].len = strlen(iov[2].data) + 1;
+	iov[3].data = detail;
+	iov[3].len = strlen(detail) + 1;
+	if (shm_mq_sendv(out->mqh, iov, 4, false, true) != SHM_MQ_SUCCESS)
+		proc_exit(0);
+}
+
+/*
+ * A helper's life: attach to the leader's segment, connect, then one share
+ * per 'P' message, each in a transaction of its own (it writes nothing),
+ * until the leader detaches (it stopped its helpers, or exited).
+ */
+void
+streaming_helper_main(Datum main_arg)
+{
+	dsm_segment *seg;
+	ParallelShared *shared;
+	int			index;
+	char	   *base;
+	shm_mq_handle *inh;
+	StmHelperOut out;
+	MemoryContext helper_cxt;
+	MemoryContext share_cxt;
+	StmRuntime *rt;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	memcpy(&index, MyBgworkerEntry->bgw_extra, sizeof(int));
+
+	seg = dsm_attach(DatumGetUInt32(main_arg));
+	if (seg == NULL)
+		proc_exit(0);			/* the leader gave up on its helpers already */
+	base = dsm_segment_address(seg);
+	shared = (ParallelShared *) base;
+	shm_mq_set_receiver((shm_mq *) (base + queue_offset(index, false)), MyProc);
+	shm_mq_set_sender((shm_mq *) (base + queue_offset(index, true)), MyProc);
+	inh = shm_mq_attach((shm_mq *) (base + queue_offset(index, false)), seg, NULL);
+	out.mqh = shm_mq_attach((shm_mq *) (base + queue_offset(index, true)), seg, NULL);
+
+	/* as the bootstrap superuser, as the leader: each share runs as the owner */
+	BackgroundWorkerInitializeConnectionByOid(shared->dboid, InvalidOid, 0);
+	/* which stream's helper it is, in pg_stat_activity.application_name */
+	pgstat_report_appname(MyBgworkerEntry->bgw_name);
+
+	helper_cxt = AllocSetContextCreate(TopMemoryContext, "streaming helper",
+									   ALLOCSET_DEFAULT_SIZES);
+	share_cxt = AllocSetContextCreate(helper_cxt, "streaming helper share",
+									  ALLOCSET_DEFAULT_SIZES);
+	out.cxt = AllocSetContextCreate(helper_cxt, "streaming helper message",
+									ALLOCSET_SMALL_SIZES);
+	MemoryContextSwitchTo(helper_cxt);
+	rt = stm_runtime_create(shared->stream_id);
+
+	for (;;)
+	{
+		Size		len;
+		void	   *data;
+		char	   *bounds;
+		StmShareTotals totals;
+
+		pgstat_report_activity(STATE_IDLE, NULL);
+		if (shm_mq_receive(inh, &len, &data, false) != SHM_MQ_SUCCESS)
+			break;
+		MemoryContextReset(share_cxt);
+		bounds = MemoryContextStrdup(share_cxt, (char *) data + 1);
+		memset(&totals, 0, sizeof(totals));
+
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		PG_TRY();
+		{
+			pgstat_report_activity(STATE_RUNNING, "streaming helper share");
+			stm_batch_run_share(rt, bounds, &out, &totals);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			MemoryContextSwitchTo(helper_cxt);
+			send_done(&out, &totals);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(share_cxt);
+			edata = CopyErrorData();
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			MemoryContextSwitchTo(helper_cxt);
+			send_error(&out, edata);
+		}
+		PG_END_TRY();
+	}
+	proc_exit(0);
+}

@@ -1,0 +1,75 @@
+/*
+ * parallel.h: parallel parse per stream (parallel_workers): helper
+ * processes that fetch, parse, filter and project their share of the
+ * batch and hand the rows to the stream's worker (the leader) through
+ * shared memory queues.
+ */
+#ifndef STM_PARALLEL_H
+#define STM_PARALLEL_H
+
+#include "access/tupdesc.h"
+#include "fmgr.h"
+#include "nodes/pg_list.h"
+
+#include "query.h"
+#include "source.h"
+
+/* at most this many helpers per stream */
+#define STM_MAX_PARALLEL_WORKERS 64
+
+/* A bad record as a helper reports it: what the leader needs for dead_letters. */
+typedef struct StmShareBad
+{
+	int			sqlerrcode;
+	const char *message;
+	const char *detail;			/* NULL: none */
+	const char *position;		/* JSON text */
+	const char *raw;			/* the record's first bytes; NULL: no payload */
+	int			raw_len;
+	int64		whole_len;		/* -1: unknown (no payload) */
+	const uint8 *sha256;		/* of the whole record; NULL: none */
+} StmShareBad;
+
+/* What a helper's share of a batch amounted to, besides its rows. */
+typedef struct StmShareTotals
+{
+	int64		num_input;
+	int64		num_late;		/* aggregates: late groups, counted as a batch's part counts them */
+	bool		has_max_event_time;
+	TimestampTz max_event_time;
+} StmShareTotals;
+
+/* The leader's batch: where the helpers' results go. */
+typedef struct StmParallelReceiver
+{
+	void		(*row) (void *arg, Datum *values, bool *nulls);
+	void		(*bad) (void *arg, const StmShareBad *bad);
+	void		(*group) (void *arg, Datum *values, bool *nulls);	/* aggregates: a partial group */
+	void	   *arg;
+} StmParallelReceiver;
+
+typedef struct StmParallel StmParallel;
+typedef struct StmHelperOut StmHelperOut;
+
+/* the leader (a stream's worker) */
+extern StmParallel *stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt);
+extern int	stm_parallel_wanted(StmParallel *par);
+extern bool stm_parallel_dirty(StmParallel *par);
+extern void stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc,
+							   TupleDesc partial_desc, StmParallelReceiver *recv,
+							   StmShareTotals *totals);
+extern void stm_parallel_stop(StmParallel *par);
+extern void stm_parallel_abandon(StmParallel *par);
+extern bool stm_parallel_supported(const StmSourceRoutine *routine, StmQueryInfo *qi,
+								   bool has_dedup, bool keep_late, const char **why);
+extern void stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
+								   StmQueryInfo *qi, bool has_dedup, bool keep_late);
+
+/* a helper: what its batch sends */
+extern void stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
+extern void stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
+extern void stm_parallel_send_bad(StmHelperOut *out, const StmShareBad *bad);
+
+extern PGDLLEXPORT void streaming_helper_main(Datum main_arg);
+
+#endif
