@@ -132,6 +132,14 @@
 # and max latency in ms (the first 2 s left out), the batches (how many, rows
 # and duration per batch), the worker's CPU seconds; checked: the sink holds
 # every record produced, once.  The worker stays up between rates, idle.
+# On the embedded mock broker, two limits show in the figures and are the
+# mock's, not the stream's: it holds an empty fetch for the whole
+# fetch.wait.max.ms instead of answering when records arrive (pass
+# --kafka-options '{"fetch.wait.max.ms": "5"}' to see the stream's own
+# latency), and from about 20,000 records/s its one thread spends the
+# whole of a core scanning each partition's message sets from the head on
+# every fetch, so batches wait longer and longer on fetches
+# (BENCH_LATENCY_LINGER=5 makes fewer, larger sets: it comes later).
 #
 # Options:
 #   --records N     records to generate (default 1000000)
