@@ -13,17 +13,6 @@
 -- in this session (run_batch) a file is settled when 30 minutes old; the
 -- workers use the server's setting: put_file.sh's files are an hour old
 SET streaming.file_settle_time = '30min';
-CREATE FUNCTION fst_wait(stream text, wanted text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    s text;
-BEGIN
-    FOR i IN 1..1200 LOOP
-        SELECT status INTO s FROM streaming.streams WHERE name = stream;
-        EXIT WHEN s = wanted;
-        PERFORM pg_sleep(0.05);  -- poll interval, up to a minute in all
-    END LOOP;
-    RETURN s;
-END $$;
 
 -- orders in three files, oldest first; b.csv repeats order 2 and has a
 -- late row (09:00); c.csv moves the watermark past the first windows
@@ -144,16 +133,19 @@ SELECT * FROM fst_log ORDER BY batch_id;
 -- process_available on a running stream
 --
 SELECT streaming.create_stream('fst_once', 'SELECT id, file_name FROM fst_orders', trigger => 'once');
-SELECT fst_wait('fst_once', 'finished');
+SELECT streaming.process_available('fst_once', '60s');  -- until it has finished
+SELECT status FROM streaming.streams WHERE name = 'fst_once';
 SELECT file_name, count(*) FROM fst_once GROUP BY file_name ORDER BY file_name;
 SELECT streaming.create_stream('fst_now', 'SELECT id, file_name FROM fst_orders', trigger => 'available_now');
-SELECT fst_wait('fst_now', 'finished');
+SELECT streaming.process_available('fst_now', '60s');
+SELECT status FROM streaming.streams WHERE name = 'fst_now';
 SELECT file_name, count(*) FROM fst_now GROUP BY file_name ORDER BY file_name;
 SELECT count(*) AS batches FROM streaming.progress WHERE stream = 'fst_now';
 -- a file that comes later is read when the stream starts again
 \! printf 'id,status,amount,ts\n10,new,100,2024-01-01 10:40:00+00\n' | test/put_file.sh d.csv '30 minutes ago'
 SELECT streaming.start('fst_now');
-SELECT fst_wait('fst_now', 'finished');
+SELECT streaming.process_available('fst_now', '60s');
+SELECT status FROM streaming.streams WHERE name = 'fst_now';
 SELECT file_name, count(*) FROM fst_now GROUP BY file_name ORDER BY file_name;
 -- a running stream, and process_available
 SELECT streaming.create_stream('fst_run', 'SELECT id, file_name FROM fst_orders');
@@ -169,6 +161,5 @@ SELECT streaming.drop_stream(name, drop_sink => true) FROM streaming.stream_defs
 SELECT streaming.drop_source('fst_orders');
 DROP TABLE fst_copy, fst_log;
 DROP FUNCTION fst_merge(bigint, regclass);
-DROP FUNCTION fst_wait(text, text);
 RESET streaming.file_settle_time;
 \! rm -rf "$FS_DIR"

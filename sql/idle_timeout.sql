@@ -29,14 +29,10 @@ SELECT count(*) AS rows FROM idle_quick;
 
 -- once the source has been idle for 1 ms: the idle batch moves the
 -- watermark, and the no-data batch it makes due writes the closed windows
-DO $$
-BEGIN
-    FOR i IN 1..1000 LOOP
-        EXIT WHEN streaming.run_batch('idle_quick') IS NOT NULL;
-        PERFORM pg_sleep(0.01);  -- poll interval: wait for the idle clock
-    END LOOP;
-END
-$$;
+-- (the wait is for the idle clock: until idle_timeout after it started)
+SELECT count(pg_sleep_until(idle_clock_at + idle_timeout)) AS waited
+FROM streaming.stream_defs WHERE name = 'idle_quick';
+SELECT streaming.run_batch('idle_quick') IS NOT NULL AS idle_batch;
 SELECT streaming.run_batch('idle_quick') AS no_data_batch;
 SELECT to_char(ws AT TIME ZONE 'UTC', 'HH24:MI') AS ws, k, n FROM idle_quick ORDER BY ws, k;
 SELECT batch_id, num_input_rows, num_output_rows, max_event_time IS NULL AS no_events,

@@ -43,20 +43,6 @@ BEGIN
            j->>'key', j->>'payload', hs, (j->>'partition')::int, (j->>'offset')::bigint
     FROM h;
 END $$;
--- ksk_wait(condition): poll until the condition holds (a worker's doing), at most 60 s
-CREATE FUNCTION ksk_wait(cond text) RETURNS boolean LANGUAGE plpgsql AS $$
-DECLARE
-    ok boolean;
-BEGIN
-    FOR i IN 1 .. 600 LOOP
-        EXECUTE 'SELECT ' || cond INTO ok;
-        IF ok THEN
-            RETURN true;
-        END IF;
-        PERFORM pg_sleep(0.1);
-    END LOOP;
-    RETURN false;
-END $$;
 
 \set t ksk_in:run
 \! printf '%s\n' '{"id": 1, "name": "one", "amount": 1.50, "ok": true, "ts": "2024-05-01T12:00:00Z", "doc": {"a": [1, 2]}, "k": "a", "bin": "\\x616263"}' '{"id": 2, "name": "quote \" and comma, here", "amount": -3, "ok": false, "ts": "2024-05-01T12:03:00+02:00", "k": "b"}' '{"id": 3, "name": "", "amount": null, "ts": "2024-05-01T12:07:00Z", "k": "a", "bin": "\\x"}' '{"id": 4, "name": "línea\nnueva", "amount": 1e3, "ts": "2024-05-01T12:11:00Z", "k": "c"}' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ksk_in$KAFKA_RUN_ID" -p 0
@@ -112,8 +98,11 @@ SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name FR
 SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name, k FROM ksk_src', sink => 'ksk_text', start => false)$$);
 SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id FROM ksk_src', sink => 'ksk_text', start => false)$$);
 SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT name FROM ksk_src', sink => 'ksk_bytes', start => false)$$);
+-- a sink_function and a Kafka sink exclude each other
+CREATE FUNCTION ksk_noop(batch_id bigint, batch regclass) RETURNS void LANGUAGE sql RETURN NULL;
 SELECT stm_error($$SELECT streaming.create_stream('ksk_bad', 'SELECT id, name FROM ksk_src', sink => 'ksk_json',
-    sink_function => 'pg_catalog.pg_sleep(double precision)', start => false)$$);
+    sink_function => 'ksk_noop(bigint, regclass)', start => false)$$);
+DROP FUNCTION ksk_noop(bigint, regclass);
 -- a session's tombstone has only the window and group columns: the key must be among them
 SELECT streaming.create_kafka_sink('ksk_sess_bad', :'bs', 't', key_columns => ARRAY['n']);
 SELECT stm_error($$SELECT streaming.create_stream('ksk_bad',
@@ -238,8 +227,10 @@ RESET streaming.outbox_max_rows;
 --
 CREATE TEMP TABLE ksk_sent AS SELECT * FROM ksk_outbox;
 SELECT streaming.start(name) FROM streaming.streams WHERE name LIKE 'ksk\_%' AND name <> 'ksk_hop' ORDER BY name;
-SELECT ksk_wait($$NOT EXISTS (SELECT 1 FROM streaming.streams WHERE name LIKE 'ksk\_%' AND name <> 'ksk_hop'
-    AND (worker_pid IS NULL OR lag > 0 OR outbox_rows > 0))$$) AS delivered;
+-- process_available waits for the outbox to be delivered too
+SELECT count(*) AS delivered FROM (SELECT streaming.process_available(name, '60s') FROM streaming.streams
+    WHERE name LIKE 'ksk\_%' AND name <> 'ksk_hop' ORDER BY name) p;
+SELECT name, outbox_rows FROM streaming.streams WHERE name LIKE 'ksk\_%' AND name <> 'ksk_hop' AND outbox_rows > 0;
 SELECT streaming.stop(name) FROM streaming.streams WHERE name LIKE 'ksk\_%' ORDER BY name;
 -- the rows written above are on their topics with the same key, value and
 -- headers, each once, in each stream's (batch id, seq) order
@@ -275,7 +266,8 @@ SELECT streaming.create_kafka_sink('ksk_small', :'bs', 'ksk_small' || :'run', fo
     kafka_options => '{"message.max.bytes": 1000}');
 SELECT streaming.create_stream('ksk_small_st', $$SELECT CASE WHEN id = 2 THEN repeat('x', 5000) ELSE name END AS v
     FROM ksk_src WHERE id <= 4$$, sink => 'ksk_small');
-SELECT ksk_wait($$(SELECT last_batch_id = 0 AND outbox_rows = 0 FROM streaming.streams WHERE name = 'ksk_small_st')$$) AS delivered;
+SELECT streaming.process_available('ksk_small_st', '60s');
+SELECT last_batch_id, outbox_rows FROM streaming.streams WHERE name = 'ksk_small_st';
 SELECT streaming.stop('ksk_small_st');
 SELECT stream, stm_strip(position::text) AS position, length(raw) AS raw_bytes, stm_strip(error) AS error, sqlstate
 FROM streaming.dead_letters WHERE stream = 'ksk_small_st';
@@ -309,7 +301,7 @@ SELECT count(*) AS sinks_left FROM streaming.sinks;
 SELECT count(*) AS outbox_left FROM streaming.outbox;
 SELECT streaming.drop_source('ksk_src');
 DROP TABLE ksk_labels;
-DROP FUNCTION ksk_read(text), ksk_wait(text);
+DROP FUNCTION ksk_read(text);
 DROP TABLE ksk_lines, ksk_csv_back, ksk_sent, ksk_got;
 DROP VIEW ksk_outbox;
 DROP FUNCTION stm_error(text), stm_strip(text);

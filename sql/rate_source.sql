@@ -7,7 +7,8 @@
 -- is a count of rows or an absolute time: timestamps are shown relative to
 -- the stream's start time (streaming.stream_defs.source_started_at), and
 -- every row and batch is checked against the schedule, computed here in
--- exact numeric arithmetic.  Waits poll for a condition.
+-- exact numeric arithmetic.  Waits are for a condition: the workers' progress
+-- (process_available), or the clock by which the values fall due.
 --
 \set VERBOSITY terse
 
@@ -42,13 +43,11 @@ BEGIN
         PERFORM streaming.run_batch(stream);
     END LOOP;
 END $$;
--- wait until the stream's start time is known and a given time has passed since
-CREATE FUNCTION rs_wait_since_start(stream text, since interval) RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    WHILE rs_start(stream) IS NULL OR clock_timestamp() < rs_start(stream) + since LOOP
-        PERFORM pg_sleep(0.01);
-    END LOOP;
-END $$;
+-- wait until a given time has passed since the stream's start (its first
+-- batch): a rate source's values fall due by the clock, so the clock is the
+-- condition
+CREATE FUNCTION rs_wait_since_start(stream text, since interval) RETURNS void
+    LANGUAGE sql RETURN pg_sleep_until(rs_start(stream) + since);
 -- a stream whose sink has value, partition and ts (the source's timestamp):
 -- values 0 .. n-1 once each, in partition value % nparts, each at the first
 -- microsecond at which it is due; batches consecutive, each taking every
@@ -342,22 +341,14 @@ SELECT count(*), count(*) FILTER (WHERE value BETWEEN 100001 AND 100200) AS late
 --
 -- triggers, with a worker: 'once' runs one batch (at the start: value 0);
 -- 'available_now' takes every value due when the worker starts, then
--- finishes; process_available waits for every value due when it is called
+-- finishes (process_available waits for such a stream to finish); with
+-- another trigger process_available waits for every value due when it is
+-- called
 --
-CREATE FUNCTION rs_wait_status(stream text, wanted text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    s text;
-BEGIN
-    FOR i IN 1 .. 3000 LOOP
-        SELECT status INTO s FROM streaming.streams WHERE name = stream;
-        EXIT WHEN s = wanted;
-        PERFORM pg_sleep(0.01);
-    END LOOP;
-    RETURN s;
-END $$;
 SELECT streaming.create_stream('rs_once', 'SELECT value, partition, "timestamp" AS ts FROM rs_src',
     trigger => 'once');
-SELECT rs_wait_status('rs_once', 'finished');
+SELECT streaming.process_available('rs_once', '60s');
+SELECT status FROM streaming.streams WHERE name = 'rs_once';
 SELECT value, partition, ts - rs_start('rs_once') AS since_start FROM rs_once;
 
 SELECT streaming.create_stream('rs_now', 'SELECT value, partition, "timestamp" AS ts FROM rs_src',
@@ -365,7 +356,8 @@ SELECT streaming.create_stream('rs_now', 'SELECT value, partition, "timestamp" A
 SELECT streaming.run_batch('rs_now');
 SELECT rs_wait_since_start('rs_now', '50 milliseconds');
 SELECT streaming.start('rs_now');
-SELECT rs_wait_status('rs_now', 'finished');
+SELECT streaming.process_available('rs_now', '60s');
+SELECT status FROM streaming.streams WHERE name = 'rs_now';
 SELECT * FROM rs_check('rs_now', 1000, 3);
 -- everything due when the worker's first batch started, and no more
 SELECT rs_due(rs_us(rs_start('rs_now'), b.started_at), max(value), 1000, 0) AS last_was_due,
@@ -376,7 +368,8 @@ GROUP BY b.started_at;
 
 SELECT streaming.create_stream('rs_pa', 'SELECT value, partition, "timestamp" AS ts FROM rs_src',
     trigger => '10 milliseconds');
--- called once the worker has run for 50 ms
+-- called once the worker has run for 50 ms (its first batch is the start)
+SELECT streaming.process_available('rs_pa', '60s');
 SELECT rs_wait_since_start('rs_pa', '50 milliseconds');
 SELECT clock_timestamp() AS called \gset
 SELECT streaming.process_available('rs_pa', '60s');
@@ -392,6 +385,6 @@ FROM (SELECT streaming.drop_stream(name, drop_sink => true) FROM streaming.strea
 SELECT count(*) AS dropped_sources FROM (SELECT streaming.drop_source(name) FROM streaming.sources) d;
 DROP VIEW rs_leftovers, rs_win_expected;
 DROP TABLE rs_collected;
-DROP FUNCTION rs_collect, rs_wait_status, rs_check, rs_wait_since_start, rs_run_until, rs_next, rs_due, rs_us, rs_start;
+DROP FUNCTION rs_collect, rs_check, rs_wait_since_start, rs_run_until, rs_next, rs_due, rs_us, rs_start;
 SELECT count(*) FROM streaming.sources;
 SELECT count(*) FROM streaming.offsets;

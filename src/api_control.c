@@ -284,7 +284,9 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 /*
  * Wait until the stream's worker has committed every record that was in the
  * source when the call started (Spark's processAllAvailable), and its sink
- * has delivered what those batches wrote (an outbox).
+ * has delivered what those batches wrote (an outbox).  A stream with
+ * trigger 'once' or 'available_now' takes what it takes and finishes: for
+ * it, the wait is until it has finished (Spark's awaitTermination).
  */
 Datum
 streaming_process_available(PG_FUNCTION_ARGS)
@@ -292,9 +294,11 @@ streaming_process_available(PG_FUNCTION_ARGS)
 	char	   *name = stm_arg_name(fcinfo);
 	Interval   *timeout = (stm_arg_require(fcinfo, 1, "timeout"), PG_GETARG_INTERVAL_P(1));
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
-	StmSource  *src;
+	StmSource  *src = NULL;
 	const StmSinkRoutine *sink = stm_sink_routine_of_stream(def);
-	void	   *available;
+	bool		bounded = def->trigger_kind == STM_TRIGGER_ONCE ||
+		def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW;
+	void	   *available = NULL;
 	TimestampTz deadline;
 	int64		timeout_ms;
 
@@ -312,9 +316,10 @@ streaming_process_available(PG_FUNCTION_ARGS)
 				 errhint("Start it with streaming.start(), or run its batches with streaming.run_batch().")));
 
 	/* what the source holds now; a transient outage is asked about again */
-	src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	for (;;)
+	if (!bounded)
+		src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
+	while (src != NULL)
 	{
 		src->problem = NULL;
 		available = src->routine->available(src, def->id);
@@ -341,8 +346,9 @@ streaming_process_available(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("stream \"%s\" was dropped", name)));
 		/* a sink that delivers after the commit has delivered it, too */
-		if (!now->no_data_batch_due && src->routine->reached(src, def->id, available) &&
-			(sink->pending == NULL || sink->pending(def->id, 1) == 0))
+		if (bounded ? now->status == STM_STATUS_FINISHED :
+			(!now->no_data_batch_due && src->routine->reached(src, def->id, available) &&
+			 (sink->pending == NULL || sink->pending(def->id, 1) == 0)))
 			break;
 		if (now->status == STM_STATUS_FAILED)
 			ereport(ERROR,
@@ -363,7 +369,8 @@ streaming_process_available(PG_FUNCTION_ARGS)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-	stm_source_close(src);
+	if (src)
+		stm_source_close(src);
 	PG_RETURN_VOID();
 }
 
