@@ -18,7 +18,7 @@
 #          rows are sampled every 250 ms (its peak; counted by its primary
 #          key, not by the view's sequential scan), and the worker's peak
 #          RSS (VmHWM, which counts the shared buffers it touched) is read
-#          before the stream is stopped.  Then VACUUM streaming.outbox, as
+#          before the stream is stopped.  Then VACUUM streaming.outbox_chunks, as
 #          autovacuum would within a minute (its size before is shown).
 #
 # Checked: each table holds the N orders; each output topic holds N
@@ -41,6 +41,8 @@
 #   --seconds S         latency: for how long (default 30)
 #   --naptime T         streaming.naptime of the server (default 50ms)
 #   --keep              keep the temp dir (data, server log)
+#   --perf              profile the worker of round 1's Kafka stream
+#                       (perf record -g; its report goes to stderr)
 # As root it runs the server as user postgres; the packages it needs are
 # those of bench/run.sh (kcat, python3-confluent-kafka).
 set -uo pipefail
@@ -51,6 +53,7 @@ RATE=2000
 SECONDS_LAT=30
 NAPTIME=50ms
 KEEP=
+PERF=
 while [ $# -gt 0 ]; do
 	case $1 in
 		--records) RECORDS=$2; shift 2 ;;
@@ -59,6 +62,7 @@ while [ $# -gt 0 ]; do
 		--seconds) SECONDS_LAT=$2; shift 2 ;;
 		--naptime) NAPTIME=$2; shift 2 ;;
 		--keep) KEEP=1; shift ;;
+		--perf) PERF=1; shift ;;
 		-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/kafka_sink.sh: unknown argument \"$1\"" >&2; exit 2 ;;
 	esac
@@ -109,6 +113,8 @@ QUERY='SELECT order_id, user_id, amount, status, event_time FROM orders'
 OUTBOX_MAX=$(psql_do -c "SHOW streaming.outbox_max_rows")
 
 now() { date +%s.%N; }
+# cpu_s PID: the process's CPU seconds so far (user + system)
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat" 2>/dev/null; }
 
 # worker_hwm STREAM: the worker's VmHWM in kB
 worker_hwm()
@@ -122,22 +128,46 @@ worker_hwm()
 # its sink; prints "seconds peak_outbox_rows hwm_kB"
 run_stream()
 {
-	local name=$1 sink=$2 t0 t1 sampler peak hwm
+	local name=$1 sink=$2 t0 t1 mock0 lsn0 sampler peak hwm perf_pid=
 	rm -f "$DATA/outbox.$name"
 	t0=$(now)
+	mock0=$(cpu_s "$MOCK_BROKER_PID")
+	lsn0=$(psql_do -c "SELECT pg_current_wal_lsn()")
 	psql_do -c "SELECT streaming.create_stream('$name', \$q\$$QUERY\$q\$$sink)" >/dev/null || return 1
-	# counted by the primary key: the view's count(*) is a sequential scan
-	# of the whole outbox, dead rows of delivered batches too (~300 MB),
-	# four times a second, which took CPU from the stream it measured
-	(while :; do psql_do -c "SET enable_seqscan = off" -c "SELECT count(*) FROM streaming.outbox
+	# the chunks' message counts, by the primary key: the views unpack or
+	# scan the whole outbox, dead rows of delivered batches too, four times
+	# a second, which took CPU from the stream it measured
+	(while :; do psql_do -c "SET enable_seqscan = off" -c "SELECT coalesce(sum(nmsgs), 0) FROM streaming.outbox_chunks
 		WHERE stream_id = (SELECT id FROM streaming.stream_defs WHERE name = '$name')" \
 		>>"$DATA/outbox.$name" 2>/dev/null; sleep 0.25; done) &
 	sampler=$!
+	if [ -n "$PERF" ] && [ "$name" = kafka_1 ]; then
+		local pid=
+		while [ -z "$pid" ]; do
+			pid=$(psql_do -c "SELECT worker_pid FROM streaming.streams WHERE name = '$name'")
+		done
+		perf record -q ${PERF_ARGS:--g} -o "$DATA/perf.data" -p "$pid" >/dev/null 2>&1 &
+		perf_pid=$!
+	fi
 	psql_do -c "SELECT streaming.process_available('$name', '30 minutes')" >/dev/null || { kill $sampler; return 1; }
 	t1=$(now)
+	if [ -n "$perf_pid" ]; then
+		kill -INT "$perf_pid"
+		wait "$perf_pid"
+		perf report -i "$DATA/perf.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null |
+			grep -v '^#' | grep -v '^$' | head -n 60 >&2
+	fi
 	kill $sampler 2>/dev/null
 	wait $sampler 2>/dev/null
 	hwm=$(worker_hwm "$name")
+	# where the time went: in batches, or between them (waiting for room in
+	# the outbox); the worker's CPU, and the mock broker's (one process for
+	# the source's fetches and the sink's produce requests alike)
+	psql_do -c "SELECT format('%s: %s batches, %s s in batches of %s s; CPU s: worker %s, mock broker %s; WAL %s', stream, count(*),
+		round(extract(epoch FROM sum(duration))::numeric, 2), round(($t1 - $t0)::numeric, 2),
+		'$(cpu_s "$(psql_do -c "SELECT worker_pid FROM streaming.streams WHERE name = '$name'")")',
+		round($(cpu_s "$MOCK_BROKER_PID") - $mock0, 2), pg_size_pretty(pg_current_wal_lsn() - '$lsn0'))
+		FROM streaming.progress WHERE stream = '$name' AND num_input_rows > 0 GROUP BY stream" >&2
 	peak=$(sort -n "$DATA/outbox.$name" | tail -n 1)
 	psql_do -c "SELECT streaming.stop('$name')" >/dev/null
 	echo "$(echo "$t1 - $t0" | bc -l) ${peak:-0} ${hwm:-?}"
@@ -159,8 +189,8 @@ for r in $(seq 1 "$ROUNDS"); do
 	T_KAFKA[$r]=$t; PEAKS[$r]=$p; HWMS_K[$r]=$h
 	# what autovacuum does within a minute: the next round starts with the
 	# deleted rows' space free again (else it writes a bloated outbox)
-	OUTBOX_SIZE[$r]=$(psql_do -c "SELECT pg_size_pretty(pg_total_relation_size('streaming.outbox'))")
-	psql_do -c "VACUUM streaming.outbox" || die "VACUUM failed"
+	OUTBOX_SIZE[$r]=$(psql_do -c "SELECT pg_size_pretty(pg_total_relation_size('streaming.outbox_chunks'))")
+	psql_do -c "VACUUM streaming.outbox_chunks" || die "VACUUM failed"
 	# every message is there once at least, and the mock dropped nothing
 	"$PY" - "$BOOTSTRAP" "out_$r" "$TOTAL" <<'PYEOF' || die "out_$r does not hold every order"
 import sys

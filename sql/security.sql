@@ -130,10 +130,21 @@ UPDATE streaming.sinks SET options = '{"kafka_options": {"plugin.library.paths":
 UPDATE streaming.sinks SET owner = 'regress_sec_mallory';
 INSERT INTO streaming.sinks (name, kind, options) VALUES ('evil', 'kafka', '{}');
 DELETE FROM streaming.sinks;
+INSERT INTO streaming.outbox_chunks (stream_id, batch_id, first_seq, nmsgs, messages)
+    SELECT id, 0, 99, 1, '\xffffffff00000006666f72676564'::bytea FROM streaming.stream_defs;
+UPDATE streaming.outbox_chunks SET messages = '\xffffffff00000006666f72676564';
+DELETE FROM streaming.outbox_chunks;
+-- streaming.outbox is a view of the chunks: nothing goes through it either
 INSERT INTO streaming.outbox (stream_id, batch_id, seq, value, headers)
     SELECT id, 0, 99, 'forged', '{}' FROM streaming.stream_defs;
-UPDATE streaming.outbox SET value = 'forged';
 DELETE FROM streaming.outbox;
+-- anyone may unpack a chunk; bytes that are not one are an error, never a read past their end
+SELECT ord, key, convert_from(value, 'UTF8') AS value
+FROM streaming.outbox_messages('\xffffffff00000006666f72676564');
+SELECT * FROM streaming.outbox_messages('\xffffffff0000ffff666f');
+SELECT * FROM streaming.outbox_messages('\x7fffffff');
+SELECT * FROM streaming.outbox_messages('\x000000');
+SELECT * FROM streaming.outbox_messages('\xfffffffe00000000');
 SELECT nextval('streaming.stream_defs_id_seq');
 -- alice's streams and sources do not exist for mallory
 SELECT streaming.stop('sec_who');

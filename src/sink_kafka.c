@@ -3,15 +3,17 @@
  *
  * create_kafka_sink stores a named sink (streaming.sinks).  A stream that
  * names it as its sink writes its output rows, in the batch's transaction,
- * as messages into streaming.outbox: (stream_id, batch_id, seq, key, value,
- * headers), seq counting from 0 in each batch in the order the batch wrote
- * them.  Nothing reaches Kafka before the commit.  After it, the stream's
- * own worker (deliver) reads the outbox in (batch_id, seq) order, produces
- * every row with an idempotent producer (enable.idempotence, acks=all, and
- * retries until delivered: message.timeout.ms = 0) and deletes the rows
- * whose delivery Kafka confirmed, in a transaction that also counts them in
- * their batch's progress row.  A crash or an outage in between leaves the
- * rows in the outbox, and they are produced again, in the same order, with
+ * as messages into the outbox: chunks of consecutive messages, a row of
+ * streaming.outbox_chunks each (outbox.c), seq counting from 0 in each
+ * batch in the order the batch wrote them; the view streaming.outbox shows
+ * a message to a row, with its headers.  Nothing reaches Kafka before the
+ * commit.  After it, the stream's own worker (deliver) reads the outbox in
+ * (batch_id, seq) order, produces every message with an idempotent
+ * producer (enable.idempotence, acks=all, and retries until delivered:
+ * message.timeout.ms = 0) and deletes the chunks whose messages Kafka
+ * confirmed, in a transaction that also counts them in their batch's
+ * progress row.  A crash or an outage in between leaves the chunks in the
+ * outbox, and their messages are produced again, in the same order, with
  * the same key, value and headers (streaming-stream, streaming-batch-id,
  * streaming-seq): at-least-once, and repeats can be recognised.
  *
@@ -37,11 +39,11 @@
  *   producer keeps its order through retries, messages never time out, and
  *   after a failed delivery everything not delivered is produced again from
  *   the outbox's first row;
- * - a row leaves the outbox only once it was written (no failure was
- *   reported for it and the producer's out queue became empty after it:
- *   confirm_delivered), or when Kafka refused it as too large: then it goes
- *   to dead_letters with its outbox position, counted in the batch's
- *   num_rejected_rows, and the rest go on;
+ * - a chunk leaves the outbox only once each of its messages was written
+ *   (no failure was reported for it and the producer's out queue became
+ *   empty after it: confirm_delivered) or refused by Kafka as too large:
+ *   such a message goes to dead_letters with its outbox position, counted
+ *   in the batch's num_rejected_rows, and the rest go on;
  * - no call into PostgreSQL from librdkafka's threads: its callbacks run in
  *   rd_kafka_poll on ours and only record what they are told; the
  *   configuration is never logged (it holds credentials).
@@ -84,6 +86,7 @@
 #include "guc.h"
 #include "kafka_conf.h"
 #include "options.h"
+#include "outbox.h"
 #include "sink.h"
 #include "sink_kafka.h"
 #include "sink_table.h"
@@ -92,8 +95,8 @@
 PG_FUNCTION_INFO_V1(streaming_create_kafka_sink);
 PG_FUNCTION_INFO_V1(streaming_drop_kafka_sink);
 
-#define OUTBOX_NATTS 6			/* stream_id, batch_id, seq, key, value, headers */
-#define ROUND_ROWS 5000			/* outbox rows read and produced at once */
+#define OUTBOX_NATTS 5			/* stream_id, batch_id, first_seq, nmsgs, messages */
+#define ROUND_ROWS 5000			/* messages read and produced at once */
 #define MAX_IN_FLIGHT 100000	/* messages produced and not yet reported */
 #define POLL_MS 10
 #define DEAD_LETTER_RAW_MAX 65536	/* dead_letters.raw keeps this much (SPEC 5) */
@@ -119,12 +122,14 @@ typedef enum MsgState
 
 typedef struct Round Round;
 
-/* One produced outbox row; librdkafka's per-message opaque. */
+/* One produced message; librdkafka's per-message opaque. */
 typedef struct OutMsg
 {
 	Round	   *round;
 	int64		batch_id;
 	int64		seq;
+	int64		chunk_seq;		/* its outbox chunk: first_seq and nmsgs */
+	int			chunk_n;
 	MsgState	state;
 	rd_kafka_resp_err_t err;
 } OutMsg;
@@ -141,6 +146,8 @@ struct Round
 typedef struct StagedMsg
 {
 	int64		seq;
+	int64		chunk_seq;		/* its outbox chunk */
+	int			chunk_n;
 	char	   *key;			/* NULL: none */
 	int			keylen;
 	char	   *value;			/* NULL: a tombstone */
@@ -194,6 +201,18 @@ typedef struct KafkaSink
 	int64		cursor_seq;
 	bool		failed;			/* a delivery failed: produce nothing new until the
 								 * rounds drain, then start again from the outbox */
+
+	/*
+	 * The chunk whose messages finish_rounds is counting: it leaves the
+	 * outbox once all of them, from its first, were done in a row.
+	 */
+	int64		carry_batch;
+	int64		carry_chunk;	/* its first_seq; -1: none */
+	int			carry_n;
+	int			carry_seen;
+	int			carry_delivered;
+	bool		carry_ok;		/* none of them failed */
+	List	   *carry_rejected; /* seqs of those refused as too large */
 	rd_kafka_resp_err_t fail_err;
 	char		waiting[STATUS_LEN];
 	char		error_msg[STATUS_LEN];
@@ -237,7 +256,11 @@ typedef struct KafkaSinkBatch
 	StringInfoData json_buf;	/* json: the value being encoded (a bytea) */
 	TupleDesc	key_desc;		/* several key columns: them, blessed */
 	FmgrInfo   *out_funcs;		/* per output: its type's output function */
-	Datum		stream_name;	/* for the headers */
+	Datum		stream_name;	/* for row_to_json's fallback */
+	StringInfoData chunk;		/* the outbox chunk being filled */
+	int64		chunk_seq;		/* its first message's seq */
+	int			chunk_n;		/* its messages */
+	int			chunk_stage;	/* the stage's index of its first message */
 } KafkaSinkBatch;
 
 /* ---- options ----------------------------------------------------------- */
@@ -436,7 +459,7 @@ kafka_sink_check_output(StmSinkDef *sink, const StmSinkOutput *output, const cha
 
 /* ---- the outbox --------------------------------------------------------- */
 
-/* Rows of the stream in the outbox, in a fresh snapshot. */
+/* Messages of the stream in the outbox, in a fresh snapshot. */
 static int64
 outbox_count(int32 stream_id)
 {
@@ -446,14 +469,15 @@ outbox_count(int32 stream_id)
 	StmCatalogScope scope = stm_catalog_begin();
 
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT count(*) FROM streaming.outbox WHERE stream_id = $1",
+	if (SPI_execute_with_args("SELECT sum(nmsgs)::bigint FROM streaming.outbox_chunks WHERE stream_id = $1",
 							  1, &type, &arg, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.outbox");
+		elog(ERROR, "could not read streaming.outbox_chunks");
 	if (SPI_processed > 0)
 	{
 		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
-		n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		n = isnull ? 0 : DatumGetInt64(d);
 	}
 	SPI_finish();
 	stm_catalog_end(scope);
@@ -461,14 +485,14 @@ outbox_count(int32 stream_id)
 }
 
 /*
- * The stream's rows in the outbox, up to limit, by its primary key in a
- * fresh snapshot: a count(*) would read the whole table, dead rows of
- * delivered batches too, while process_available polls.
+ * The stream's messages in the outbox, up to limit (or a chunk's more), by
+ * its primary key in a fresh snapshot: a sum over the table would read it
+ * whole, dead rows of delivered batches too, while process_available polls.
  */
 static int64
 kafka_sink_pending(int32 stream_id, int64 limit)
 {
-	Relation	rel = table_open(get_relname_relid("outbox", get_namespace_oid("streaming", false)),
+	Relation	rel = table_open(get_relname_relid("outbox_chunks", get_namespace_oid("streaming", false)),
 								 AccessShareLock);
 	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
@@ -481,7 +505,11 @@ kafka_sink_pending(int32 stream_id, int64 limit)
 	scan = index_beginscan(rel, idx, snap, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	while (n < limit && index_getnext_slot(scan, ForwardScanDirection, slot))
-		n++;
+	{
+		bool		isnull;
+
+		n += DatumGetInt32(slot_getattr(slot, 4, &isnull));
+	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
@@ -497,7 +525,7 @@ kafka_sink_discard(int32 stream_id)
 	Oid			type = INT4OID;
 	Datum		arg = Int32GetDatum(stream_id);
 
-	stm_catalog_exec("DELETE FROM streaming.outbox WHERE stream_id = $1", 1, &type, &arg, NULL,
+	stm_catalog_exec("DELETE FROM streaming.outbox_chunks WHERE stream_id = $1", 1, &type, &arg, NULL,
 					 SPI_OK_DELETE);
 }
 
@@ -544,16 +572,16 @@ kafka_sink_open(StmStreamDef *def)
 	ks->format = format_of(stm_option_text(o, "format"));
 	ks->key_columns = stm_option_elements(o, "key_columns");
 	ks->kafka_options = stm_option_pairs(o, "kafka_options");
-	ks->outbox_relid = get_relname_relid("outbox", get_namespace_oid("streaming", false));
+	ks->outbox_relid = get_relname_relid("outbox_chunks", get_namespace_oid("streaming", false));
 	if (!OidIsValid(ks->outbox_relid))
-		elog(ERROR, "streaming.outbox is missing");
+		elog(ERROR, "streaming.outbox_chunks is missing");
 	ks->outbox_desc = CreateTemplateTupleDesc(OUTBOX_NATTS);
 	TupleDescInitEntry(ks->outbox_desc, 1, "stream_id", INT4OID, -1, 0);
 	TupleDescInitEntry(ks->outbox_desc, 2, "batch_id", INT8OID, -1, 0);
-	TupleDescInitEntry(ks->outbox_desc, 3, "seq", INT8OID, -1, 0);
-	TupleDescInitEntry(ks->outbox_desc, 4, "key", BYTEAOID, -1, 0);
-	TupleDescInitEntry(ks->outbox_desc, 5, "value", BYTEAOID, -1, 0);
-	TupleDescInitEntry(ks->outbox_desc, 6, "headers", JSONBOID, -1, 0);
+	TupleDescInitEntry(ks->outbox_desc, 3, "first_seq", INT8OID, -1, 0);
+	TupleDescInitEntry(ks->outbox_desc, 4, "nmsgs", INT4OID, -1, 0);
+	TupleDescInitEntry(ks->outbox_desc, 5, "messages", BYTEAOID, -1, 0);
+	ks->carry_chunk = -1;
 	ks->outbox_rows = outbox_count(def->id);
 	ks->stage_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming Kafka sink stage",
 										  ALLOCSET_DEFAULT_SIZES);
@@ -614,6 +642,8 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	ks->staging = true;
 	kb->start_rows = ks->outbox_rows;
 	kb->stream_name = CStringGetTextDatum(ks->base.stream_name);
+	initStringInfo(&kb->chunk);
+	appendStringInfoSpaces(&kb->chunk, VARHDRSZ);	/* the row's varlena header */
 
 	message_columns(ks->name, ks->key_columns, ks->format, output, ks->base.stream_name,
 					&kb->nkey, &kb->key_att, &kb->value_att);
@@ -897,42 +927,6 @@ encode_value(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool *isnull)
 	return (Datum) 0;			/* keep compiler quiet */
 }
 
-static void
-set_pair(JsonbPair *p, const char *name, const char *value, int order)
-{
-	p->key.type = jbvString;
-	p->key.val.string.val = (char *) name;
-	p->key.val.string.len = strlen(name);
-	p->value.type = jbvString;
-	p->value.val.string.val = (char *) value;
-	p->value.val.string.len = strlen(value);
-	p->order = order;
-}
-
-/*
- * {"streaming-stream": ..., "streaming-batch-id": ..., "streaming-seq": ...},
- * made from a JsonbValue directly: its keys in jsonb's order (shorter
- * first), so nothing needs sorting.
- */
-static Datum
-headers_jsonb(const char *stream, int64 batch_id, int64 seq)
-{
-	JsonbValue	obj;
-	JsonbPair	pairs[3];
-	char		b[MAXINT8LEN + 1];
-	char		s[MAXINT8LEN + 1];
-
-	pg_lltoa(batch_id, b);
-	pg_lltoa(seq, s);
-	set_pair(&pairs[0], "streaming-seq", s, 2);
-	set_pair(&pairs[1], "streaming-stream", stream, 0);
-	set_pair(&pairs[2], "streaming-batch-id", b, 1);
-	obj.type = jbvObject;
-	obj.val.object.nPairs = 3;
-	obj.val.object.pairs = pairs;
-	return JsonbPGetDatum(JsonbValueToJsonb(&obj));
-}
-
 /*
  * The outbox has no room for another row of this batch: the batch rolls
  * back.  While rows wait for delivery the stream waits and runs it again
@@ -995,36 +989,73 @@ stage_message(KafkaSink *ks, int64 seq, bytea *key, bytea *value)
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * The chunk being filled goes into the outbox as one row (the buffer starts
+ * with room for its varlena header: the row is made from it in place); the
+ * messages of it that the stage kept learn which chunk they are in.
+ */
+static void
+flush_chunk(KafkaSinkBatch *kb)
+{
+	KafkaSink  *ks = (KafkaSink *) kb->base.sink;
+	Datum		row[OUTBOX_NATTS];
+	bool		rownulls[OUTBOX_NATTS] = {false, false, false, false, false};
+
+	if (kb->chunk_n == 0)
+		return;
+	SET_VARSIZE(kb->chunk.data, kb->chunk.len);
+	row[0] = Int32GetDatum(ks->base.stream_id);
+	row[1] = Int64GetDatum(kb->base.batch_id);
+	row[2] = Int64GetDatum(kb->chunk_seq);
+	row[3] = Int32GetDatum(kb->chunk_n);
+	row[4] = PointerGetDatum(kb->chunk.data);
+	stm_table_sink_insert(kb->outbox, row, rownulls);
+	for (int i = kb->chunk_stage; i < ks->nstage; i++)
+	{
+		ks->stage[i].chunk_seq = kb->chunk_seq;
+		ks->stage[i].chunk_n = kb->chunk_n;
+	}
+	kb->chunk.len = VARHDRSZ;
+	kb->chunk_n = 0;
+}
+
 /* One message into the outbox: the row's key and value (none: a tombstone). */
 static void
 write_message(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool tombstone)
 {
 	KafkaSink  *ks = (KafkaSink *) kb->base.sink;
-	Datum		row[OUTBOX_NATTS];
-	bool		rownulls[OUTBOX_NATTS] = {false, false, false, false, false, false};
+	bool		keynull;
+	bool		valuenull = true;
+	Datum		key;
+	Datum		value = (Datum) 0;
+	bytea	   *k;
+	bytea	   *v;
+	int			len;
 	MemoryContext old;
 
 	if (ks->outbox_rows + ks->batch_rows >= stm_guc_outbox_max_rows)
 		outbox_full(kb);
 	old = MemoryContextSwitchTo(kb->row_cxt);
-	row[0] = Int32GetDatum(ks->base.stream_id);
-	row[1] = Int64GetDatum(kb->base.batch_id);
-	row[2] = Int64GetDatum(kb->seq);
-	row[3] = encode_key(kb, values, nulls, &rownulls[3]);
-	if (tombstone)
-	{
-		row[4] = (Datum) 0;
-		rownulls[4] = true;
-	}
-	else
-		row[4] = encode_value(kb, values, nulls, &rownulls[4]);
-	row[5] = headers_jsonb(ks->base.stream_name, kb->base.batch_id, kb->seq);
-	stm_table_sink_insert(kb->outbox, row, rownulls);
-	if (ks->staging)
-		stage_message(ks, kb->seq, rownulls[3] ? NULL : DatumGetByteaPP(row[3]),
-					  rownulls[4] ? NULL : DatumGetByteaPP(row[4]));
+	key = encode_key(kb, values, nulls, &keynull);
+	if (!tombstone)
+		value = encode_value(kb, values, nulls, &valuenull);
+	k = keynull ? NULL : DatumGetByteaPP(key);
+	v = valuenull ? NULL : DatumGetByteaPP(value);
 	MemoryContextSwitchTo(old);
+	len = 8 + (k ? VARSIZE_ANY_EXHDR(k) : 0) + (v ? VARSIZE_ANY_EXHDR(v) : 0);
+	if (kb->chunk_n > 0 && kb->chunk.len - VARHDRSZ + len > STM_OUTBOX_CHUNK_BYTES)
+		flush_chunk(kb);
+	if (kb->chunk_n == 0)
+	{
+		kb->chunk_seq = kb->seq;
+		kb->chunk_stage = ks->nstage;
+	}
+	stm_outbox_append(&kb->chunk, k ? VARDATA_ANY(k) : NULL, k ? VARSIZE_ANY_EXHDR(k) : 0,
+					  v ? VARDATA_ANY(v) : NULL, v ? VARSIZE_ANY_EXHDR(v) : 0);
+	if (ks->staging)
+		stage_message(ks, kb->seq, k, v);
 	MemoryContextReset(kb->row_cxt);
+	kb->chunk_n++;
 	kb->seq++;
 	ks->batch_rows++;
 }
@@ -1054,8 +1085,10 @@ kafka_sink_end_batch(StmSinkBatch *batch)
 {
 	KafkaSinkBatch *kb = (KafkaSinkBatch *) batch;
 
+	flush_chunk(kb);
 	stm_table_sink_end(kb->outbox);
 	MemoryContextDelete(kb->row_cxt);
+	pfree(kb->chunk.data);
 }
 
 /* The batch committed: its rows are the outbox's. */
@@ -1322,48 +1355,36 @@ delivery_failed(KafkaSink *ks, StmSinkStatus *st)
 	st->error = ks->error_msg;
 }
 
-/* Kafka headers from the outbox row's headers (a JSON object of strings). */
+/*
+ * A message's headers: streaming-stream, streaming-batch-id, streaming-seq
+ * (in the order of the jsonb the view streaming.outbox shows them in).
+ */
 static rd_kafka_headers_t *
-kafka_headers(Jsonb *headers)
+message_headers(KafkaSink *ks, int64 batch_id, int64 seq)
 {
-	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(4);
-	JsonbIterator *it = JsonbIteratorInit(&headers->root);
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-	char	   *name = NULL;
-	int			namelen = 0;
+	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(3);
+	char		b[MAXINT8LEN + 1];
+	char		s[MAXINT8LEN + 1];
 
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		if (tok == WJB_KEY)
-		{
-			name = v.val.string.val;
-			namelen = v.val.string.len;
-		}
-		else if (tok == WJB_VALUE && name)
-		{
-			if (v.type == jbvString)
-				rd_kafka_header_add(hdrs, name, namelen, v.val.string.val, v.val.string.len);
-			else
-				rd_kafka_header_add(hdrs, name, namelen, NULL, 0);
-			name = NULL;
-		}
-	}
+	pg_lltoa(batch_id, b);
+	pg_lltoa(seq, s);
+	rd_kafka_header_add(hdrs, "streaming-seq", -1, s, -1);
+	rd_kafka_header_add(hdrs, "streaming-stream", -1, ks->base.stream_name, -1);
+	rd_kafka_header_add(hdrs, "streaming-batch-id", -1, b, -1);
 	return hdrs;
 }
 
 /*
- * The outbox's rows of the stream in (batch_id, seq) order, by its primary
- * key: batch_id = batch and seq in [from, to] (seq_op BTGreaterStrategyNumber:
- * seq > from, to ignored), or, batch_gt, every batch after batch.  A scan
- * of the extension's own table in C, as catalog scans are: the planner has
- * no say in how far it reads.
+ * The stream's outbox chunks in (batch_id, first_seq) order, by the primary
+ * key: those of batch (first_seq = chunk: that one chunk, chunk < 0: all),
+ * or, batch_gt, those of every batch after batch.  A scan of the
+ * extension's own table in C, as catalog scans are: the planner has no say
+ * in how far it reads.
  */
 static IndexScanDesc
-outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch_gt,
-			StrategyNumber seq_op, int64 from, int64 to)
+outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch_gt, int64 chunk)
 {
-	ScanKeyData keys[4];
+	ScanKeyData keys[3];
 	int			n = 0;
 	IndexScanDesc scan;
 
@@ -1376,13 +1397,8 @@ outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch
 	else
 	{
 		ScanKeyInit(&keys[n++], 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(batch));
-		if (seq_op == BTGreaterStrategyNumber)
-			ScanKeyInit(&keys[n++], 3, BTGreaterStrategyNumber, F_INT8GT, Int64GetDatum(from));
-		else
-		{
-			ScanKeyInit(&keys[n++], 3, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(from));
-			ScanKeyInit(&keys[n++], 3, BTLessEqualStrategyNumber, F_INT8LE, Int64GetDatum(to));
-		}
+		if (chunk >= 0)
+			ScanKeyInit(&keys[n++], 3, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(chunk));
 	}
 	scan = index_beginscan(rel, idx, GetActiveSnapshot(), n, 0);
 	index_rescan(scan, keys, n, NULL, 0);
@@ -1413,25 +1429,18 @@ produce_message(KafkaSink *ks, OutMsg *msg, char *key, size_t keylen,
 	return err;
 }
 
-/* Produce one outbox row (a slot of streaming.outbox) as msg, with the row's headers. */
-static rd_kafka_resp_err_t
-produce_row(KafkaSink *ks, TupleTableSlot *slot, OutMsg *msg)
-{
-	bytea	   *key = slot->tts_isnull[3] ? NULL : DatumGetByteaPP(slot->tts_values[3]);
-	bytea	   *value = slot->tts_isnull[4] ? NULL : DatumGetByteaPP(slot->tts_values[4]);
-
-	return produce_message(ks, msg, key ? VARDATA_ANY(key) : NULL, key ? VARSIZE_ANY_EXHDR(key) : 0,
-						   value ? VARDATA_ANY(value) : NULL, value ? VARSIZE_ANY_EXHDR(value) : 0,
-						   kafka_headers(DatumGetJsonbP(slot->tts_values[5])));
-}
-
-/* A message of round about to be produced: (batch_id, seq) in the outbox. */
+/*
+ * A message of round about to be produced: (batch_id, seq) in the outbox,
+ * in the chunk of chunk_n messages from chunk_seq.
+ */
 static void
-start_message(Round *round, OutMsg *msg, int64 batch_id, int64 seq)
+start_message(Round *round, OutMsg *msg, int64 batch_id, int64 seq, int64 chunk_seq, int chunk_n)
 {
 	msg->round = round;
 	msg->batch_id = batch_id;
 	msg->seq = seq;
+	msg->chunk_seq = chunk_seq;
+	msg->chunk_n = chunk_n;
 	msg->state = MSG_IN_FLIGHT;
 }
 
@@ -1464,18 +1473,22 @@ account_message(KafkaSink *ks, Round *round, OutMsg *msg, rd_kafka_resp_err_t er
 }
 
 /*
- * Read the next outbox rows after the cursor, in order, and produce them;
- * in a transaction of its own.  Returns false when the outbox has no more
+ * Read the next messages after the cursor from the outbox, in order, and
+ * produce them; in a transaction of its own.  A round ends at a chunk's end
+ * once it has limit messages.  Returns false when the outbox has no more
  * after them.  A full producer queue ends the round early (the rest are
- * read again); a message refused at once as too large is done already; any
- * other refusal stops the delivery (failed).
+ * read again, from the cursor inside their chunk); a message refused at
+ * once as too large is done already; any other refusal stops the delivery
+ * (failed).
  */
 static bool
 produce_round(KafkaSink *ks, int limit)
 {
 	Round	   *round;
 	int			nread = 0;
+	int			alloc = limit + STM_OUTBOX_CHUNK_BYTES / 8 + 1;	/* a chunk more */
 	bool		cut = false;
+	bool		stop = false;
 	int64		in_flight_before = ks->in_flight;
 	Relation	rel;
 	Relation	idx;
@@ -1484,7 +1497,7 @@ produce_round(KafkaSink *ks, int limit)
 
 	old = MemoryContextSwitchTo(ks->cxt);
 	round = palloc0(sizeof(Round));
-	round->msgs = palloc0(sizeof(OutMsg) * limit);
+	round->msgs = palloc0(sizeof(OutMsg) * alloc);
 	ks->rounds = lappend(ks->rounds, round);	/* before anything is produced */
 	MemoryContextSwitchTo(old);
 
@@ -1494,29 +1507,56 @@ produce_round(KafkaSink *ks, int limit)
 	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
 	slot = table_slot_create(rel, NULL);
 	/* the rest of the cursor's batch, then the batches after it */
-	for (int phase = ks->have_cursor ? 0 : 1; phase < 2 && nread < limit && !cut && !ks->failed; phase++)
+	for (int phase = ks->have_cursor ? 0 : 1; phase < 2 && nread < limit && !stop; phase++)
 	{
 		IndexScanDesc scan = outbox_scan(rel, idx, ks->base.stream_id,
-										 ks->have_cursor ? ks->cursor_batch : -1, phase == 1,
-										 BTGreaterStrategyNumber, ks->cursor_seq, 0);
+										 ks->have_cursor ? ks->cursor_batch : -1, phase == 1, -1);
 
-		while (nread < limit && index_getnext_slot(scan, ForwardScanDirection, slot))
+		while (nread < limit && !stop && index_getnext_slot(scan, ForwardScanDirection, slot))
 		{
-			OutMsg	   *msg = &round->msgs[round->n];
-			rd_kafka_resp_err_t err;
+			int64		batch_id;
+			int64		first;
+			int			n;
+			bytea	   *chunk;
+			StmOutboxReader reader;
+			StmOutboxMsg m;
 
 			slot_getallattrs(slot);
-			nread++;
-			start_message(round, msg, DatumGetInt64(slot->tts_values[1]),
-						  DatumGetInt64(slot->tts_values[2]));
-			err = produce_row(ks, slot, msg);
-			if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			batch_id = DatumGetInt64(slot->tts_values[1]);
+			first = DatumGetInt64(slot->tts_values[2]);
+			n = DatumGetInt32(slot->tts_values[3]);
+			if (ks->have_cursor && batch_id == ks->cursor_batch && first + n - 1 <= ks->cursor_seq)
+				continue;		/* produced already */
+			chunk = DatumGetByteaPP(slot->tts_values[4]);
+			stm_outbox_reader_init(&reader, VARDATA_ANY(chunk), VARSIZE_ANY_EXHDR(chunk));
+			for (int64 seq = first; stm_outbox_next(&reader, &m); seq++)
 			{
-				cut = true;		/* the rest in a later round */
-				break;
+				OutMsg	   *msg;
+				rd_kafka_resp_err_t err;
+
+				if (ks->have_cursor && batch_id == ks->cursor_batch && seq <= ks->cursor_seq)
+					continue;
+				if (round->n == alloc)
+				{
+					cut = stop = true;	/* the rest of the chunk in a later round */
+					break;
+				}
+				msg = &round->msgs[round->n];
+				nread++;
+				start_message(round, msg, batch_id, seq, first, n);
+				err = produce_message(ks, msg, (char *) m.key, m.keylen, (char *) m.value, m.valuelen,
+									  message_headers(ks, batch_id, seq));
+				if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+				{
+					cut = stop = true;	/* the rest in a later round */
+					break;
+				}
+				if (!account_message(ks, round, msg, err))
+				{
+					stop = true;
+					break;
+				}
 			}
-			if (!account_message(ks, round, msg, err))
-				break;
 		}
 		index_endscan(scan);
 	}
@@ -1533,10 +1573,10 @@ produce_round(KafkaSink *ks, int limit)
 		pfree(round->msgs);
 		pfree(round);
 	}
-	/* everything after the cursor was read: the outbox's rows are known exactly */
+	/* everything after the cursor was read: the outbox's messages are known exactly */
 	if (nread < limit && !cut && !ks->failed)
 		ks->outbox_rows = in_flight_before + nread;
-	return cut || nread == limit;
+	return cut || nread >= limit;
 }
 
 /* Let the stage go: what it held is read from the outbox when its turn comes. */
@@ -1560,7 +1600,6 @@ static void
 produce_stage(KafkaSink *ks)
 {
 	Round	   *round;
-	char		batch[32];
 	MemoryContext old;
 
 	if (ks->failed || (ks->have_cursor && ks->cursor_batch >= ks->stage_batch) ||
@@ -1574,22 +1613,15 @@ produce_stage(KafkaSink *ks)
 	round->msgs = palloc0(sizeof(OutMsg) * ks->nstage);
 	ks->rounds = lappend(ks->rounds, round);
 	MemoryContextSwitchTo(old);
-	snprintf(batch, sizeof(batch), INT64_FORMAT, ks->stage_batch);
 	for (int i = 0; i < ks->nstage; i++)
 	{
 		StagedMsg  *m = &ks->stage[i];
 		OutMsg	   *msg = &round->msgs[round->n];
-		rd_kafka_headers_t *hdrs = rd_kafka_headers_new(3);
-		char		seq[32];
 		rd_kafka_resp_err_t err;
 
-		/* as kafka_headers reads them from the row's headers (jsonb's order) */
-		snprintf(seq, sizeof(seq), INT64_FORMAT, m->seq);
-		rd_kafka_header_add(hdrs, "streaming-seq", -1, seq, -1);
-		rd_kafka_header_add(hdrs, "streaming-stream", -1, ks->base.stream_name, -1);
-		rd_kafka_header_add(hdrs, "streaming-batch-id", -1, batch, -1);
-		start_message(round, msg, ks->stage_batch, m->seq);
-		err = produce_message(ks, msg, m->key, m->keylen, m->value, m->valuelen, hdrs);
+		start_message(round, msg, ks->stage_batch, m->seq, m->chunk_seq, m->chunk_n);
+		err = produce_message(ks, msg, m->key, m->keylen, m->value, m->valuelen,
+							  message_headers(ks, ks->stage_batch, m->seq));
 		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 			break;				/* the rest is read from the outbox */
 		if (!account_message(ks, round, msg, err))
@@ -1604,22 +1636,21 @@ produce_stage(KafkaSink *ks)
 	drop_stage(ks);
 }
 
-/* Delete the stream's outbox rows of batch with seq in [from, to]; how many. */
-static int64
-delete_rows(Relation rel, Relation idx, TupleTableSlot *slot, int32 stream_id, int64 batch,
-			int64 from, int64 to)
+/* Delete the stream's outbox chunk (batch, first_seq chunk); whether it was there. */
+static bool
+delete_chunk(Relation rel, Relation idx, TupleTableSlot *slot, int32 stream_id, int64 batch,
+			 int64 chunk)
 {
-	IndexScanDesc scan = outbox_scan(rel, idx, stream_id, batch, false,
-									 BTGreaterEqualStrategyNumber, from, to);
-	int64		n = 0;
+	IndexScanDesc scan = outbox_scan(rel, idx, stream_id, batch, false, chunk);
+	bool		found = false;
 
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		simple_table_tuple_delete(rel, &slot->tts_tid, GetActiveSnapshot());
-		n++;
+		found = true;
 	}
 	index_endscan(scan);
-	return n;
+	return found;
 }
 
 /* Add n rows of batch to its progress row's counter (column). */
@@ -1634,32 +1665,49 @@ count_in_progress(int32 stream_id, int64 batch, const char *column, int64 n)
 					 3, types, args, NULL, SPI_OK_UPDATE);
 }
 
+/* A chunk finish_rounds found done, to delete. */
+typedef struct DoneChunk
+{
+	int64		batch_id;
+	int64		chunk_seq;
+	int			delivered;
+} DoneChunk;
+
+static void
+reset_carry(KafkaSink *ks)
+{
+	ks->carry_chunk = -1;
+	ks->carry_seen = ks->carry_delivered = 0;
+	ks->carry_ok = true;
+	list_free(ks->carry_rejected);
+	ks->carry_rejected = NIL;
+}
+
 /*
- * The rounds at the head that are fully reported: their delivered rows
- * leave the outbox and count in their batches' progress rows, refused ones
- * go to dead_letters (num_rejected_rows), failed ones stay; one
- * transaction.  Returns the rows delivered.
+ * The rounds at the head that are fully reported: the outbox chunks whose
+ * messages are all done leave the outbox, their delivered messages count
+ * in their batches' progress rows and the refused ones go to dead_letters
+ * (num_rejected_rows); a chunk with a failed message stays (all of it is
+ * produced again); one transaction.  Messages are seen in outbox order, so
+ * a chunk that straddles rounds is counted on (carry_*) into the next
+ * call.  Returns the messages delivered.
  */
 static int64
 finish_rounds(KafkaSink *ks)
 {
 	List	   *done = NIL;
+	List	   *chunks = NIL;
 	int			total = 0;
 	int			nrejected = 0;
+	int			rejected_alloc = 16;
 	Datum	   *rb;
 	Datum	   *rs;
 	int64		delivered = 0;
 	int64		rejected = 0;
+	int64		removed = 0;
 	rd_kafka_resp_err_t reject_err = RD_KAFKA_RESP_ERR_NO_ERROR;
-	Relation	rel;
-	Relation	idx;
-	TupleTableSlot *slot;
 	ListCell   *lc;
-	bool		in_range = false;
-	int64		range_batch = 0;
-	int64		range_from = 0;
-	int64		range_to = 0;
-	int64		batch_rows = 0;
+	MemoryContext old;
 
 	while (ks->rounds != NIL && ((Round *) linitial(ks->rounds))->ndone ==
 		   ((Round *) linitial(ks->rounds))->n)
@@ -1670,125 +1718,159 @@ finish_rounds(KafkaSink *ks)
 	}
 	if (done == NIL)
 		return 0;
-	rb = palloc(sizeof(Datum) * total);
-	rs = palloc(sizeof(Datum) * total);
+	rb = palloc(sizeof(Datum) * rejected_alloc);
+	rs = palloc(sizeof(Datum) * rejected_alloc);
 
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	rel = table_open(ks->outbox_relid, RowExclusiveLock);
-	idx = index_open(RelationGetPrimaryKeyIndex(rel), RowExclusiveLock);
-	slot = table_slot_create(rel, NULL);
-
-	/*
-	 * Delivered rows in runs of one batch and consecutive seqs, each run
-	 * deleted by one range of the primary key; each batch's count goes to
-	 * its progress row.
-	 */
+	/* which chunks are done */
+	old = MemoryContextSwitchTo(ks->cxt);
 	foreach(lc, done)
 	{
 		Round	   *r = lfirst(lc);
 
-		for (int i = 0; i <= r->n; i++)
+		for (int i = 0; i < r->n; i++)
 		{
-			OutMsg	   *m = i < r->n ? &r->msgs[i] : NULL;
-			bool		extends = m && m->state == MSG_DELIVERED && in_range &&
-				m->batch_id == range_batch && m->seq == range_to + 1;
+			OutMsg	   *m = &r->msgs[i];
 
-			if (in_range && !extends && (m == NULL || m->state != MSG_DELIVERED ||
-										 m->batch_id != range_batch || m->seq != range_to + 1))
+			if (!(ks->carry_chunk >= 0 && m->batch_id == ks->carry_batch &&
+				  m->chunk_seq == ks->carry_chunk && m->seq == ks->carry_chunk + ks->carry_seen))
 			{
-				int64		n = delete_rows(rel, idx, slot, ks->base.stream_id, range_batch,
-											range_from, range_to);
-
-				delivered += n;
-				batch_rows += n;
-				in_range = false;
-				if (m == NULL || m->batch_id != range_batch)
-				{
-					count_in_progress(ks->base.stream_id, range_batch, "num_delivered_rows", batch_rows);
-					batch_rows = 0;
-				}
+				/* a chunk starts; one seen only in part stays in the outbox */
+				reset_carry(ks);
+				ks->carry_batch = m->batch_id;
+				ks->carry_chunk = m->chunk_seq;
+				ks->carry_n = m->chunk_n;
+				ks->carry_seen = (int) (m->seq - m->chunk_seq);
+				ks->carry_ok = m->seq == m->chunk_seq;
 			}
-			if (m == NULL)
-				break;
+			ks->carry_seen++;
 			if (m->state == MSG_DELIVERED)
-			{
-				if (extends)
-					range_to = m->seq;
-				else
-				{
-					if (batch_rows > 0 && m->batch_id != range_batch)
-					{
-						count_in_progress(ks->base.stream_id, range_batch, "num_delivered_rows", batch_rows);
-						batch_rows = 0;
-					}
-					in_range = true;
-					range_batch = m->batch_id;
-					range_from = range_to = m->seq;
-				}
-			}
+				ks->carry_delivered++;
 			else if (m->state == MSG_TOO_LARGE)
 			{
-				rb[nrejected] = Int64GetDatum(m->batch_id);
-				rs[nrejected++] = Int64GetDatum(m->seq);
+				ks->carry_rejected = lappend(ks->carry_rejected, palloc(sizeof(int64)));
+				*(int64 *) llast(ks->carry_rejected) = m->seq;
 				reject_err = m->err;
 			}
-			else if (!ks->failed)
+			else
 			{
-				ks->failed = true;
-				ks->fail_err = m->err;
+				ks->carry_ok = false;
+				if (!ks->failed)
+				{
+					ks->failed = true;
+					ks->fail_err = m->err;
+				}
 			}
+			if (ks->carry_seen < ks->carry_n)
+				continue;
+			if (ks->carry_ok)
+			{
+				DoneChunk  *c = palloc(sizeof(DoneChunk));
+				ListCell   *rc;
+
+				c->batch_id = ks->carry_batch;
+				c->chunk_seq = ks->carry_chunk;
+				c->delivered = ks->carry_delivered;
+				chunks = lappend(chunks, c);
+				removed += ks->carry_n;
+				foreach(rc, ks->carry_rejected)
+				{
+					if (nrejected == rejected_alloc)
+					{
+						rejected_alloc *= 2;
+						rb = repalloc(rb, sizeof(Datum) * rejected_alloc);
+						rs = repalloc(rs, sizeof(Datum) * rejected_alloc);
+					}
+					rb[nrejected] = Int64GetDatum(ks->carry_batch);
+					rs[nrejected++] = Int64GetDatum(*(int64 *) lfirst(rc));
+				}
+			}
+			reset_carry(ks);
 		}
 	}
-	if (batch_rows > 0)
-		count_in_progress(ks->base.stream_id, range_batch, "num_delivered_rows", batch_rows);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(idx, RowExclusiveLock);
-	table_close(rel, RowExclusiveLock);
-	CommandCounterIncrement();
+	MemoryContextSwitchTo(old);
 
-	if (nrejected > 0)
+	if (chunks != NIL)
 	{
-		Oid			types[6] = {INT4OID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID};
-		Datum		args[6];
-		bool		isnull;
-		StmCatalogScope scope = stm_catalog_begin();
+		Relation	rel;
+		Relation	idx;
+		TupleTableSlot *slot;
+		int64		batch = -1;
+		int64		batch_rows = 0;
 
-		args[0] = Int32GetDatum(ks->base.stream_id);
-		args[1] = PointerGetDatum(construct_array(rb, nrejected, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		args[2] = PointerGetDatum(construct_array(rs, nrejected, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		args[3] = CStringGetTextDatum(ks->name);
-		args[4] = CStringGetTextDatum(ks->topic);
-		args[5] = CStringGetTextDatum(rd_kafka_err2str(reject_err));
-		SPI_connect();
-		if (SPI_execute_with_args(psprintf("WITH r AS (DELETE FROM streaming.outbox o USING unnest($2, $3) AS k(b, s) "
-										   "WHERE o.stream_id = $1 AND o.batch_id = k.b AND o.seq = k.s "
-										   "RETURNING o.batch_id, o.seq, o.key, o.value), "
-										   "l AS (INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
-										   "SELECT s.name, s.source, jsonb_build_object('sink', $4, 'topic', $5, 'batch_id', r.batch_id, 'seq', r.seq), "
-										   "substring(r.value FROM 1 FOR %d), "
-										   "format('message of %%s bytes (key and value) is too large for Kafka topic %%s: %%s', "
-										   "coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0), $5, $6), "
-										   "'54000', $1 FROM r JOIN streaming.stream_defs s ON s.id = $1), "
-										   "c AS (SELECT batch_id, count(*) AS n FROM r GROUP BY batch_id), "
-										   "u AS (UPDATE streaming.batches b SET num_rejected_rows = b.num_rejected_rows + c.n "
-										   "FROM c WHERE b.stream_id = $1 AND b.batch_id = c.batch_id) "
-										   "SELECT coalesce(sum(n), 0)::bigint FROM c", DEAD_LETTER_RAW_MAX),
-								  6, types, args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not move a message from streaming.outbox to streaming.dead_letters");
-		rejected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		SPI_finish();
-		stm_catalog_end(scope);
-		ereport(WARNING,
-				(errmsg("Kafka topic \"%s\" of sink \"%s\" refused " INT64_FORMAT " messages of stream \"%s\" as too large",
-						ks->topic, ks->name, rejected, ks->base.stream_name),
-				 errdetail("They are in streaming.dead_letters, with their outbox position.")));
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+
+		/* refused messages to dead_letters, read before their chunks go */
+		if (nrejected > 0)
+		{
+			Oid			types[6] = {INT4OID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID};
+			Datum		args[6];
+			bool		isnull;
+			StmCatalogScope scope = stm_catalog_begin();
+
+			args[0] = Int32GetDatum(ks->base.stream_id);
+			args[1] = PointerGetDatum(construct_array(rb, nrejected, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			args[2] = PointerGetDatum(construct_array(rs, nrejected, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			args[3] = CStringGetTextDatum(ks->name);
+			args[4] = CStringGetTextDatum(ks->topic);
+			args[5] = CStringGetTextDatum(rd_kafka_err2str(reject_err));
+			SPI_connect();
+			if (SPI_execute_with_args(psprintf("WITH r AS (SELECT o.batch_id, o.seq, o.key, o.value FROM streaming.outbox o, "
+											   "unnest($2, $3) AS k(b, s) "
+											   "WHERE o.stream_id = $1 AND o.batch_id = k.b AND o.seq = k.s), "
+											   "l AS (INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
+											   "SELECT s.name, s.source, jsonb_build_object('sink', $4, 'topic', $5, 'batch_id', r.batch_id, 'seq', r.seq), "
+											   "substring(r.value FROM 1 FOR %d), "
+											   "format('message of %%s bytes (key and value) is too large for Kafka topic %%s: %%s', "
+											   "coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0), $5, $6), "
+											   "'54000', $1 FROM r JOIN streaming.stream_defs s ON s.id = $1), "
+											   "c AS (SELECT batch_id, count(*) AS n FROM r GROUP BY batch_id), "
+											   "u AS (UPDATE streaming.batches b SET num_rejected_rows = b.num_rejected_rows + c.n "
+											   "FROM c WHERE b.stream_id = $1 AND b.batch_id = c.batch_id) "
+											   "SELECT coalesce(sum(n), 0)::bigint FROM c", DEAD_LETTER_RAW_MAX),
+									  6, types, args, NULL, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "could not copy a message from streaming.outbox to streaming.dead_letters");
+			rejected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			SPI_finish();
+			stm_catalog_end(scope);
+			ereport(WARNING,
+					(errmsg("Kafka topic \"%s\" of sink \"%s\" refused " INT64_FORMAT " messages of stream \"%s\" as too large",
+							ks->topic, ks->name, rejected, ks->base.stream_name),
+					 errdetail("They are in streaming.dead_letters, with their outbox position.")));
+			CommandCounterIncrement();
+		}
+
+		/* the done chunks go; each batch's delivered messages to its progress row */
+		rel = table_open(ks->outbox_relid, RowExclusiveLock);
+		idx = index_open(RelationGetPrimaryKeyIndex(rel), RowExclusiveLock);
+		slot = table_slot_create(rel, NULL);
+		foreach(lc, chunks)
+		{
+			DoneChunk  *c = lfirst(lc);
+
+			if (c->batch_id != batch && batch_rows > 0)
+			{
+				count_in_progress(ks->base.stream_id, batch, "num_delivered_rows", batch_rows);
+				batch_rows = 0;
+			}
+			batch = c->batch_id;
+			if (delete_chunk(rel, idx, slot, ks->base.stream_id, c->batch_id, c->chunk_seq))
+			{
+				batch_rows += c->delivered;
+				delivered += c->delivered;
+			}
+		}
+		if (batch_rows > 0)
+			count_in_progress(ks->base.stream_id, batch, "num_delivered_rows", batch_rows);
+		ExecDropSingleTupleTableSlot(slot);
+		index_close(idx, RowExclusiveLock);
+		table_close(rel, RowExclusiveLock);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(ks->cxt);
 	}
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(ks->cxt);
 
-	ks->outbox_rows = Max(0, ks->outbox_rows - delivered - rejected);
+	ks->outbox_rows = Max(0, ks->outbox_rows - removed);
 	ks->in_flight -= total;
 	foreach(lc, done)
 	{
@@ -1798,6 +1880,7 @@ finish_rounds(KafkaSink *ks)
 		pfree(r);
 	}
 	list_free(done);
+	list_free_deep(chunks);
 	pfree(rb);
 	pfree(rs);
 	return delivered;
