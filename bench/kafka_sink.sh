@@ -41,6 +41,8 @@
 #   --seconds S         latency: for how long (default 30)
 #   --naptime T         streaming.naptime of the server (default 50ms)
 #   --keep              keep the temp dir (data, server log)
+#   --source-options J  kafka_options of the orders source (default {})
+#   --outbox-max-rows N streaming.outbox_max_rows of the server (default: its default)
 #   --perf              profile the worker of round 1's Kafka stream
 #                       (perf record -g; its report goes to stderr)
 # As root it runs the server as user postgres; the packages it needs are
@@ -54,6 +56,8 @@ SECONDS_LAT=30
 NAPTIME=50ms
 KEEP=
 PERF=
+SOURCE_OPTIONS='{}'
+OUTBOX_MAX_ROWS=
 while [ $# -gt 0 ]; do
 	case $1 in
 		--records) RECORDS=$2; shift 2 ;;
@@ -63,6 +67,8 @@ while [ $# -gt 0 ]; do
 		--naptime) NAPTIME=$2; shift 2 ;;
 		--keep) KEEP=1; shift ;;
 		--perf) PERF=1; shift ;;
+		--source-options) SOURCE_OPTIONS=$2; shift 2 ;;
+		--outbox-max-rows) OUTBOX_MAX_ROWS=$2; shift 2 ;;
 		-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/kafka_sink.sh: unknown argument \"$1\"" >&2; exit 2 ;;
 	esac
@@ -101,12 +107,13 @@ max_wal_size = '4GB'
 fsync = on
 streaming.naptime = '$NAPTIME'
 max_worker_processes = 16
+${OUTBOX_MAX_ROWS:+streaming.outbox_max_rows = $OUTBOX_MAX_ROWS}
 EOF
 stm_run "$STM_BINDIR/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" -w restart >/dev/null || die "restart failed"
 psql_do() { "$STM_BINDIR/psql" -XAtq -v ON_ERROR_STOP=1 -h "$SOCK" -p 5432 -U "$STM_USER" -d postgres "$@"; }
 psql_do -c "CREATE EXTENSION streaming" || die "CREATE EXTENSION failed"
 psql_do -c "SELECT streaming.create_kafka_source('orders', '$BOOTSTRAP', topics => ARRAY['orders'],
-	starting_offsets => 'earliest',
+	starting_offsets => 'earliest', kafka_options => '$SOURCE_OPTIONS',
 	columns => 'order_id bigint, user_id bigint, amount numeric(10,2), status text, event_time timestamptz')" >/dev/null ||
 	die "create_kafka_source failed"
 QUERY='SELECT order_id, user_id, amount, status, event_time FROM orders'

@@ -1145,6 +1145,13 @@ has_held(KafkaPartition *p)
 	return p->held_next < p->nheld;
 }
 
+/* Does p hold every message the batch still needs of it? */
+static bool
+holds_rest(KafkaPartition *p)
+{
+	return has_held(p) && p->held[p->nheld - 1]->offset >= p->end - 1;
+}
+
 /* Pause (or resume) the given partitions' fetching. */
 static void
 pause_partitions(KafkaSource *kc, List *parts, bool pause)
@@ -1351,11 +1358,13 @@ pop_messages(KafkaSource *kc, bool fetching)
 /*
  * Keep the held messages within their share of batch_memory: past it,
  * the partitions that hold messages are paused (those done with the batch
- * first; librdkafka drops what it queued for them and, when they resume,
- * fetches on after what was popped); a paused partition resumes when the
- * batch needs it (it reads and holds nothing) or once the held messages
- * are down to half their share.  Resuming is an operation for librdkafka's
- * broker thread, which wakes it at once.
+ * first, then those that hold all the batch needs of them; librdkafka drops
+ * what it queued for them and, when they resume, fetches on after what was
+ * popped); a paused partition resumes as soon as the batch needs more of it
+ * than it holds, so that every such partition is in the same next fetch
+ * (each fetch round can wait fetch.wait.max.ms at the broker), or once the
+ * held messages are down to half their share.  Resuming is an operation
+ * for librdkafka's broker thread, which wakes it at once.
  */
 static void
 flow_control(KafkaSource *kc)
@@ -1377,7 +1386,8 @@ flow_control(KafkaSource *kc)
 			{
 				KafkaPartition *p = lfirst(lc);
 
-				if (p->started && !p->paused && has_held(p) && reading(p) == (pass == 1))
+				if (p->started && !p->paused && has_held(p) &&
+					(pass == 0 ? !reading(p) : reading(p) && holds_rest(p)))
 				{
 					pause = lappend(pause, p);
 					growing -= p->held_bytes;
@@ -1388,7 +1398,7 @@ flow_control(KafkaSource *kc)
 	{
 		KafkaPartition *p = lfirst(lc);
 
-		if (p->paused && ((reading(p) && !has_held(p)) ||
+		if (p->paused && ((reading(p) && !holds_rest(p)) ||
 						  kc->held_bytes <= kc->held_cap_bytes / 2))
 			resume = lappend(resume, p);
 	}
