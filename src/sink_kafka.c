@@ -39,9 +39,8 @@
  *   producer keeps its order through retries, messages never time out, and
  *   after a failed delivery everything not delivered is produced again from
  *   the outbox's first row;
- * - a chunk leaves the outbox only once each of its messages was written
- *   (no failure was reported for it and the producer's out queue became
- *   empty after it: confirm_delivered) or refused by Kafka as too large:
+ * - a chunk leaves the outbox only once each of its messages was reported
+ *   delivered (librdkafka's delivery report) or refused by Kafka as too large:
  *   such a message goes to dead_letters with its outbox position, counted
  *   in the batch's num_rejected_rows, and the rest go on;
  * - no call into PostgreSQL from librdkafka's threads: its callbacks run in
@@ -96,8 +95,7 @@ PG_FUNCTION_INFO_V1(streaming_create_kafka_sink);
 PG_FUNCTION_INFO_V1(streaming_drop_kafka_sink);
 
 #define OUTBOX_NATTS 5			/* stream_id, batch_id, first_seq, nmsgs, messages */
-#define ROUND_ROWS 5000			/* messages read and produced at once */
-#define MAX_IN_FLIGHT 100000	/* messages produced and not yet reported */
+#define ROUND_ROWS 10000		/* messages produced together, and confirmed in one transaction */
 #define POLL_MS 10
 #define DEAD_LETTER_RAW_MAX 65536	/* dead_letters.raw keeps this much (SPEC 5) */
 #define STATUS_LEN 1024
@@ -183,6 +181,7 @@ typedef struct KafkaSink
 	int64		stage_batch;
 	StagedMsg  *stage;
 	int			nstage;
+	int			stage_next;		/* the first not produced yet */
 	int			stage_alloc;
 	Size		stage_bytes;
 	bool		staging;		/* the batch in progress is being kept */
@@ -196,9 +195,12 @@ typedef struct KafkaSink
 	bool		topic_ok;		/* the topic's metadata was fine since the last failure */
 	List	   *rounds;			/* Round, in flight, oldest first */
 	int64		in_flight;		/* messages of those rounds not finalized yet */
+	int64		max_in_flight;	/* at most (their OutMsgs: a quarter of batch_memory) */
+	bool		queue_full;		/* the last try to produce found no room */
 	bool		have_cursor;	/* rows up to the cursor are produced */
 	int64		cursor_batch;
 	int64		cursor_seq;
+	int64		cursor_chunk;	/* the chunk of cursor_seq */
 	bool		failed;			/* a delivery failed: produce nothing new until the
 								 * rounds drain, then start again from the outbox */
 
@@ -636,6 +638,7 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	MemoryContextReset(ks->stage_cxt);
 	ks->stage = NULL;
 	ks->nstage = ks->stage_alloc = 0;
+	ks->stage_next = 0;
 	ks->stage_bytes = 0;
 	ks->stage_batch = batch_id;
 	ks->stage_ready = false;
@@ -1107,10 +1110,11 @@ kafka_sink_after_commit(StmSink *sink)
 /* ---- delivery ----------------------------------------------------------- */
 
 /*
- * librdkafka's delivery report, in rd_kafka_poll on our thread: recorded
- * only.  Only failures are reported (delivery.report.only.error): a
- * delivered message is freed by librdkafka's broker thread, not ours, and
- * confirm_delivered finds it delivered.
+ * librdkafka's delivery report of each message, in rd_kafka_poll on our
+ * thread: recorded only.  Reports of every message, not only of failures:
+ * a round (and its chunks) is known to be done as soon as its own messages
+ * are, while later ones are still being sent, and the messages are freed
+ * by the thread that made them.
  */
 static void
 dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -1131,49 +1135,19 @@ dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 }
 
 /*
- * Once the producer's out queue is empty (rd_kafka_outq_len counts messages
- * not yet acknowledged and reports not yet served), every message produced
- * so far that was not reported as failed was delivered.
- */
-static void
-confirm_delivered(KafkaSink *ks)
-{
-	ListCell   *lc;
-
-	if (ks->in_flight == 0 || rd_kafka_outq_len(ks->rk) > 0)
-		return;
-	foreach(lc, ks->rounds)
-	{
-		Round	   *r = lfirst(lc);
-
-		for (int i = 0; i < r->n && r->ndone < r->n; i++)
-			if (r->msgs[i].state == MSG_IN_FLIGHT)
-			{
-				r->msgs[i].state = MSG_DELIVERED;
-				r->ndone++;
-			}
-	}
-}
-
-/*
  * The producer goes: what it still holds is purged (its rows stay in the
  * outbox, to be produced again), then it is destroyed.  A purged message is
- * reported as failed; if the purge's reports were all served, the messages
- * without one were delivered before, else they count as failed too.
+ * reported as failed; one whose report was not served counts as failed too.
  */
 static void
 destroy_producer(KafkaSink *ks)
 {
 	ListCell   *lc;
-	bool		drained;
-
 	if (ks->rk == NULL)
 		return;
 	rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 	/* serves the purged messages' reports */
-	drained = rd_kafka_flush(ks->rk, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR;
-	if (drained)
-		confirm_delivered(ks);
+	(void) rd_kafka_flush(ks->rk, 1000);
 	rd_kafka_topic_destroy(ks->rkt);
 	rd_kafka_destroy(ks->rk);
 	ks->rk = NULL;
@@ -1223,9 +1197,10 @@ ensure_producer(KafkaSink *ks)
 
 	/*
 	 * librdkafka mallocs each message and its headers (six chunks) and
-	 * frees them once delivered: with glibc's fastbins every free that
+	 * frees them once reported: with glibc's fastbins every free that
 	 * merges into a large chunk consolidated them again, which cost more
-	 * than producing.
+	 * than producing (measured with reports of failures only; with every
+	 * report served here, fastbins were still slower, bench/kafka_sink.sh).
 	 */
 	mallopt(M_MXFAST, 0);
 
@@ -1242,9 +1217,12 @@ ensure_producer(KafkaSink *ks)
 	stm_kafka_conf_set(conf, "acks", "all");
 	/* never given up: an outage only delays a message, in its order */
 	stm_kafka_conf_set(conf, "message.timeout.ms", "0");
-	/* reports of failures only: freeing delivered messages is not our thread's work */
-	stm_kafka_conf_set(conf, "delivery.report.only.error", "true");
-	stm_kafka_conf_set(conf, "queue.buffering.max.messages", psprintf("%d", MAX_IN_FLIGHT));
+	/* a report of every message (dr_msg_cb) */
+	stm_kafka_conf_set(conf, "delivery.report.only.error", "false");
+	/* what is in flight is tracked in OutMsgs: a quarter of batch_memory for them */
+	ks->max_in_flight = Min(Max((int64) stm_guc_batch_memory_kb * 1024 / 4 / (int64) sizeof(OutMsg),
+								2 * ROUND_ROWS), 10000000);
+	stm_kafka_conf_set(conf, "queue.buffering.max.messages", psprintf(INT64_FORMAT, ks->max_in_flight));
 	stm_kafka_conf_set(conf, "queue.buffering.max.kbytes", psprintf("%d", stm_guc_batch_memory_kb));
 	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
 	ks->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
@@ -1376,13 +1354,14 @@ message_headers(KafkaSink *ks, int64 batch_id, int64 seq)
 
 /*
  * The stream's outbox chunks in (batch_id, first_seq) order, by the primary
- * key: those of batch (first_seq = chunk: that one chunk, chunk < 0: all),
- * or, batch_gt, those of every batch after batch.  A scan of the
+ * key: those of batch (chunk >= 0: with first_seq = chunk, or >= chunk if
+ * from), or, batch_gt, those of every batch after batch.  A scan of the
  * extension's own table in C, as catalog scans are: the planner has no say
  * in how far it reads.
  */
 static IndexScanDesc
-outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch_gt, int64 chunk)
+outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch_gt, int64 chunk,
+			bool from)
 {
 	ScanKeyData keys[3];
 	int			n = 0;
@@ -1398,7 +1377,8 @@ outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch
 	{
 		ScanKeyInit(&keys[n++], 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(batch));
 		if (chunk >= 0)
-			ScanKeyInit(&keys[n++], 3, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(chunk));
+			ScanKeyInit(&keys[n++], 3, from ? BTGreaterEqualStrategyNumber : BTEqualStrategyNumber,
+						from ? F_INT8GE : F_INT8EQ, Int64GetDatum(chunk));
 	}
 	scan = index_beginscan(rel, idx, GetActiveSnapshot(), n, 0);
 	index_rescan(scan, keys, n, NULL, 0);
@@ -1463,6 +1443,7 @@ account_message(KafkaSink *ks, Round *round, OutMsg *msg, rd_kafka_resp_err_t er
 	ks->have_cursor = true;
 	ks->cursor_batch = msg->batch_id;
 	ks->cursor_seq = msg->seq;
+	ks->cursor_chunk = msg->chunk_seq;
 	if (msg->state == MSG_FAILED)
 	{
 		ks->failed = true;
@@ -1509,8 +1490,10 @@ produce_round(KafkaSink *ks, int limit)
 	/* the rest of the cursor's batch, then the batches after it */
 	for (int phase = ks->have_cursor ? 0 : 1; phase < 2 && nread < limit && !stop; phase++)
 	{
+		/* from the cursor's chunk on: what is before it was produced */
 		IndexScanDesc scan = outbox_scan(rel, idx, ks->base.stream_id,
-										 ks->have_cursor ? ks->cursor_batch : -1, phase == 1, -1);
+										 ks->have_cursor ? ks->cursor_batch : -1, phase == 1,
+										 phase == 0 ? ks->cursor_chunk : -1, true);
 
 		while (nread < limit && !stop && index_getnext_slot(scan, ForwardScanDirection, slot))
 		{
@@ -1548,7 +1531,7 @@ produce_round(KafkaSink *ks, int limit)
 									  message_headers(ks, batch_id, seq));
 				if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 				{
-					cut = stop = true;	/* the rest in a later round */
+					ks->queue_full = cut = stop = true;	/* the rest in a later round */
 					break;
 				}
 				if (!account_message(ks, round, msg, err))
@@ -1586,52 +1569,73 @@ drop_stage(KafkaSink *ks)
 	MemoryContextReset(ks->stage_cxt);
 	ks->stage = NULL;
 	ks->nstage = ks->stage_alloc = 0;
+	ks->stage_next = 0;
 	ks->stage_bytes = 0;
 	ks->stage_ready = false;
 }
 
 /*
- * The last batch's messages, from the stage, once every row before them was
- * produced (they are next in outbox order); with the headers their outbox
- * rows have, in the same order.  Otherwise the stage goes, and the rows are
- * read from the outbox.
+ * The last batch's messages, from the stage, once every message before
+ * them was produced (they are next in outbox order); with the headers their
+ * outbox rows have, in the same order, in rounds of ROUND_ROWS.  A full
+ * producer queue, or max_in_flight messages in flight, ends the call: the
+ * next goes on from there (stage_next).  When the stage cannot be used, it
+ * goes, and the messages are read from the outbox.
  */
 static void
 produce_stage(KafkaSink *ks)
 {
-	Round	   *round;
-	MemoryContext old;
-
-	if (ks->failed || (ks->have_cursor && ks->cursor_batch >= ks->stage_batch) ||
-		ks->outbox_rows - ks->stage_rows != ks->in_flight)
+	if (ks->failed ||
+		(ks->stage_next == 0 &&
+		 ((ks->have_cursor && ks->cursor_batch >= ks->stage_batch) ||
+		  ks->outbox_rows - ks->stage_rows != ks->in_flight)))
 	{
 		drop_stage(ks);
 		return;
 	}
-	old = MemoryContextSwitchTo(ks->cxt);
-	round = palloc0(sizeof(Round));
-	round->msgs = palloc0(sizeof(OutMsg) * ks->nstage);
-	ks->rounds = lappend(ks->rounds, round);
-	MemoryContextSwitchTo(old);
-	for (int i = 0; i < ks->nstage; i++)
+	while (ks->stage_next < ks->nstage)
 	{
-		StagedMsg  *m = &ks->stage[i];
-		OutMsg	   *msg = &round->msgs[round->n];
-		rd_kafka_resp_err_t err;
+		int			n = Min(ROUND_ROWS, ks->nstage - ks->stage_next);
+		MemoryContext old = MemoryContextSwitchTo(ks->cxt);
+		Round	   *round = palloc0(sizeof(Round));
+		bool		stop = false;
 
-		start_message(round, msg, ks->stage_batch, m->seq, m->chunk_seq, m->chunk_n);
-		err = produce_message(ks, msg, m->key, m->keylen, m->value, m->valuelen,
-							  message_headers(ks, ks->stage_batch, m->seq));
-		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-			break;				/* the rest is read from the outbox */
-		if (!account_message(ks, round, msg, err))
+		round->msgs = palloc0(sizeof(OutMsg) * n);
+		ks->rounds = lappend(ks->rounds, round);
+		MemoryContextSwitchTo(old);
+		for (int i = 0; i < n; i++)
+		{
+			StagedMsg  *m = &ks->stage[ks->stage_next];
+			OutMsg	   *msg = &round->msgs[round->n];
+			rd_kafka_resp_err_t err;
+
+			start_message(round, msg, ks->stage_batch, m->seq, m->chunk_seq, m->chunk_n);
+			err = produce_message(ks, msg, m->key, m->keylen, m->value, m->valuelen,
+								  message_headers(ks, ks->stage_batch, m->seq));
+			if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			{
+				ks->queue_full = stop = true;	/* this one again, next time */
+				break;
+			}
+			ks->stage_next++;
+			if (!account_message(ks, round, msg, err))
+			{
+				stop = true;	/* failed: the stage goes below */
+				break;
+			}
+		}
+		if (round->n == 0)
+		{
+			ks->rounds = list_delete_ptr(ks->rounds, round);
+			pfree(round->msgs);
+			pfree(round);
+		}
+		if (ks->failed)
 			break;
-	}
-	if (round->n == 0)
-	{
-		ks->rounds = list_delete_ptr(ks->rounds, round);
-		pfree(round->msgs);
-		pfree(round);
+		if (ks->in_flight >= ks->max_in_flight)
+			ks->queue_full = stop = true;
+		if (stop)
+			return;
 	}
 	drop_stage(ks);
 }
@@ -1641,7 +1645,7 @@ static bool
 delete_chunk(Relation rel, Relation idx, TupleTableSlot *slot, int32 stream_id, int64 batch,
 			 int64 chunk)
 {
-	IndexScanDesc scan = outbox_scan(rel, idx, stream_id, batch, false, chunk);
+	IndexScanDesc scan = outbox_scan(rel, idx, stream_id, batch, false, chunk, false);
 	bool		found = false;
 
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
@@ -1890,8 +1894,9 @@ finish_rounds(KafkaSink *ks)
  * deliver (sink.h): produce what the outbox holds, in order, and delete
  * what Kafka confirmed, until everything is delivered or
  * streaming.kafka_timeout passed
- * (busy: until everything is sent, if the outbox is at most half full: the
- * worker's next batch runs while Kafka confirms); outside any transaction.
+ * (busy: until everything is sent or librdkafka's queue is full, if the
+ * outbox is at most half full: the worker's next batch runs while
+ * librdkafka sends and Kafka confirms); outside any transaction.
  * Messages still in flight then stay with the producer (they are not
  * produced twice) and the next call goes on waiting for them.  After a
  * failure, once nothing is in flight, the next call starts again from the
@@ -1907,7 +1912,6 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 	int64		delivered = 0;
 	bool		more = true;
 	bool		timed_out = false;
-	bool		earlier = busy && ks->in_flight > 0;	/* messages of earlier calls unconfirmed */
 	MemoryContext old = MemoryContextSwitchTo(ks->cxt);
 
 	if (ks->outbox_rows == 0 && ks->in_flight == 0)
@@ -1949,7 +1953,6 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 			ks->have_cursor = false;
 			break;
 		}
-		confirm_delivered(ks);
 		delivered += finish_rounds(ks);
 		if (delivered > 0)
 			ks->error[0] = '\0';
@@ -1963,25 +1966,30 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 			break;
 		}
 		/*
-		 * busy: what earlier calls produced is confirmed first (it had the
-		 * whole batch for that), as only an empty out queue confirms
-		 * anything; then this batch's messages go out and we return
+		 * produce while the producer has room: the last batch's messages
+		 * from the stage, then the outbox's (never both at once: the stage
+		 * is next in outbox order)
 		 */
-		if (ks->in_flight == 0)
-			earlier = false;
-		if (!earlier)
+		ks->queue_full = false;
+		if (ks->stage_ready)
+			produce_stage(ks);
+		if (!ks->stage_ready && !ks->failed && more && !ks->queue_full &&
+			ks->outbox_rows > ks->in_flight)
 		{
-			if (ks->stage_ready)
-				produce_stage(ks);
-			if (!ks->failed && more && ks->in_flight < MAX_IN_FLIGHT &&
-				ks->outbox_rows > ks->in_flight)
+			if (ks->in_flight + ROUND_ROWS + STM_OUTBOX_CHUNK_BYTES / 8 > ks->max_in_flight)
+				ks->queue_full = true;
+			else
 				more = produce_round(ks, ROUND_ROWS);
 		}
 		if (ks->in_flight == 0 && (!more || ks->outbox_rows == 0))
 			break;				/* all delivered */
-		/* all sent, and room for the next batch: its confirmations come later */
-		if (busy && !ks->failed && (!more || ks->outbox_rows <= ks->in_flight) &&
-			ks->outbox_rows <= stm_guc_outbox_max_rows / 2)
+
+		/*
+		 * busy, and the next batch has room in the outbox: it runs while
+		 * librdkafka sends what it holds; the rest is produced after it
+		 */
+		if (busy && !ks->failed && ks->outbox_rows <= stm_guc_outbox_max_rows / 2 &&
+			(ks->queue_full || !more || ks->outbox_rows <= ks->in_flight))
 			break;
 		if (GetCurrentTimestamp() >= deadline)
 		{
