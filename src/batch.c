@@ -1182,12 +1182,13 @@ stm_error_is_waiting(int sqlerrcode)
 
 /*
  * The worker is idle (the last plan found nothing): sleep until the
- * runtime's source may have records, the latch is set, or timeout_ms pass.
+ * runtime's source may have records, the latch is set, or timeout_ms pass;
+ * true when the source says records may have arrived.
  */
-void
+bool
 stm_runtime_wait(StmRuntime *rt, long timeout_ms)
 {
-	stm_source_wait(rt->source, timeout_ms);
+	return stm_source_wait(rt->source, timeout_ms);
 }
 
 /*

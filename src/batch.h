@@ -31,7 +31,7 @@ extern bool stm_error_is_permanent(int sqlerrcode);
 extern void stm_batch_after_commit(StmRuntime *rt);
 extern StmSinkStatus stm_runtime_deliver(StmRuntime *rt, bool busy);
 extern bool stm_error_is_waiting(int sqlerrcode);
-extern void stm_runtime_wait(StmRuntime *rt, long timeout_ms);
+extern bool stm_runtime_wait(StmRuntime *rt, long timeout_ms);
 extern char *stm_runtime_source_error(StmRuntime *rt);
 extern void stm_runtime_close(StmRuntime *rt);
 extern void stm_runtime_abandon(StmRuntime *rt);

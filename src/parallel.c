@@ -53,6 +53,7 @@
 #include "utils/wait_event.h"
 
 #include "batch.h"
+#include "guc.h"
 #include "parallel.h"
 #include "worker.h"
 
@@ -67,6 +68,7 @@ typedef struct ParallelShared
 	int32		stream_id;
 	int			nhelpers;
 	pid_t		leader_pid;
+	PGPROC	   *leader_proc;	/* its latch: an idle helper wakes it */
 } ParallelShared;
 
 struct StmParallel
@@ -176,6 +178,7 @@ stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt)
 	shared->stream_id = stream_id;
 	shared->nhelpers = nhelpers;
 	shared->leader_pid = MyProcPid;
+	shared->leader_proc = MyProc;
 
 	for (int i = 0; i < nhelpers; i++)
 	{
@@ -550,6 +553,47 @@ send_error(StmHelperOut *out, ErrorData *edata)
 }
 
 /*
+ * Between shares: wait for the leader's next message, watching the source
+ * meanwhile (its client fetches on after the last share, source.h: ready):
+ * records that arrive set the leader's latch, as the leader's own source
+ * only plans and would see them only after streaming.naptime.  An error
+ * while reading the source is logged; the share's fetch meets it again.
+ * False when the leader detached.
+ */
+static bool
+next_share(StmRuntime *rt, shm_mq_handle *inh, ParallelShared *shared, Size *len, void **data,
+		   MemoryContext cxt)
+{
+	for (;;)
+	{
+		shm_mq_result res = shm_mq_receive(inh, len, data, true);
+		volatile bool arrived = false;
+
+		if (res == SHM_MQ_SUCCESS)
+			return true;
+		if (res == SHM_MQ_DETACHED)
+			return false;
+		PG_TRY();
+		{
+			arrived = stm_runtime_wait(rt, stm_guc_naptime_ms);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(cxt);
+			EmitErrorReport();
+			FlushErrorState();
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 stm_guc_naptime_ms, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+		PG_END_TRY();
+		if (arrived)
+			SetLatch(&shared->leader_proc->procLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * A helper's life: attach to the leader's segment, connect, then one share
  * per 'P' message, each in a transaction of its own (it writes nothing),
  * until the leader detaches (it stopped its helpers, or exited).
@@ -603,7 +647,7 @@ streaming_helper_main(Datum main_arg)
 		StmShareTotals totals;
 
 		pgstat_report_activity(STATE_IDLE, NULL);
-		if (shm_mq_receive(inh, &len, &data, false) != SHM_MQ_SUCCESS)
+		if (!next_share(rt, inh, shared, &len, &data, helper_cxt))
 			break;
 		MemoryContextReset(share_cxt);
 		bounds = MemoryContextStrdup(share_cxt, (char *) data + 1);

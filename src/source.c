@@ -95,21 +95,24 @@ stm_source_close(StmSource *src)
  * says records may have arrived (source.h: wait_fd, ready), the latch is
  * set, or timeout_ms pass; a source without a descriptor (or none yet: the
  * runtime's first batch has not opened it) sleeps on the latch only.
+ * Returns true when the source says records may have arrived.
  */
-void
+bool
 stm_source_wait(StmSource *src, long timeout_ms)
 {
 	int			fd = src && src->routine->wait_fd ? src->routine->wait_fd(src) : -1;
+	int			rc;
 
 	if (fd < 0)
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout_ms, PG_WAIT_EXTENSION);
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   timeout_ms, PG_WAIT_EXTENSION);
 	else if (src->routine->ready && src->routine->ready(src))
-		return;
+		return true;
 	else
-		(void) WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
-								 WL_SOCKET_READABLE, fd, timeout_ms, PG_WAIT_EXTENSION);
+		rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
+							   WL_SOCKET_READABLE, fd, timeout_ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
+	return (rc & WL_SOCKET_READABLE) != 0;
 }
 
 /* Arguments of a create function that may not be NULL (SPEC 5): keys ends with NULL. */
