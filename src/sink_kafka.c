@@ -1110,6 +1110,17 @@ kafka_sink_after_commit(StmSink *sink)
 /* ---- delivery ----------------------------------------------------------- */
 
 /*
+ * The stream's outbox messages that were produced and are still in the
+ * outbox: those in flight, and those of a chunk done in part (carry_*),
+ * which leaves the outbox with its last message.
+ */
+static int64
+produced_rows(KafkaSink *ks)
+{
+	return ks->in_flight + (ks->carry_chunk >= 0 ? ks->carry_seen : 0);
+}
+
+/*
  * librdkafka's delivery report of each message, in rd_kafka_poll on our
  * thread: recorded only.  Reports of every message, not only of failures:
  * a round (and its chunks) is known to be done as soon as its own messages
@@ -1470,7 +1481,7 @@ produce_round(KafkaSink *ks, int limit)
 	int			alloc = limit + STM_OUTBOX_CHUNK_BYTES / 8 + 1;	/* a chunk more */
 	bool		cut = false;
 	bool		stop = false;
-	int64		in_flight_before = ks->in_flight;
+	int64		produced_before = produced_rows(ks);
 	Relation	rel;
 	Relation	idx;
 	TupleTableSlot *slot;
@@ -1558,7 +1569,7 @@ produce_round(KafkaSink *ks, int limit)
 	}
 	/* everything after the cursor was read: the outbox's messages are known exactly */
 	if (nread < limit && !cut && !ks->failed)
-		ks->outbox_rows = in_flight_before + nread;
+		ks->outbox_rows = produced_before + nread;
 	return cut || nread >= limit;
 }
 
@@ -1588,7 +1599,7 @@ produce_stage(KafkaSink *ks)
 	if (ks->failed ||
 		(ks->stage_next == 0 &&
 		 ((ks->have_cursor && ks->cursor_batch >= ks->stage_batch) ||
-		  ks->outbox_rows - ks->stage_rows != ks->in_flight)))
+		  ks->outbox_rows - ks->stage_rows != produced_rows(ks))))
 	{
 		drop_stage(ks);
 		return;
@@ -1951,6 +1962,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 			st.error = ks->error_msg;
 			ks->failed = false;
 			ks->have_cursor = false;
+			reset_carry(ks);	/* its chunk is produced again, all of it */
 			break;
 		}
 		delivered += finish_rounds(ks);
@@ -1962,6 +1974,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 			delivery_failed(ks, &st);
 			ks->failed = false;
 			ks->have_cursor = false;
+			reset_carry(ks);	/* its chunk is produced again, all of it */
 			ks->topic_ok = false;
 			break;
 		}
@@ -1974,7 +1987,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 		if (ks->stage_ready)
 			produce_stage(ks);
 		if (!ks->stage_ready && !ks->failed && more && !ks->queue_full &&
-			ks->outbox_rows > ks->in_flight)
+			ks->outbox_rows > produced_rows(ks))
 		{
 			if (ks->in_flight + ROUND_ROWS + STM_OUTBOX_CHUNK_BYTES / 8 > ks->max_in_flight)
 				ks->queue_full = true;
@@ -1989,7 +2002,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 		 * librdkafka sends what it holds; the rest is produced after it
 		 */
 		if (busy && !ks->failed && ks->outbox_rows <= stm_guc_outbox_max_rows / 2 &&
-			(ks->queue_full || !more || ks->outbox_rows <= ks->in_flight))
+			(ks->queue_full || !more || ks->outbox_rows <= produced_rows(ks)))
 			break;
 		if (GetCurrentTimestamp() >= deadline)
 		{
