@@ -125,6 +125,32 @@ SELECT streaming.run_batch('ksk_json_st');
 SELECT batch_id, seq, key, value, headers FROM ksk_outbox WHERE stream = 'ksk_json_st' ORDER BY batch_id, seq;
 SELECT batch_id, num_output_rows, num_delivered_rows, num_rejected_rows FROM streaming.progress WHERE stream = 'ksk_json_st';
 SELECT outbox_rows FROM streaming.streams WHERE name = 'ksk_json_st';
+-- stored several to a row (streaming.outbox_chunks): a run of the batch's
+-- consecutive seqs in one bytea of at most about a page
+SELECT c.batch_id, c.first_seq, c.nmsgs, octet_length(c.messages) <= 7800 AS within_a_page,
+       (SELECT count(*) FROM streaming.outbox_messages(c.messages)) = c.nmsgs AS unpacks_to_nmsgs
+FROM streaming.outbox_chunks c JOIN streaming.stream_defs s ON s.id = c.stream_id
+WHERE s.name = 'ksk_json_st' ORDER BY 1, 2;
+-- a batch of 120 messages of about 1 kB: chunks of consecutive seqs, none
+-- over the page-sized bound, and the view shows each message once, in order
+CREATE TABLE ksk_n AS SELECT n FROM generate_series(1, 30) n;
+SELECT streaming.create_kafka_sink('ksk_wide', :'bs', 'ksk_wide_t' || current_setting('stm.run'));
+SELECT streaming.create_stream('ksk_wide_st', $$SELECT s.id, n.n, repeat('y', 1000) AS pad
+    FROM ksk_src s CROSS JOIN ksk_n n$$, sink => 'ksk_wide', start => false);
+SELECT streaming.run_batch('ksk_wide_st');
+WITH c AS (SELECT c.* FROM streaming.outbox_chunks c JOIN streaming.stream_defs s ON s.id = c.stream_id
+           WHERE s.name = 'ksk_wide_st')
+SELECT count(*) > 1 AS several_chunks, sum(nmsgs) AS messages,
+       bool_and(octet_length(messages) <= 7800) AS within_a_page,
+       bool_and(first_seq = coalesce((SELECT max(p.first_seq + p.nmsgs) FROM c p WHERE p.first_seq < c.first_seq), 0))
+           AS consecutive
+FROM c;
+SELECT count(*) AS rows, count(DISTINCT seq) AS seqs, min(seq), max(seq),
+       bool_and(value::jsonb->>'pad' = repeat('y', 1000)) AS values_whole
+FROM ksk_outbox WHERE stream = 'ksk_wide_st';
+SELECT streaming.drop_stream('ksk_wide_st', force => true);
+SELECT streaming.drop_kafka_sink('ksk_wide');
+DROP TABLE ksk_n;
 -- the value is PostgreSQL's own JSON of the row: it reads back as the row
 SELECT r.id, r.name, r.amount, r.ok, r.ts, r.doc
 FROM ksk_outbox, jsonb_populate_record(NULL::ksk_src, value::jsonb) r WHERE stream = 'ksk_json_st' ORDER BY seq;

@@ -236,9 +236,10 @@ LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION streaming.outbox_messages IS 'The messages of a row of streaming.outbox_chunks, in order.';
 
 CREATE VIEW streaming.outbox WITH (security_invoker = true) AS
-SELECT c.stream_id, c.batch_id, c.first_seq + m.ord AS seq, m.key, m.value,
+SELECT s.name AS stream, c.batch_id, c.first_seq + m.ord AS seq, m.key, m.value,
        jsonb_build_object('streaming-stream', s.name, 'streaming-batch-id', c.batch_id::text,
-                          'streaming-seq', (c.first_seq + m.ord)::text) AS headers
+                          'streaming-seq', (c.first_seq + m.ord)::text) AS headers,
+       c.stream_id
 FROM streaming.outbox_chunks c
 JOIN streaming.stream_defs s ON s.id = c.stream_id
 CROSS JOIN LATERAL streaming.outbox_messages(c.messages) m;
