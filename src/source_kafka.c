@@ -98,6 +98,7 @@ typedef struct KafkaPartition
 	bool		started;		/* consumption started at pos */
 	bool		paused;			/* paused while its held list is too large */
 	bool		consumed;		/* a message popped since consumption started */
+	int64		popped;			/* the offset after the last message popped (-1: none) */
 	int64		next;			/* while fetching: next offset to hand out */
 	int64		pos;			/* next offset the local queue delivers */
 	int64		eof;			/* end-of-partition seen at this offset (-1: none) */
@@ -184,6 +185,7 @@ kafka_release_partition(KafkaSource *kc, KafkaPartition *p)
 	p->started = false;
 	p->paused = false;
 	p->consumed = false;
+	p->popped = -1;
 	p->eof = -1;
 }
 
@@ -516,6 +518,7 @@ add_partition(KafkaSource *kc, const char *topic, int32 partition)
 	p->topic_text = CStringGetTextDatum(topic);
 	p->limit = -1;
 	p->eof = -1;
+	p->popped = -1;
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *q = lfirst(lc);
@@ -1152,7 +1155,9 @@ holds_rest(KafkaPartition *p)
 	return has_held(p) && p->held[p->nheld - 1]->offset >= p->end - 1;
 }
 
-/* Pause (or resume) the given partitions' fetching. */
+static void wake_fetcher(KafkaSource *kc, List *parts);
+
+/* Pause (or resume) the given partitions' fetching; a resumed one's broker thread is woken. */
 static void
 pause_partitions(KafkaSource *kc, List *parts, bool pause)
 {
@@ -1172,7 +1177,10 @@ pause_partitions(KafkaSource *kc, List *parts, bool pause)
 	if (pause)
 		(void) rd_kafka_pause_partitions(kc->rk, list);
 	else
+	{
 		(void) rd_kafka_resume_partitions(kc->rk, list);
+		wake_fetcher(kc, parts);
+	}
 	rd_kafka_topic_partition_list_destroy(list);
 }
 
@@ -1267,6 +1275,8 @@ route_message(KafkaSource *kc, rd_kafka_message_t *m, bool fetching)
 		}
 		return;
 	}
+	if (p != NULL && p->started)
+		p->popped = Max(p->popped, m->offset + 1);
 	if (p == NULL || !p->started)
 		rd_kafka_message_destroy(m);
 	else if (fetching ? m->offset >= (reading(p) ? p->next : p->end) :
@@ -1277,34 +1287,53 @@ route_message(KafkaSource *kc, rd_kafka_message_t *m, bool fetching)
 }
 
 /*
- * librdkafka 2.0.2 stops fetching for a partition whose queue reached
- * queued.max.messages.kbytes and decides again only when its broker thread
- * wakes: for a response, an operation, or 1 s later (2.1 added
- * fetch.queue.backoff.ms for this).  Once the queue has been emptied, an
- * operation wakes it: the pause and resume of a partition that has handed
- * out messages (librdkafka then fetches it on after its last message
- * popped; a partition that has not may not be paused, its queued messages
- * would be skipped).
+ * librdkafka 2.0.2 decides whether to fetch a partition only when its
+ * broker thread wakes: for a response, an operation of its own, or up to
+ * 1 s later.  A resumed partition is not such an operation (the resume is
+ * served by librdkafka's main thread), and neither is a queue that was
+ * emptied after it reached queued.max.messages.kbytes (2.1 added
+ * fetch.queue.backoff.ms for this): the batch then waited for that second.
+ * A seek is one ("seek done" wakes the broker thread): each of parts that
+ * has handed out messages is sought to just after the last one popped,
+ * which is where its fetch goes on anyway (librdkafka's resume position);
+ * what librdkafka queued for it since is fetched again.  A partition that
+ * has popped nothing is left alone: a seek would skip what it queued.
  */
 static void
-wake_fetcher(KafkaSource *kc)
+wake_fetcher(KafkaSource *kc, List *parts)
 {
+	ListCell   *lc;
+
+	foreach(lc, parts)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		if (p->started && !p->paused && p->popped >= 0)
+			(void) rd_kafka_seek(p->rkt, p->partition, p->popped, 0);
+	}
+}
+
+/* wake_fetcher for one partition of each leader: its thread decides for all of them. */
+static void
+wake_fetchers(KafkaSource *kc)
+{
+	List	   *one_each = NIL;
+	List	   *leaders = NIL;
 	ListCell   *lc;
 
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
 
-		if (p->started && !p->paused && p->consumed)
+		if (p->started && !p->paused && p->popped >= 0 && !list_member_int(leaders, p->leader))
 		{
-			List	   *one = list_make1(p);
-
-			pause_partitions(kc, one, true);
-			pause_partitions(kc, one, false);
-			list_free(one);
-			return;
+			leaders = lappend_int(leaders, p->leader);
+			one_each = lappend(one_each, p);
 		}
 	}
+	wake_fetcher(kc, one_each);
+	list_free(one_each);
+	list_free(leaders);
 }
 
 /*
@@ -1351,7 +1380,7 @@ pop_messages(KafkaSource *kc, bool fetching)
 	}
 	/* the queue was close to librdkafka's bound: it may have stopped fetching */
 	if (bytes >= kc->queue_bytes / 2)
-		wake_fetcher(kc);
+		wake_fetchers(kc);
 	return total;
 }
 
