@@ -78,6 +78,7 @@
 PG_FUNCTION_INFO_V1(streaming_create_kafka_source);
 
 #define FETCH_CHUNK 1000
+#define STALL_MS 20				/* a batch waiting this long wakes librdkafka's fetchers */
 
 /* One partition the source reads. */
 typedef struct KafkaPartition
@@ -1148,16 +1149,7 @@ has_held(KafkaPartition *p)
 	return p->held_next < p->nheld;
 }
 
-/* Does p hold every message the batch still needs of it? */
-static bool
-holds_rest(KafkaPartition *p)
-{
-	return has_held(p) && p->held[p->nheld - 1]->offset >= p->end - 1;
-}
-
-static void wake_fetcher(KafkaSource *kc, List *parts);
-
-/* Pause (or resume) the given partitions' fetching; a resumed one's broker thread is woken. */
+/* Pause (or resume) the given partitions' fetching. */
 static void
 pause_partitions(KafkaSource *kc, List *parts, bool pause)
 {
@@ -1177,10 +1169,7 @@ pause_partitions(KafkaSource *kc, List *parts, bool pause)
 	if (pause)
 		(void) rd_kafka_pause_partitions(kc->rk, list);
 	else
-	{
 		(void) rd_kafka_resume_partitions(kc->rk, list);
-		wake_fetcher(kc, parts);
-	}
 	rd_kafka_topic_partition_list_destroy(list);
 }
 
@@ -1292,7 +1281,7 @@ route_message(KafkaSource *kc, rd_kafka_message_t *m, bool fetching)
  * 1 s later.  A resumed partition is not such an operation (the resume is
  * served by librdkafka's main thread), and neither is a queue that was
  * emptied after it reached queued.max.messages.kbytes (2.1 added
- * fetch.queue.backoff.ms for this): the batch then waited for that second.
+ * fetch.queue.backoff.ms for this): a batch could wait for that second.
  * A seek is one ("seek done" wakes the broker thread): each of parts that
  * has handed out messages is sought to just after the last one popped,
  * which is where its fetch goes on anyway (librdkafka's resume position);
@@ -1378,22 +1367,17 @@ pop_messages(KafkaSource *kc, bool fetching)
 		if (ngot < FETCH_CHUNK)
 			break;
 	}
-	/* the queue was close to librdkafka's bound: it may have stopped fetching */
-	if (bytes >= kc->queue_bytes / 2)
-		wake_fetchers(kc);
 	return total;
 }
 
 /*
  * Keep the held messages within their share of batch_memory: past it,
  * the partitions that hold messages are paused (those done with the batch
- * first, then those that hold all the batch needs of them; librdkafka drops
- * what it queued for them and, when they resume, fetches on after what was
- * popped); a paused partition resumes as soon as the batch needs more of it
- * than it holds, so that every such partition is in the same next fetch
- * (each fetch round can wait fetch.wait.max.ms at the broker), or once the
- * held messages are down to half their share.  Resuming is an operation
- * for librdkafka's broker thread, which wakes it at once.
+ * first; librdkafka drops what it queued for them and, when they resume,
+ * fetches on after what was popped); a paused partition resumes when the
+ * batch needs it (it reads and holds nothing) or once the held messages
+ * are down to half their share.  A resume does not wake librdkafka's
+ * broker thread: pause_partitions does (wake_fetcher).
  */
 static void
 flow_control(KafkaSource *kc)
@@ -1415,8 +1399,7 @@ flow_control(KafkaSource *kc)
 			{
 				KafkaPartition *p = lfirst(lc);
 
-				if (p->started && !p->paused && has_held(p) &&
-					(pass == 0 ? !reading(p) : reading(p) && holds_rest(p)))
+				if (p->started && !p->paused && has_held(p) && reading(p) == (pass == 1))
 				{
 					pause = lappend(pause, p);
 					growing -= p->held_bytes;
@@ -1427,7 +1410,7 @@ flow_control(KafkaSource *kc)
 	{
 		KafkaPartition *p = lfirst(lc);
 
-		if (p->paused && ((reading(p) && !holds_rest(p)) ||
+		if (p->paused && ((reading(p) && !has_held(p)) ||
 						  kc->held_bytes <= kc->held_cap_bytes / 2))
 			resume = lappend(resume, p);
 	}
@@ -1541,6 +1524,7 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	KafkaSource *kc = (KafkaSource *) src;
 	rd_kafka_message_t *msgs[FETCH_CHUNK];
 	TimestampTz progress_at = GetCurrentTimestamp();
+	int			empty_waits = 0;	/* waits in a row that found nothing */
 	ListCell   *lc;
 
 	foreach(lc, kc->partitions)
@@ -1569,6 +1553,8 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 			hand_over(kc, fn, arg, msgs, n);
 			progress_at = GetCurrentTimestamp();
 		}
+		if (n > 0 || popped > 0)
+			empty_waits = 0;
 		foreach(lc, kc->partitions)
 			if (reading(lfirst(lc)))
 			{
@@ -1580,14 +1566,21 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		if (n > 0 || popped > 0)
 			continue;
 
-		/* nothing queued: sleep until librdkafka queues something */
+		/*
+		 * nothing queued: sleep until librdkafka queues something; if that
+		 * takes longer than STALL_MS, librdkafka's broker threads may be
+		 * idle (wake_fetcher): woken once, then slept on
+		 */
 		if (TimestampDifferenceExceeds(progress_at, GetCurrentTimestamp(), stm_guc_kafka_timeout_ms))
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("timed out fetching from Kafka topic \"%s\" partition %d at offset " INT64_FORMAT,
 							waiting_on->topic, waiting_on->partition, waiting_on->next),
 					 kc->error[0] ? errdetail("%s", kc->error) : 0));
-		wait_for_queue(kc, STM_KAFKA_SLICE_MS);
+		if (empty_waits == 1)
+			wake_fetchers(kc);
+		wait_for_queue(kc, empty_waits == 0 ? STALL_MS : STM_KAFKA_SLICE_MS);
+		empty_waits++;
 	}
 	/* what is held now is within its share: fetch ahead for the next batch */
 	resume_partitions(kc);
