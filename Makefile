@@ -1,10 +1,10 @@
 # streaming: Spark-Structured-Streaming-style stream processing in PostgreSQL.
 EXTENSION   = streaming
-EXTVERSION  = 0.2.0
+EXTVERSION  = 0.3.0
 MODULE_big  = streaming
 OBJS        = $(patsubst %.c,%.o,$(wildcard src/*.c))
 DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql \
-              sql/$(EXTENSION)--0.1.0--$(EXTVERSION).sql
+              sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--$(EXTVERSION).sql
 PGFILEDESC  = "streaming - stream processing for PostgreSQL"
 
 PG_CONFIG  ?= pg_config
@@ -21,7 +21,7 @@ endif
 # Tests (see README: "make test" runs them all on a private server).
 REGRESS        = init kafka_source rate_source file_source file_streams api_errors stateless bad_records \
                  aggregates ext_aggregates sessions joins null_groups batch_memory watermarks idle_timeout security \
-                 kafka_sink timestamp_fast_path parallel
+                 kafka_sink timestamp_fast_path parallel upgrade_outbox
 REGRESS_OPTS   = --temp-instance=tmp_check --temp-config=test/streaming.conf \
                  --load-extension=$(EXTENSION)
 ISOLATION      = concurrent_batches

@@ -217,42 +217,25 @@ ALTER TABLE streaming.batches ADD COLUMN num_delivered_rows bigint NOT NULL DEFA
     ADD COLUMN num_rejected_rows bigint NOT NULL DEFAULT 0;
 UPDATE streaming.batches SET num_delivered_rows = num_output_rows;
 
-CREATE TABLE streaming.outbox_chunks (
+CREATE TABLE streaming.outbox (
     stream_id   integer NOT NULL,
     batch_id    bigint NOT NULL,
-    first_seq   bigint NOT NULL,    -- seq of its first message; seqs count from 0 in each batch
-    nmsgs       integer NOT NULL,   -- its messages: seqs first_seq .. first_seq + nmsgs - 1
-    messages    bytea NOT NULL,     -- each: the key, then the value, as a length (-1: none) and bytes
-    PRIMARY KEY (stream_id, batch_id, first_seq)
-) WITH (toast_tuple_target = 8160);
--- a chunk of about a page stays in its row, and is not compressed again
-ALTER TABLE streaming.outbox_chunks ALTER COLUMN messages SET STORAGE EXTERNAL;
-COMMENT ON TABLE streaming.outbox_chunks IS 'Messages of committed batches that their Kafka sink has not delivered yet, several to a row; streaming.outbox shows them one to a row.';
-
-CREATE FUNCTION streaming.outbox_messages(chunk bytea, OUT ord integer, OUT key bytea, OUT value bytea)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'streaming_outbox_messages'
-LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION streaming.outbox_messages IS 'The messages of a row of streaming.outbox_chunks, in order.';
-
-CREATE VIEW streaming.outbox WITH (security_invoker = true) AS
-SELECT s.name AS stream, c.batch_id, c.first_seq + m.ord AS seq, m.key, m.value,
-       jsonb_build_object('streaming-stream', s.name, 'streaming-batch-id', c.batch_id::text,
-                          'streaming-seq', (c.first_seq + m.ord)::text) AS headers,
-       c.stream_id
-FROM streaming.outbox_chunks c
-JOIN streaming.stream_defs s ON s.id = c.stream_id
-CROSS JOIN LATERAL streaming.outbox_messages(c.messages) m;
-COMMENT ON VIEW streaming.outbox IS 'Messages of committed batches that their Kafka sink has not delivered yet, with the headers they are produced with.';
+    seq         bigint NOT NULL,    -- from 0 in each batch, in the order it wrote them
+    key         bytea,
+    value       bytea,              -- NULL: a tombstone
+    headers     jsonb NOT NULL,     -- streaming-stream, streaming-batch-id, streaming-seq
+    PRIMARY KEY (stream_id, batch_id, seq)
+);
+COMMENT ON TABLE streaming.outbox IS 'Messages of committed batches that their Kafka sink has not delivered yet.';
 SELECT pg_catalog.pg_extension_config_dump('streaming.sinks', '');
-SELECT pg_catalog.pg_extension_config_dump('streaming.outbox_chunks', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.outbox', '');
 ALTER TABLE streaming.sinks ENABLE ROW LEVEL SECURITY;
-ALTER TABLE streaming.outbox_chunks ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.outbox ENABLE ROW LEVEL SECURITY;
 CREATE POLICY owner_only ON streaming.sinks FOR SELECT
     USING (pg_has_role(current_user, owner, 'USAGE'));
-CREATE POLICY stream_owner_only ON streaming.outbox_chunks FOR SELECT
+CREATE POLICY stream_owner_only ON streaming.outbox FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
-GRANT SELECT ON streaming.sinks, streaming.outbox_chunks, streaming.outbox TO PUBLIC;
+GRANT SELECT ON streaming.sinks, streaming.outbox TO PUBLIC;
 
 CREATE FUNCTION streaming.create_kafka_sink(
     name text,
@@ -293,7 +276,7 @@ SELECT s.name, s.source, coalesce(s.sink_name, s.sink::text) AS sink, s.output_m
        (SELECT sum(l.lag)::bigint FROM streaming.source_lag l WHERE l.stream = s.name) AS lag,
        -- a Kafka sink's messages not delivered yet
        CASE WHEN s.sink_name IS NOT NULL
-            THEN (SELECT coalesce(sum(o.nmsgs), 0)::bigint FROM streaming.outbox_chunks o WHERE o.stream_id = s.id) END AS outbox_rows
+            THEN (SELECT count(*) FROM streaming.outbox o WHERE o.stream_id = s.id) END AS outbox_rows
 FROM streaming.stream_defs s
 LEFT JOIN streaming.worker_pids() w ON w.stream_id = s.id;
 GRANT SELECT ON streaming.streams TO PUBLIC;
