@@ -31,7 +31,9 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
+#include "storage/latch.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
@@ -1181,14 +1183,33 @@ stm_error_is_waiting(int sqlerrcode)
 }
 
 /*
- * The worker is idle (the last plan found nothing): sleep until the
- * runtime's source may have records, the latch is set, or timeout_ms pass;
- * true when the source says records may have arrived.
+ * The worker (or a parallel helper) is idle: sleep until the runtime's
+ * source may have records, the latch is set, or timeout_ms pass; true when
+ * the source says records may have arrived.  It reads the source's queue
+ * outside any transaction: an error there is logged and slept off, and the
+ * next plan or share (in a transaction) meets and reports it.
  */
 bool
 stm_runtime_wait(StmRuntime *rt, long timeout_ms)
 {
-	return stm_source_wait(rt->source, timeout_ms);
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool arrived = false;
+
+	PG_TRY();
+	{
+		arrived = stm_source_wait(rt->source, timeout_ms);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	PG_END_TRY();
+	return arrived;
 }
 
 /*

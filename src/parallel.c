@@ -556,38 +556,21 @@ send_error(StmHelperOut *out, ErrorData *edata)
  * Between shares: wait for the leader's next message, watching the source
  * meanwhile (its client fetches on after the last share, source.h: ready):
  * records that arrive set the leader's latch, as the leader's own source
- * only plans and would see them only after streaming.naptime.  An error
- * while reading the source is logged; the share's fetch meets it again.
- * False when the leader detached.
+ * only plans and would see them only after streaming.naptime.  False when
+ * the leader detached.
  */
 static bool
-next_share(StmRuntime *rt, shm_mq_handle *inh, ParallelShared *shared, Size *len, void **data,
-		   MemoryContext cxt)
+next_share(StmRuntime *rt, shm_mq_handle *inh, ParallelShared *shared, Size *len, void **data)
 {
 	for (;;)
 	{
 		shm_mq_result res = shm_mq_receive(inh, len, data, true);
-		volatile bool arrived = false;
 
 		if (res == SHM_MQ_SUCCESS)
 			return true;
 		if (res == SHM_MQ_DETACHED)
 			return false;
-		PG_TRY();
-		{
-			arrived = stm_runtime_wait(rt, stm_guc_naptime_ms);
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(cxt);
-			EmitErrorReport();
-			FlushErrorState();
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 stm_guc_naptime_ms, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-		}
-		PG_END_TRY();
-		if (arrived)
+		if (stm_runtime_wait(rt, stm_guc_naptime_ms))
 			SetLatch(&shared->leader_proc->procLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -647,7 +630,7 @@ streaming_helper_main(Datum main_arg)
 		StmShareTotals totals;
 
 		pgstat_report_activity(STATE_IDLE, NULL);
-		if (!next_share(rt, inh, shared, &len, &data, helper_cxt))
+		if (!next_share(rt, inh, shared, &len, &data))
 			break;
 		MemoryContextReset(share_cxt);
 		bounds = MemoryContextStrdup(share_cxt, (char *) data + 1);

@@ -221,28 +221,6 @@ show_sink_status(StmRuntime *rt, bool force)
 	shown_error = sink_status.error != NULL;
 }
 
-/*
- * The idle worker's sleep until the source has records.  It reads the
- * source's queue outside any transaction: an error there is logged and
- * slept off, and the next plan (in a transaction) meets and reports it.
- */
-static void
-idle_wait(StmRuntime *rt, long timeout_ms, MemoryContext cxt)
-{
-	PG_TRY();
-	{
-		stm_runtime_wait(rt, timeout_ms);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		EmitErrorReport();
-		FlushErrorState();
-		sleep_ms(timeout_ms);
-	}
-	PG_END_TRY();
-}
-
 /* Write the outcome of a failed batch in a transaction of its own. */
 static int64
 record_failure(StmStreamDef *def, ErrorData *edata, bool *stop)
@@ -585,7 +563,7 @@ streaming_worker_main(Datum main_arg)
 		if (batch_id < 0 && deliver_wait <= wait_ms)
 		{
 			if (!ShutdownRequestPending)
-				idle_wait(rt, wait_ms, worker_cxt);
+				(void) stm_runtime_wait(rt, wait_ms);
 			continue;
 		}
 		sleep_ms(Max(wait_ms, deliver_wait));
