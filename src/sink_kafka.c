@@ -135,22 +135,20 @@ typedef struct OutMsg
 /* Outbox rows read in one go and produced together, oldest first. */
 struct Round
 {
+	int			alloc;			/* room for so many */
 	int			n;				/* produced */
 	int			ndone;			/* reported */
 	OutMsg	   *msgs;
 };
 
-/* A message of the last batch, as it went into the outbox. */
-typedef struct StagedMsg
+/* A chunk of the last batch, as it went into the outbox (its messages' bytes). */
+typedef struct StagedChunk
 {
-	int64		seq;
-	int64		chunk_seq;		/* its outbox chunk */
-	int			chunk_n;
-	char	   *key;			/* NULL: none */
-	int			keylen;
-	char	   *value;			/* NULL: a tombstone */
-	int			valuelen;
-} StagedMsg;
+	int64		first_seq;
+	int			nmsgs;
+	char	   *data;
+	int			len;
+} StagedChunk;
 
 /* An open Kafka sink: one per runtime (a worker's life, a run_batch). */
 typedef struct KafkaSink
@@ -172,20 +170,21 @@ typedef struct KafkaSink
 	int64		batch_rows;		/* rows the batch in progress wrote */
 
 	/*
-	 * The last batch's messages as it wrote them (a prefix of them, up to
+	 * The last batch's chunks as it wrote them (a prefix of them, up to
 	 * STAGE_BYTES): after its commit they are produced from here, and the
 	 * outbox is read only for what is not (a crash, an outage, a large
 	 * batch).
 	 */
 	MemoryContext stage_cxt;
 	int64		stage_batch;
-	StagedMsg  *stage;
+	StagedChunk *stage;
 	int			nstage;
-	int			stage_next;		/* the first not produced yet */
+	int			stage_next;		/* the first chunk not produced yet (in part) */
 	int			stage_alloc;
 	Size		stage_bytes;
 	bool		staging;		/* the batch in progress is being kept */
 	bool		stage_ready;	/* its batch committed, with stage_rows rows */
+	bool		stage_started;	/* some of it was produced */
 	int64		stage_rows;
 
 	/* the producer, made by the first delivery */
@@ -262,7 +261,6 @@ typedef struct KafkaSinkBatch
 	StringInfoData chunk;		/* the outbox chunk being filled */
 	int64		chunk_seq;		/* its first message's seq */
 	int			chunk_n;		/* its messages */
-	int			chunk_stage;	/* the stage's index of its first message */
 } KafkaSinkBatch;
 
 /* ---- options ----------------------------------------------------------- */
@@ -639,6 +637,7 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	ks->stage = NULL;
 	ks->nstage = ks->stage_alloc = 0;
 	ks->stage_next = 0;
+	ks->stage_started = false;
 	ks->stage_bytes = 0;
 	ks->stage_batch = batch_id;
 	ks->stage_ready = false;
@@ -955,47 +954,37 @@ outbox_full(KafkaSinkBatch *kb)
 			 errhint("Raise streaming.outbox_max_rows, or make batches smaller (the source's max_offsets_per_trigger).")));
 }
 
-/* Keep a message of the batch for its delivery, while the stage has room. */
+/* Keep a chunk of the batch for its delivery, while the stage has room. */
 static void
-stage_message(KafkaSink *ks, int64 seq, bytea *key, bytea *value)
+stage_chunk(KafkaSink *ks, int64 first_seq, int nmsgs, const char *data, int len)
 {
-	Size		len = (key ? VARSIZE_ANY_EXHDR(key) : 0) + (value ? VARSIZE_ANY_EXHDR(value) : 0);
-	MemoryContext old;
-	StagedMsg  *m;
+	StagedChunk *c;
 
-	if (ks->stage_bytes + len + sizeof(StagedMsg) > STAGE_BYTES)
+	if (ks->stage_bytes + len + sizeof(StagedChunk) > STAGE_BYTES)
 	{
 		ks->staging = false;	/* the rest is read from the outbox */
 		return;
 	}
-	old = MemoryContextSwitchTo(ks->stage_cxt);
 	if (ks->nstage == ks->stage_alloc)
 	{
-		ks->stage_alloc = Max(1024, ks->stage_alloc * 2);
-		ks->stage = ks->stage ? repalloc(ks->stage, sizeof(StagedMsg) * ks->stage_alloc) :
-			palloc(sizeof(StagedMsg) * ks->stage_alloc);
+		ks->stage_alloc = Max(64, ks->stage_alloc * 2);
+		ks->stage = ks->stage ?
+			repalloc(ks->stage, sizeof(StagedChunk) * ks->stage_alloc) :
+			MemoryContextAlloc(ks->stage_cxt, sizeof(StagedChunk) * ks->stage_alloc);
 	}
-	m = &ks->stage[ks->nstage++];
-	m->seq = seq;
-	m->keylen = key ? VARSIZE_ANY_EXHDR(key) : 0;
-	m->valuelen = value ? VARSIZE_ANY_EXHDR(value) : 0;
-	/* key and value in one chunk */
-	m->key = palloc(Max(len, 1));
-	m->value = value ? m->key + m->keylen : NULL;
-	if (key)
-		memcpy(m->key, VARDATA_ANY(key), m->keylen);
-	else
-		m->key = NULL;
-	if (value)
-		memcpy(m->value, VARDATA_ANY(value), m->valuelen);
-	ks->stage_bytes += len + sizeof(StagedMsg);
-	MemoryContextSwitchTo(old);
+	c = &ks->stage[ks->nstage++];
+	c->first_seq = first_seq;
+	c->nmsgs = nmsgs;
+	c->len = len;
+	c->data = MemoryContextAlloc(ks->stage_cxt, Max(len, 1));
+	memcpy(c->data, data, len);
+	ks->stage_bytes += len + sizeof(StagedChunk);
 }
 
 /*
  * The chunk being filled goes into the outbox as one row (the buffer starts
- * with room for its varlena header: the row is made from it in place); the
- * messages of it that the stage kept learn which chunk they are in.
+ * with room for its varlena header: the row is made from it in place), and
+ * into the stage while it has room.
  */
 static void
 flush_chunk(KafkaSinkBatch *kb)
@@ -1013,11 +1002,9 @@ flush_chunk(KafkaSinkBatch *kb)
 	row[3] = Int32GetDatum(kb->chunk_n);
 	row[4] = PointerGetDatum(kb->chunk.data);
 	stm_table_sink_insert(kb->outbox, row, rownulls);
-	for (int i = kb->chunk_stage; i < ks->nstage; i++)
-	{
-		ks->stage[i].chunk_seq = kb->chunk_seq;
-		ks->stage[i].chunk_n = kb->chunk_n;
-	}
+	if (ks->staging)
+		stage_chunk(ks, kb->chunk_seq, kb->chunk_n, kb->chunk.data + VARHDRSZ,
+					kb->chunk.len - VARHDRSZ);
 	kb->chunk.len = VARHDRSZ;
 	kb->chunk_n = 0;
 }
@@ -1049,14 +1036,9 @@ write_message(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool tombstone)
 	if (kb->chunk_n > 0 && kb->chunk.len - VARHDRSZ + len > STM_OUTBOX_CHUNK_BYTES)
 		flush_chunk(kb);
 	if (kb->chunk_n == 0)
-	{
 		kb->chunk_seq = kb->seq;
-		kb->chunk_stage = ks->nstage;
-	}
 	stm_outbox_append(&kb->chunk, k ? VARDATA_ANY(k) : NULL, k ? VARSIZE_ANY_EXHDR(k) : 0,
 					  v ? VARDATA_ANY(v) : NULL, v ? VARSIZE_ANY_EXHDR(v) : 0);
-	if (ks->staging)
-		stage_message(ks, kb->seq, k, v);
 	MemoryContextReset(kb->row_cxt);
 	kb->chunk_n++;
 	kb->seq++;
@@ -1464,6 +1446,79 @@ account_message(KafkaSink *ks, Round *round, OutMsg *msg, rd_kafka_resp_err_t er
 	return true;
 }
 
+/* Messages of one chunk, at the most (each has two lengths of 4 bytes). */
+#define CHUNK_MAX_MSGS (STM_OUTBOX_CHUNK_BYTES / 8 + 1)
+
+/* A new round for at most n messages, at the end of the rounds in flight. */
+static Round *
+new_round(KafkaSink *ks, int n)
+{
+	MemoryContext old = MemoryContextSwitchTo(ks->cxt);
+	Round	   *round = palloc0(sizeof(Round));
+
+	round->msgs = palloc0(sizeof(OutMsg) * n);
+	round->alloc = n;
+	ks->rounds = lappend(ks->rounds, round);	/* before anything is produced */
+	MemoryContextSwitchTo(old);
+	return round;
+}
+
+/* A round that produced nothing goes. */
+static void
+forget_if_empty(KafkaSink *ks, Round *round)
+{
+	if (round->n > 0)
+		return;
+	ks->rounds = list_delete_ptr(ks->rounds, round);
+	pfree(round->msgs);
+	pfree(round);
+}
+
+typedef enum ChunkResult
+{
+	CHUNK_DONE,					/* every message after the cursor produced */
+	CHUNK_STOPPED,				/* the producer's queue or the round is full */
+	CHUNK_FAILED				/* refused: the delivery failed */
+} ChunkResult;
+
+/*
+ * Produce, into round, the messages of a chunk of batch_id that come after
+ * the cursor (the rest of a chunk produced in part), with their headers;
+ * *nread counts them.  The stage and the outbox's rows both go through here.
+ */
+static ChunkResult
+produce_chunk(KafkaSink *ks, Round *round, int64 batch_id, int64 first, int nmsgs,
+			  const char *data, int len, int *nread)
+{
+	StmOutboxReader reader;
+	StmOutboxMsg m;
+
+	stm_outbox_reader_init(&reader, data, len);
+	for (int64 seq = first; stm_outbox_next(&reader, &m); seq++)
+	{
+		OutMsg	   *msg;
+		rd_kafka_resp_err_t err;
+
+		if (ks->have_cursor && batch_id == ks->cursor_batch && seq <= ks->cursor_seq)
+			continue;			/* produced already */
+		if (round->n == round->alloc)
+			return CHUNK_STOPPED;	/* the rest in a later round */
+		msg = &round->msgs[round->n];
+		start_message(round, msg, batch_id, seq, first, nmsgs);
+		err = produce_message(ks, msg, (char *) m.key, m.keylen, (char *) m.value, m.valuelen,
+							  message_headers(ks, batch_id, seq));
+		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+		{
+			ks->queue_full = true;
+			return CHUNK_STOPPED;	/* this one again, later */
+		}
+		(*nread)++;
+		if (!account_message(ks, round, msg, err))
+			return CHUNK_FAILED;
+	}
+	return CHUNK_DONE;
+}
+
 /*
  * Read the next messages after the cursor from the outbox, in order, and
  * produce them; in a transaction of its own.  A round ends at a chunk's end
@@ -1476,22 +1531,13 @@ account_message(KafkaSink *ks, Round *round, OutMsg *msg, rd_kafka_resp_err_t er
 static bool
 produce_round(KafkaSink *ks, int limit)
 {
-	Round	   *round;
+	Round	   *round = new_round(ks, limit + CHUNK_MAX_MSGS);
 	int			nread = 0;
-	int			alloc = limit + STM_OUTBOX_CHUNK_BYTES / 8 + 1;	/* a chunk more */
-	bool		cut = false;
-	bool		stop = false;
+	ChunkResult res = CHUNK_DONE;
 	int64		produced_before = produced_rows(ks);
 	Relation	rel;
 	Relation	idx;
 	TupleTableSlot *slot;
-	MemoryContext old;
-
-	old = MemoryContextSwitchTo(ks->cxt);
-	round = palloc0(sizeof(Round));
-	round->msgs = palloc0(sizeof(OutMsg) * alloc);
-	ks->rounds = lappend(ks->rounds, round);	/* before anything is produced */
-	MemoryContextSwitchTo(old);
 
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -1499,58 +1545,23 @@ produce_round(KafkaSink *ks, int limit)
 	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
 	slot = table_slot_create(rel, NULL);
 	/* the rest of the cursor's batch, then the batches after it */
-	for (int phase = ks->have_cursor ? 0 : 1; phase < 2 && nread < limit && !stop; phase++)
+	for (int phase = ks->have_cursor ? 0 : 1; phase < 2 && nread < limit && res == CHUNK_DONE; phase++)
 	{
 		/* from the cursor's chunk on: what is before it was produced */
 		IndexScanDesc scan = outbox_scan(rel, idx, ks->base.stream_id,
 										 ks->have_cursor ? ks->cursor_batch : -1, phase == 1,
 										 phase == 0 ? ks->cursor_chunk : -1, true);
 
-		while (nread < limit && !stop && index_getnext_slot(scan, ForwardScanDirection, slot))
+		while (nread < limit && res == CHUNK_DONE &&
+			   index_getnext_slot(scan, ForwardScanDirection, slot))
 		{
-			int64		batch_id;
-			int64		first;
-			int			n;
 			bytea	   *chunk;
-			StmOutboxReader reader;
-			StmOutboxMsg m;
 
 			slot_getallattrs(slot);
-			batch_id = DatumGetInt64(slot->tts_values[1]);
-			first = DatumGetInt64(slot->tts_values[2]);
-			n = DatumGetInt32(slot->tts_values[3]);
-			if (ks->have_cursor && batch_id == ks->cursor_batch && first + n - 1 <= ks->cursor_seq)
-				continue;		/* produced already */
 			chunk = DatumGetByteaPP(slot->tts_values[4]);
-			stm_outbox_reader_init(&reader, VARDATA_ANY(chunk), VARSIZE_ANY_EXHDR(chunk));
-			for (int64 seq = first; stm_outbox_next(&reader, &m); seq++)
-			{
-				OutMsg	   *msg;
-				rd_kafka_resp_err_t err;
-
-				if (ks->have_cursor && batch_id == ks->cursor_batch && seq <= ks->cursor_seq)
-					continue;
-				if (round->n == alloc)
-				{
-					cut = stop = true;	/* the rest of the chunk in a later round */
-					break;
-				}
-				msg = &round->msgs[round->n];
-				nread++;
-				start_message(round, msg, batch_id, seq, first, n);
-				err = produce_message(ks, msg, (char *) m.key, m.keylen, (char *) m.value, m.valuelen,
-									  message_headers(ks, batch_id, seq));
-				if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-				{
-					ks->queue_full = cut = stop = true;	/* the rest in a later round */
-					break;
-				}
-				if (!account_message(ks, round, msg, err))
-				{
-					stop = true;
-					break;
-				}
-			}
+			res = produce_chunk(ks, round, DatumGetInt64(slot->tts_values[1]),
+								DatumGetInt64(slot->tts_values[2]), DatumGetInt32(slot->tts_values[3]),
+								VARDATA_ANY(chunk), VARSIZE_ANY_EXHDR(chunk), &nread);
 		}
 		index_endscan(scan);
 	}
@@ -1561,16 +1572,11 @@ produce_round(KafkaSink *ks, int limit)
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(ks->cxt);
 
-	if (round->n == 0)
-	{
-		ks->rounds = list_delete_ptr(ks->rounds, round);
-		pfree(round->msgs);
-		pfree(round);
-	}
+	forget_if_empty(ks, round);
 	/* everything after the cursor was read: the outbox's messages are known exactly */
-	if (nread < limit && !cut && !ks->failed)
+	if (nread < limit && res == CHUNK_DONE)
 		ks->outbox_rows = produced_before + nread;
-	return cut || nread >= limit;
+	return res == CHUNK_STOPPED || nread >= limit;
 }
 
 /* Let the stage go: what it held is read from the outbox when its turn comes. */
@@ -1581,72 +1587,54 @@ drop_stage(KafkaSink *ks)
 	ks->stage = NULL;
 	ks->nstage = ks->stage_alloc = 0;
 	ks->stage_next = 0;
+	ks->stage_started = false;
 	ks->stage_bytes = 0;
 	ks->stage_ready = false;
 }
 
 /*
  * The last batch's messages, from the stage, once every message before
- * them was produced (they are next in outbox order); with the headers their
- * outbox rows have, in the same order, in rounds of ROUND_ROWS.  A full
- * producer queue, or max_in_flight messages in flight, ends the call: the
- * next goes on from there (stage_next).  When the stage cannot be used, it
- * goes, and the messages are read from the outbox.
+ * them was produced (they are next in outbox order), in rounds of about
+ * ROUND_ROWS.  A full producer queue, or max_in_flight messages in flight,
+ * ends the call: the next goes on from there (stage_next, and the cursor
+ * inside that chunk).  When the stage cannot be used, it goes, and the
+ * messages are read from the outbox.
  */
 static void
 produce_stage(KafkaSink *ks)
 {
 	if (ks->failed ||
-		(ks->stage_next == 0 &&
+		(!ks->stage_started &&
 		 ((ks->have_cursor && ks->cursor_batch >= ks->stage_batch) ||
 		  ks->outbox_rows - ks->stage_rows != produced_rows(ks))))
 	{
 		drop_stage(ks);
 		return;
 	}
+	ks->stage_started = true;
 	while (ks->stage_next < ks->nstage)
 	{
-		int			n = Min(ROUND_ROWS, ks->nstage - ks->stage_next);
-		MemoryContext old = MemoryContextSwitchTo(ks->cxt);
-		Round	   *round = palloc0(sizeof(Round));
-		bool		stop = false;
+		Round	   *round = new_round(ks, ROUND_ROWS + CHUNK_MAX_MSGS);
+		ChunkResult res = CHUNK_DONE;
+		int			nread = 0;
 
-		round->msgs = palloc0(sizeof(OutMsg) * n);
-		ks->rounds = lappend(ks->rounds, round);
-		MemoryContextSwitchTo(old);
-		for (int i = 0; i < n; i++)
+		while (ks->stage_next < ks->nstage && round->n < ROUND_ROWS && res == CHUNK_DONE)
 		{
-			StagedMsg  *m = &ks->stage[ks->stage_next];
-			OutMsg	   *msg = &round->msgs[round->n];
-			rd_kafka_resp_err_t err;
+			StagedChunk *c = &ks->stage[ks->stage_next];
 
-			start_message(round, msg, ks->stage_batch, m->seq, m->chunk_seq, m->chunk_n);
-			err = produce_message(ks, msg, m->key, m->keylen, m->value, m->valuelen,
-								  message_headers(ks, ks->stage_batch, m->seq));
-			if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-			{
-				ks->queue_full = stop = true;	/* this one again, next time */
-				break;
-			}
-			ks->stage_next++;
-			if (!account_message(ks, round, msg, err))
-			{
-				stop = true;	/* failed: the stage goes below */
-				break;
-			}
+			res = produce_chunk(ks, round, ks->stage_batch, c->first_seq, c->nmsgs,
+								c->data, c->len, &nread);
+			if (res == CHUNK_DONE)
+				ks->stage_next++;
 		}
-		if (round->n == 0)
+		forget_if_empty(ks, round);
+		if (res == CHUNK_FAILED)
+			break;				/* the stage goes */
+		if (res == CHUNK_STOPPED || ks->in_flight >= ks->max_in_flight)
 		{
-			ks->rounds = list_delete_ptr(ks->rounds, round);
-			pfree(round->msgs);
-			pfree(round);
-		}
-		if (ks->failed)
-			break;
-		if (ks->in_flight >= ks->max_in_flight)
-			ks->queue_full = stop = true;
-		if (stop)
+			ks->queue_full = true;
 			return;
+		}
 	}
 	drop_stage(ks);
 }
@@ -1989,7 +1977,7 @@ kafka_sink_deliver(StmSink *sink, bool busy)
 		if (!ks->stage_ready && !ks->failed && more && !ks->queue_full &&
 			ks->outbox_rows > produced_rows(ks))
 		{
-			if (ks->in_flight + ROUND_ROWS + STM_OUTBOX_CHUNK_BYTES / 8 > ks->max_in_flight)
+			if (ks->in_flight + ROUND_ROWS + CHUNK_MAX_MSGS > ks->max_in_flight)
 				ks->queue_full = true;
 			else
 				more = produce_round(ks, ROUND_ROWS);
