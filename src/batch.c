@@ -698,12 +698,14 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	ctx.last_trigger = last_trigger_time(rt, def);
 	ctx.batch_start = bc->started;
 	bc->src->problem = NULL;
+	bc->src->unreadable = false;
 	ctx.max_records = max_records;
 	total = bc->src->routine->plan(bc->src, &ctx);
 	/* what keeps the source from being read whole: source_error, now or with the batch */
 	if (rt->problem)
 		pfree(rt->problem);
 	rt->problem = bc->src->problem ? MemoryContextStrdup(rt->cxt, bc->src->problem) : NULL;
+	rt->unreadable = bc->src->problem != NULL && bc->src->unreadable;
 	if (!def->positions_initialized)
 		stm_catalog_mark_positions_initialized(def->id);
 	bc->num_input_planned = total;

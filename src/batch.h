@@ -19,6 +19,7 @@ typedef struct StmRuntime
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 	char	   *problem;		/* what the last plan could not read, and why (in cxt), or NULL */
+	bool		unreadable;		/* the last plan could read no part of the source */
 	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */
 	bool		parallel_allowed;	/* a worker: helpers even inside a transaction block */
 	struct StmParallel *parallel;	/* its helpers (parallel.c), or NULL */

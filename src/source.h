@@ -65,6 +65,8 @@ typedef struct StmSource
 	int			nmeta;			/* metadata columns after the declared ones */
 	bool		bounded;		/* available_now: only what the first plan saw */
 	char	   *problem;		/* set by plan: what it could not read and why (source_error), or NULL */
+	bool		unreadable;		/* set by plan with problem: no part of the source can be read
+								 * now (status 'waiting', SPEC 4); a part held back is not */
 	bool		plan_only;		/* parallel helpers fetch (parallel.c): plan, never read ahead */
 } StmSource;
 

@@ -180,6 +180,7 @@ typedef struct FileSource
 	List	   *pending;		/* FileEntry: seen, not read, not in the batch */
 	List	   *skipped;		/* FileEntry: never to be read (max_file_age) */
 	bool		pending_changed;	/* pending differs from streaming.offsets */
+	StringInfoData problem;		/* the files the plan could not open, and why */
 	/* available_now: the settled files of the first plan */
 	HTAB	   *allowed;
 	/* names already reported in this runtime (clean-up failed, bad name) */
@@ -361,6 +362,28 @@ list_directory(FileSource *fs)
 	return result;
 }
 
+/*
+ * Can the server open the file for reading now?  One it cannot (its
+ * permissions, say) is held back from the batch and named in the plan's
+ * problem, so that the other files are read on (SPEC 4); it is read once
+ * it can be opened.
+ */
+static bool
+file_readable(FileSource *fs, FileEntry *f)
+{
+	char	   *path = file_path(fs->directory, f->name);
+	int			fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
+
+	if (fd >= 0)
+	{
+		CloseTransientFile(fd);
+		return true;
+	}
+	appendStringInfo(&fs->problem, "%sfile \"%s\" of source \"%s\" cannot be opened: %m",
+					 fs->problem.len > 0 ? "; " : "", f->name, fs->base.name);
+	return false;
+}
+
 /* ---- open ---------------------------------------------------------------- */
 
 /*
@@ -416,6 +439,7 @@ file_open(StmSource *base, bool for_batches)
 				 errmsg("source \"%s\" does not exist", base->name)));
 	fs->view = atooid(((char **) linitial(view))[0]);
 
+	initStringInfo(&fs->problem);
 	fs->plan_cxt = AllocSetContextCreate(fs->cxt, "streaming file plan", ALLOCSET_DEFAULT_SIZES);
 	fs->fetch_cxt = AllocSetContextCreate(fs->cxt, "streaming file read", ALLOCSET_DEFAULT_SIZES);
 	/* a large first block survives each reset: no malloc churn per chunk */
@@ -446,6 +470,8 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	int64		stored = 0;
 	int64		unchanged = 0;
 	int64		total = 0;
+	int			nheld = 0;		/* settled files that cannot be opened */
+	int			nreadable = 0;	/* the other files the plan saw */
 	bool		fix_allowed;
 	MemoryContext oldcxt;
 	MemoryContext spi_cxt;
@@ -459,6 +485,7 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	MemoryContextReset(fs->plan_cxt);
 	oldcxt = MemoryContextSwitchTo(fs->plan_cxt);
 	fs->batch = fs->pending = fs->skipped = NIL;
+	resetStringInfo(&fs->problem);
 	/* available_now: the files there (and settled) when it starts */
 	fix_allowed = fs->base.bounded && fs->allowed == NULL;
 	if (fix_allowed)
@@ -506,12 +533,27 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 		if (settled && (fs->allowed == NULL || name_in(fs->allowed, f->name)) &&
 			(fs->max_files == 0 || list_length(fs->batch) < fs->max_files))
 		{
-			fs->batch = lappend(fs->batch, f);
-			total += f->size + 1;
+			if (file_readable(fs, f))
+			{
+				fs->batch = lappend(fs->batch, f);
+				total += f->size + 1;
+				nreadable++;
+			}
+			else
+			{
+				fs->pending = lappend(fs->pending, f);
+				nheld++;
+			}
 		}
 		else
+		{
 			fs->pending = lappend(fs->pending, f);
+			nreadable++;		/* to be read later, as far as we know */
+		}
 	}
+	/* held back files are source_error; only they left: the stream waits */
+	fs->base.problem = nheld > 0 ? fs->problem.data : NULL;
+	fs->base.unreadable = nheld > 0 && nreadable == 0;
 	MemoryContextSwitchTo(spi_cxt);
 	SPI_finish();
 	stm_catalog_end(scope);

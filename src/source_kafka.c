@@ -853,6 +853,21 @@ query_watermarks(KafkaSource *kc)
 	list_free(leaders);
 }
 
+/*
+ * Can the plan read any partition?  With none (every leader down, the
+ * topic missing) the stream waits; with some it runs them (SPEC 4).
+ */
+static bool
+any_partition_readable(KafkaSource *kc)
+{
+	ListCell   *lc;
+
+	foreach(lc, kc->partitions)
+		if (!((KafkaPartition *) lfirst(lc))->held_back)
+			return true;
+	return false;
+}
+
 /* starting_offsets for a partition seen in the stream's first batch */
 static int64
 starting_offset(KafkaSource *kc, KafkaPartition *p)
@@ -1001,6 +1016,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	}
 	kc->limits_fixed = kc->base.bounded;
 	kc->base.problem = kc->problem.len > 0 ? kc->problem.data : NULL;
+	kc->base.unreadable = kc->base.problem != NULL && !any_partition_readable(kc);
 
 	/* max_offsets_per_trigger: split over partitions by their lag (Spark's rateLimit) */
 	if (kc->max_offsets_per_trigger > 0 && total > kc->max_offsets_per_trigger)

@@ -16,8 +16,8 @@
  * backoff and set status 'failed' after streaming.max_retries (at once for
  * bad data, which no retry cures).
  * A source that cannot be read (whole or in part) is never silent: its
- * reason is the stream's source_error, status 'waiting' when nothing could
- * be read; it is logged as a WARNING when it begins and a LOG line when it
+ * reason is the stream's source_error; status is 'waiting' when no part of
+ * it can be read, 'running' while some part can (SPEC 4); it is logged as a WARNING when it begins and a LOG line when it
  * ends, not once per attempt.
  *
  * A sink that delivers after the commit (an outbox) is given its turn
@@ -443,13 +443,16 @@ streaming_worker_main(Datum main_arg)
 			rt->bounded = (def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
 			batch_id = stm_batch_run(rt);
 			/*
-			 * The batch wrote source_error: waiting when the source gave
-			 * nothing for a reason, or while the sink cannot deliver (a
-			 * batch's progress row cleared the sink's last_error: shown
-			 * again in the same transaction; source_error the batch wrote
-			 * says the sink's problem too, stm_runtime_source_error)
+			 * The batch wrote source_error.  Status follows what the plan
+			 * could read (SPEC 4), never whether it found records: waiting
+			 * when no part of the source can be read, running when some
+			 * can (what is held back is in source_error), and waiting while
+			 * the sink cannot deliver (a batch's progress row cleared the
+			 * sink's last_error: shown again in the same transaction;
+			 * source_error the batch wrote says the sink's problem too,
+			 * stm_runtime_source_error)
 			 */
-			status = batch_id < 0 && rt->problem ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
+			status = rt->unreadable ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
 			if (sink_problem() != NULL)
 				show_sink_status(rt, batch_id >= 0);
 			else if (def->status != status)

@@ -259,6 +259,51 @@ ok(!-e "$dir/rb1" && !-e "$dir/rb2", 'the next batch cleaned them before it plan
 is($node->safe_psql('postgres', "SELECT count(*) FROM rb_lines"), '2', 'each was read once');
 
 #
+# a file the server cannot open is held back (SPEC 4): the stream runs the
+# others and names it in source_error; with only it left, the stream waits;
+# once it can be opened it is read
+#
+my $locked_dir = "$base/locked";
+mkdir $locked_dir or die "$locked_dir: $!";
+$node->safe_psql('postgres', qq{
+SELECT streaming.create_file_source('locked_files', '$locked_dir', format => 'text');
+SELECT streaming.create_stream('locked_lines', 'SELECT value, file_name FROM locked_files');
+});
+for my $f ('a_open.txt', 'b_locked.txt')
+{
+	open my $lfh, '>', "$locked_dir/$f" or die "$locked_dir/$f: $!";
+	print $lfh "$f\n";
+	close $lfh;
+	utime(time() - 60, time() - 60, "$locked_dir/$f");
+}
+chmod 0000, "$locked_dir/b_locked.txt" or die "chmod: $!";
+wait_for($node, "SELECT count(*) FROM locked_lines WHERE file_name = 'a_open.txt'", '1',
+	'an unopenable file: the other file is read', 'locked_lines');
+wait_for($node,
+	"SELECT status = 'waiting' AND source_error LIKE '%file \"b_locked.txt\" of source \"locked_files\" cannot be opened: Permission denied%' "
+	  . "FROM streaming.streams WHERE name = 'locked_lines'",
+	't', 'only an unopenable file left: the stream waits and source_error names the file', 'locked_lines');
+open my $cfh, '>', "$locked_dir/c_open.txt" or die "$locked_dir/c_open.txt: $!";
+print $cfh "c_open.txt\n";
+close $cfh;
+utime(time() - 60, time() - 60, "$locked_dir/c_open.txt");
+wait_for($node, "SELECT count(*) FROM locked_lines WHERE file_name = 'c_open.txt'", '1',
+	'an unopenable file: a new file is read meanwhile', 'locked_lines');
+wait_for($node,
+	"SELECT status || ':' || (source_error LIKE '%b_locked.txt%cannot be opened%')::text "
+	  . "FROM streaming.streams WHERE name = 'locked_lines' AND last_batch_id IS NOT NULL",
+	'waiting:true', 'an unopenable file: once the readable files are read, the stream waits again',
+	'locked_lines');
+chmod 0644, "$locked_dir/b_locked.txt" or die "chmod: $!";
+wait_for($node,
+	"SELECT count(*) = 3 AND count(*) FILTER (WHERE file_name = 'b_locked.txt') = 1 FROM locked_lines",
+	't', 'the file can be opened: it is read, once', 'locked_lines');
+wait_for($node,
+	"SELECT status = 'running' AND source_error IS NULL FROM streaming.streams WHERE name = 'locked_lines'",
+	't', 'the file can be opened: running, no source_error', 'locked_lines');
+$node->safe_psql('postgres', "SELECT streaming.drop_stream('locked_lines')");
+
+#
 # pg_dump keeps a file stream's positions
 #
 # stopped, so that the restored streams do not run (and read the files) too
