@@ -1,10 +1,11 @@
 # streaming: Spark-Structured-Streaming-style stream processing in PostgreSQL.
 EXTENSION   = streaming
-EXTVERSION  = 0.3.0
+EXTVERSION  = 0.4.0
 MODULE_big  = streaming
 OBJS        = $(patsubst %.c,%.o,$(wildcard src/*.c))
 DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql \
-              sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--$(EXTVERSION).sql
+              sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--0.3.0.sql \
+              sql/$(EXTENSION)--0.3.0--$(EXTVERSION).sql
 PGFILEDESC  = "streaming - stream processing for PostgreSQL"
 
 PG_CONFIG  ?= pg_config

@@ -19,7 +19,7 @@ INSERT INTO streaming.outbox (stream_id, batch_id, seq, key, value, headers)
 SELECT s.id, b, q, k, v, '{}' FROM streaming.stream_defs s,
     (VALUES (3, 0, 'k1'::bytea, '{"a":1}'::bytea), (3, 1, NULL, 'v'), (3, 2, 'k3', NULL),
             (4, 0, '', '')) AS m(b, q, k, v);
-ALTER EXTENSION streaming UPDATE;
+ALTER EXTENSION streaming UPDATE TO '0.3.0';
 SELECT extversion FROM pg_extension WHERE extname = 'streaming';
 SELECT stream, batch_id, seq, key, value, key IS NULL AS no_key, value IS NULL AS tombstone, headers
 FROM streaming.outbox ORDER BY batch_id, seq;

@@ -1,4 +1,4 @@
-/* streaming--0.3.0.sql: catalog, functions and views of the streaming extension */
+/* streaming--0.4.0.sql: catalog, functions and views of the streaming extension */
 \echo Use "CREATE EXTENSION streaming" to load this file. \quit
 
 /*
