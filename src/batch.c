@@ -19,8 +19,6 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "common/cryptohash.h"
-#include "common/sha2.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "catalog/pg_authid.h"
@@ -41,6 +39,7 @@
 
 #include "aggstate.h"
 #include "batch.h"
+#include "deadletter.h"
 #include "dedup.h"
 #include "fault.h"
 #include "guc.h"
@@ -49,9 +48,6 @@
 #include "parse.h"
 #include "query.h"
 #include "sink.h"
-
-/* a dead letter keeps this much of its record (SPEC 5); length and hash describe it all */
-#define STM_DEAD_LETTER_RAW (64 * 1024)
 
 /* State of one batch while its records flow through. */
 typedef struct BatchContext
@@ -224,71 +220,9 @@ record_position(BatchContext *bc, ParsedRecord *rec)
 	return stm_source_position(bc->src, rec->values + bc->ndeclared, rec->nulls + bc->ndeclared);
 }
 
-/* SHA-256 of a whole record, as bytea */
-static bytea *
-record_sha256(const char *data, int len)
-{
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
-	bytea	   *result = palloc(PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
-
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
-		pg_cryptohash_final(ctx, (uint8 *) VARDATA(result), PG_SHA256_DIGEST_LENGTH) < 0)
-		elog(ERROR, "could not compute the SHA-256 of a record: %s", pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
-	SET_VARSIZE(result, PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
-	return result;
-}
-
-/*
- * A bad record into streaming.dead_letters (SPEC 5): its first
- * STM_DEAD_LETTER_RAW bytes, and the length and SHA-256 of all of it.
- */
-static void
-write_dead_letter(BatchContext *bc, const StmShareBad *bad)
-{
-	Oid			types[9] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID, INT4OID,
-	INT8OID, BYTEAOID};
-	Datum		values[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	bytea	   *raw;
-
-	raw = palloc(bad->raw_len + VARHDRSZ);
-	SET_VARSIZE(raw, bad->raw_len + VARHDRSZ);
-	if (bad->raw_len > 0)
-		memcpy(VARDATA(raw), bad->raw, bad->raw_len);
-
-	values[0] = CStringGetTextDatum(bc->def->name);
-	values[1] = CStringGetTextDatum(bc->def->source);
-	values[2] = CStringGetTextDatum(bad->position);
-	values[3] = PointerGetDatum(raw);
-	if (bad->raw == NULL)
-		nulls[3] = 'n';
-	values[4] = CStringGetTextDatum(bad->detail ?
-									psprintf("%s: %s", bad->message, bad->detail) :
-									bad->message);
-	values[5] = CStringGetTextDatum(unpack_sql_state(bad->sqlerrcode));
-	values[6] = Int32GetDatum(bc->def->id);
-	if (bad->sha256)
-	{
-		bytea	   *sha = palloc(PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
-
-		SET_VARSIZE(sha, PG_SHA256_DIGEST_LENGTH + VARHDRSZ);
-		memcpy(VARDATA(sha), bad->sha256, PG_SHA256_DIGEST_LENGTH);
-		values[7] = Int64GetDatum(bad->whole_len);
-		values[8] = PointerGetDatum(sha);
-	}
-	else
-		nulls[7] = nulls[8] = 'n';
-	stm_catalog_exec("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id, "
-					 "raw_length, raw_sha256) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9)",
-					 9, types, values, nulls, SPI_OK_INSERT);
-	STM_FAULT_POINT("after_dead_letter");
-}
-
 /* on_bad_record, for a bad record of this batch or of a helper's share */
 static void
-apply_bad_record(BatchContext *bc, const StmShareBad *bad)
+apply_bad_record(BatchContext *bc, const StmBadRecord *bad)
 {
 	bc->num_bad++;
 	if (bc->src->on_bad_record == STM_BAD_RECORD_FAIL)
@@ -299,12 +233,12 @@ apply_bad_record(BatchContext *bc, const StmShareBad *bad)
 				 bad->detail ? errdetail("%s", bad->detail) : 0,
 				 errhint("The source has on_bad_record => 'fail'; use 'dead_letter' to set bad records aside.")));
 	if (bc->src->on_bad_record == STM_BAD_RECORD_DEAD_LETTER)
-		write_dead_letter(bc, bad);
+		stm_deadletter_write(bc->def->id, bad);
 }
 
 /* the leader's batch: a bad record a helper found */
 static void
-helper_bad_record(void *arg, const StmShareBad *bad)
+helper_bad_record(void *arg, const StmBadRecord *bad)
 {
 	apply_bad_record((BatchContext *) arg, bad);
 }
@@ -312,29 +246,22 @@ helper_bad_record(void *arg, const StmShareBad *bad)
 static void
 handle_bad_record(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
 {
-	StmShareBad bad;
+	StmBadRecord bad;
 	uint8		sha[PG_SHA256_DIGEST_LENGTH];
 
+	stm_deadletter_describe(&bad, r->whole ? NULL : r->data, r->len, sha);
+	if (r->whole)
+	{
+		/* the source kept only the record's start: it says what the whole was */
+		bad.raw = r->data;
+		bad.raw_len = Min(r->len, STM_RAW_KEEP);
+		bad.whole_len = r->whole->length;
+		bad.sha256 = r->whole->sha256;
+	}
 	bad.sqlerrcode = edata->sqlerrcode;
 	bad.message = edata->message;
 	bad.detail = edata->detail;
 	bad.position = record_position(bc, rec);
-	bad.raw = r->data;
-	bad.raw_len = r->data ? Min(r->len, STM_DEAD_LETTER_RAW) : 0;
-	bad.whole_len = -1;
-	bad.sha256 = NULL;
-	if (r->whole)
-	{
-		/* the source kept only the record's start: it says what the whole was */
-		bad.whole_len = r->whole->length;
-		bad.sha256 = r->whole->sha256;
-	}
-	else if (r->data != NULL)
-	{
-		memcpy(sha, VARDATA(record_sha256(r->data, r->len)), PG_SHA256_DIGEST_LENGTH);
-		bad.whole_len = r->len;
-		bad.sha256 = sha;
-	}
 	if (bc->share)
 	{
 		/* a helper: the leader applies on_bad_record (and writes the dead letter) */

@@ -308,7 +308,7 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
 		case 'B':
 			{
 				BadHeader	h;
-				StmShareBad bad;
+				StmBadRecord bad;
 				const char *p = body + sizeof(BadHeader);
 
 				memcpy(&h, body, sizeof(BadHeader));
@@ -480,7 +480,7 @@ stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *
 
 /* A bad record to the leader, which applies on_bad_record to it. */
 void
-stm_parallel_send_bad(StmHelperOut *out, const StmShareBad *bad)
+stm_parallel_send_bad(StmHelperOut *out, const StmBadRecord *bad)
 {
 	char		header[STM_PAR_HEADER] = {'B'};
 	BadHeader	h;

@@ -11,24 +11,12 @@
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 
+#include "deadletter.h"
 #include "query.h"
 #include "source.h"
 
 /* at most this many helpers per stream */
 #define STM_MAX_PARALLEL_WORKERS 64
-
-/* A bad record as a helper reports it: what the leader needs for dead_letters. */
-typedef struct StmShareBad
-{
-	int			sqlerrcode;
-	const char *message;
-	const char *detail;			/* NULL: none */
-	const char *position;		/* JSON text */
-	const char *raw;			/* the record's first bytes; NULL: no payload */
-	int			raw_len;
-	int64		whole_len;		/* -1: unknown (no payload) */
-	const uint8 *sha256;		/* of the whole record; NULL: none */
-} StmShareBad;
 
 /* What a helper's share of a batch amounted to, besides its rows. */
 typedef struct StmShareTotals
@@ -43,7 +31,7 @@ typedef struct StmShareTotals
 typedef struct StmParallelReceiver
 {
 	void		(*row) (void *arg, Datum *values, bool *nulls);
-	void		(*bad) (void *arg, const StmShareBad *bad);
+	void		(*bad) (void *arg, const StmBadRecord *bad);
 	void		(*group) (void *arg, Datum *values, bool *nulls);	/* aggregates: a partial group */
 	void	   *arg;
 } StmParallelReceiver;
@@ -68,7 +56,7 @@ extern void stm_parallel_check_arg(const char *stream, int n, const StmSourceRou
 /* a helper: what its batch sends */
 extern void stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
 extern void stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
-extern void stm_parallel_send_bad(StmHelperOut *out, const StmShareBad *bad);
+extern void stm_parallel_send_bad(StmHelperOut *out, const StmBadRecord *bad);
 
 extern PGDLLEXPORT void streaming_helper_main(Datum main_arg);
 

@@ -82,6 +82,7 @@
 
 #include "api.h"
 #include "catalog.h"
+#include "deadletter.h"
 #include "guc.h"
 #include "kafka_conf.h"
 #include "options.h"
@@ -97,7 +98,6 @@ PG_FUNCTION_INFO_V1(streaming_drop_kafka_sink);
 #define OUTBOX_NATTS 5			/* stream_id, batch_id, first_seq, nmsgs, messages */
 #define ROUND_ROWS 10000		/* messages produced together, and confirmed in one transaction */
 #define POLL_MS 10
-#define DEAD_LETTER_RAW_MAX 65536	/* dead_letters.raw keeps this much (SPEC 5) */
 #define STATUS_LEN 1024
 #define STAGE_BYTES ((Size) stm_guc_batch_memory_kb * 1024 / 4)	/* messages kept for delivery */
 
@@ -1830,7 +1830,7 @@ finish_rounds(KafkaSink *ks)
 											   "c AS (SELECT batch_id, count(*) AS n FROM r GROUP BY batch_id), "
 											   "u AS (UPDATE streaming.batches b SET num_rejected_rows = b.num_rejected_rows + c.n "
 											   "FROM c WHERE b.stream_id = $1 AND b.batch_id = c.batch_id) "
-											   "SELECT coalesce(sum(n), 0)::bigint FROM c", DEAD_LETTER_RAW_MAX),
+											   "SELECT coalesce(sum(n), 0)::bigint FROM c", STM_RAW_KEEP),
 									  6, types, args, NULL, false, 0) != SPI_OK_SELECT)
 				elog(ERROR, "could not copy a message from streaming.outbox to streaming.dead_letters");
 			rejected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

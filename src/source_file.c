@@ -116,6 +116,7 @@
 
 #include "api.h"
 #include "catalog.h"
+#include "deadletter.h"
 #include "fault.h"
 #include "guc.h"
 #include "options.h"
@@ -127,7 +128,6 @@ PG_FUNCTION_INFO_V1(streaming_create_file_source);
 #define FILE_CHUNK 1000			/* records handed to the batch at a time */
 #define FILE_CHUNK_BYTES (4 * 1024 * 1024)	/* ... or about this much */
 #define READ_BUF_SIZE (1024 * 1024) /* json, text: bytes read at a time */
-#define RAW_KEEP (64 * 1024)	/* of a record that cannot be read: kept */
 
 typedef enum FileClean
 {
@@ -696,14 +696,14 @@ new_record(FileSource *fs, int64 line, const char *data, int len)
 
 /*
  * A record that could not be read: edata is its error; of raw, the first
- * RAW_KEEP bytes go to dead letters, and whole (when raw is not all of it,
+ * STM_RAW_KEEP bytes go to dead letters, and whole (when raw is not all of it,
  * in the chunk's memory) says what the whole record was.
  */
 static void
 add_unreadable(FileSource *fs, int64 line, ErrorData *edata, const char *raw, Size len,
 			   StmRecordDigest *whole)
 {
-	int			keep = (int) Min(len, RAW_KEEP);
+	int			keep = (int) Min(len, STM_RAW_KEEP);
 	char	   *copy = MemoryContextAlloc(fs->chunk_cxt, keep + 1);
 	StmRecord  *rec;
 
@@ -871,19 +871,19 @@ add_csv_record(FileSource *fs, CopyFromState cstate, char **fields, int nfields,
 /*
  * Where COPY stopped with an error: the record so far (line_buf) and the
  * input it had not looked at yet (the file is read as SQL_ASCII, so the
- * input buffer is the raw one), up to RAW_KEEP bytes.
+ * input buffer is the raw one), up to STM_RAW_KEEP bytes.
  */
 static char *
 csv_rest(CopyFromState cstate, Size *len)
 {
-	char	   *rest = palloc(RAW_KEEP);
-	int			n = Min(cstate->line_buf.len, RAW_KEEP);
+	char	   *rest = palloc(STM_RAW_KEEP);
+	int			n = Min(cstate->line_buf.len, STM_RAW_KEEP);
 
 	memcpy(rest, cstate->line_buf.data, n);
 	Assert(cstate->input_buf == cstate->raw_buf);
 	if (cstate->input_buf_index < cstate->raw_buf_len)
 	{
-		int			more = Min(cstate->raw_buf_len - cstate->input_buf_index, RAW_KEEP - n);
+		int			more = Min(cstate->raw_buf_len - cstate->input_buf_index, STM_RAW_KEEP - n);
 
 		memcpy(rest + n, cstate->raw_buf + cstate->input_buf_index, more);
 		n += more;
@@ -1065,7 +1065,7 @@ blank(const char *p, Size len)
  * json and text: one record per line, split at "\n" (a "\r" before it is
  * dropped), in a buffer the chunk's records point into: the chunk is
  * handed before the buffer moves.  A line that does not fit in
- * streaming.max_record_size is skipped to its end, its first RAW_KEEP bytes
+ * streaming.max_record_size is skipped to its end, its first STM_RAW_KEEP bytes
  * kept for the bad record it is.
  */
 static void
@@ -1078,7 +1078,7 @@ read_lines(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 	Size		len = 0;		/* bytes in buf */
 	Size		max_line = (Size) stm_guc_max_record_size + 1;
 	bool		skipping = false;	/* in a line too long for a record */
-	char	   *head = NULL;	/* its first RAW_KEEP bytes */
+	char	   *head = NULL;	/* its first STM_RAW_KEEP bytes */
 	pg_cryptohash_ctx *digest = NULL;	/* and all of it */
 	StmRecordDigest whole = {0};
 
@@ -1104,8 +1104,8 @@ read_lines(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 			{
 				/* too long for a record: keep its start, skip the rest */
 				if (head == NULL)
-					head = MemoryContextAlloc(fs->fetch_cxt, RAW_KEEP);
-				memcpy(head, buf, RAW_KEEP);
+					head = MemoryContextAlloc(fs->fetch_cxt, STM_RAW_KEEP);
+				memcpy(head, buf, STM_RAW_KEEP);
 				skipping = true;
 				digest = digest_begin();
 				memset(&whole, 0, sizeof(whole));
@@ -1132,7 +1132,7 @@ read_lines(FileSource *fs, OneFile *r, StmChunkFn fn, void *arg)
 				last--;
 			digest_add(digest, &whole, buf + start, last);
 			add_unreadable(fs, r->line, record_size_error(fs, whole.length),
-						   head, RAW_KEEP, digest_end(fs, digest, &whole));
+						   head, STM_RAW_KEEP, digest_end(fs, digest, &whole));
 			digest = NULL;
 			skipping = false;
 		}
