@@ -59,7 +59,7 @@
 #include "guc.h"
 #include "session.h"
 #include "statetable.h"
-#include "worker.h"
+#include "interrupts.h"
 
 struct StmAggBatch
 {

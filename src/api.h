@@ -62,8 +62,6 @@ extern void stm_api_want_on_commit(int32 stream_id, Oid owner);
 extern void stm_api_want_again_on_abort(int32 stream_id, Oid owner);
 extern void stm_api_require_workers(const char *stream);
 extern void stm_api_stop_worker(StmStreamDef *def);
-extern bool stm_lock_stream(int32 stream_id, bool session);
-extern void stm_wait_stream_lock(int32 stream_id);
 
 /* api_source.c, api_sink.c, api_stream.c */
 extern void stm_api_drop_source(StmSourceDef *src);

@@ -10,23 +10,25 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
-#include "storage/lmgr.h"
-#include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/regproc.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "aggstate.h"
 #include "api.h"
 #include "batch.h"
 #include "catalog.h"
+#include "dedup.h"
 #include "shmem.h"
 #include "sink.h"
 #include "source.h"
@@ -109,27 +111,24 @@ stm_api_want_again_on_abort(int32 stream_id, Oid owner)
 	queue_want(&want_on_abort, stream_id, owner);
 }
 
-/*
- * The lock that makes one stream run in one place: a worker holds it for its
- * life (session), run_batch for its transaction.  Returns false if taken.
- */
-bool
-stm_lock_stream(int32 stream_id, bool session)
+/* True when the (qualified) relation exists. */
+static bool
+to_regclass_name(const char *name)
 {
-	LOCKTAG		tag;
-
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
-	return LockAcquire(&tag, ExclusiveLock, session, true) != LOCKACQUIRE_NOT_AVAIL;
+	return OidIsValid(RangeVarGetRelid(makeRangeVarFromNameList(stringToQualifiedNameList(name)),
+									   NoLock, true));
 }
 
-/* Wait for the stream's lock (held by a run_batch in another transaction). */
+/* The stream's state and dedup tables (the extension's owner's): dropped, or emptied (reset). */
 void
-stm_wait_stream_lock(int32 stream_id)
+stm_api_clear_state_tables(int32 stream_id, bool drop)
 {
-	LOCKTAG		tag;
+	char	   *tables[2] = {stm_aggstate_table(stream_id), stm_dedup_table(stream_id)};
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	for (int i = 0; i < 2; i++)
+		if (to_regclass_name(tables[i]))
+			stm_catalog_exec(psprintf(drop ? "DROP TABLE %s" : "DELETE FROM %s", tables[i]),
+							 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
 }
 
 void

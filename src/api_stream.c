@@ -59,14 +59,6 @@ check_dedup_keys(Oid view, ArrayType *keys)
 	}
 }
 
-/* True when the (qualified) relation exists. */
-static bool
-to_regclass_name(const char *name)
-{
-	return OidIsValid(RangeVarGetRelid(makeRangeVarFromNameList(stringToQualifiedNameList(name)),
-									   NoLock, true));
-}
-
 /*
  * What aggregate streams need: a watermark on the window's event time (or,
  * without a window, on event_time, which closes groups only when it is a
@@ -418,18 +410,6 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	if (start)
 		stm_api_want_on_commit(stream_id, GetUserId());
 	PG_RETURN_VOID();
-}
-
-/* The stream's state and dedup tables (the extension's owner's): dropped, or emptied (reset). */
-void
-stm_api_clear_state_tables(int32 stream_id, bool drop)
-{
-	char	   *tables[2] = {stm_aggstate_table(stream_id), stm_dedup_table(stream_id)};
-
-	for (int i = 0; i < 2; i++)
-		if (to_regclass_name(tables[i]))
-			stm_catalog_exec(psprintf(drop ? "DROP TABLE %s" : "DELETE FROM %s", tables[i]),
-							 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
 }
 
 /*

@@ -1,11 +1,18 @@
 /*
  * batch.c: one micro-batch, start to commit (SPEC 6).
  *
- * In the caller's transaction: lock the stream's row, plan the source's
- * bounds from the stored positions, fetch, parse, filter and project, write
- * the sink, then write the new positions, the progress row and the stream's
- * state.  Nothing is acknowledged anywhere else, so a crash at any point
- * leaves either the whole batch or none of it.
+ * In the caller's transaction: lock the stream's row, plan every source's
+ * bounds from the stored positions, fetch, parse, filter and project,
+ * write the sink, then write the new positions, the progress row and the
+ * stream's state.  Nothing is acknowledged anywhere else, so a crash at
+ * any point leaves either the whole batch or none of it.
+ *
+ * The batch runs over the runtime's list of sources (runtime.h; one today),
+ * each an input of its own (BatchInput): its plan, its records, its
+ * positions.  Two choices are made once per batch: how the records are
+ * read (BatchFetch: by this process, or by the runtime's parallel
+ * helpers), and where the results go (BatchOutput: into the sink and the
+ * stream's state, or, in a helper's share, to the leader).
  *
  * Records are parsed in chunks inside a subtransaction; when a chunk fails,
  * its records are parsed again one subtransaction each, and the ones that
@@ -18,23 +25,14 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/pg_type.h"
-#include "executor/executor.h"
-#include "executor/spi.h"
 #include "catalog/pg_authid.h"
+#include "executor/executor.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/regproc.h"
-#include "catalog/namespace.h"
 #include "utils/guc.h"
-#include "utils/json.h"
-#include "utils/lsyscache.h"
-#include "storage/latch.h"
 #include "utils/memutils.h"
-#include "utils/wait_event.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
-#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "aggstate.h"
@@ -49,20 +47,56 @@
 #include "query.h"
 #include "sink.h"
 
-/* State of one batch while its records flow through. */
-typedef struct BatchContext
+typedef struct BatchContext BatchContext;
+
+/* One source's part of a batch: its plan, and its records as the query sees them. */
+typedef struct BatchInput
 {
-	StmStreamDef *def;
+	BatchContext *bc;
+	StmSourceRuntime *srt;
 	StmSource  *src;
-	StmParser	parser;
-	TupleDesc	source_desc;
+	Relation	view;			/* the source's view: its rows' columns */
+	TupleDesc	desc;
 	int			ndeclared;		/* declared columns; metadata follows */
 	int			event_time_att; /* -1: none */
-	TupleTableSlot *source_slot;
+	StmParser	parser;
+	TupleTableSlot *slot;
+	int64		num_planned;	/* what its plan bounded */
+} BatchInput;
+
+/*
+ * Where the batch's results go, chosen once per batch: into the sink and
+ * the stream's state (output_to_sink), or, for a parallel helper's share
+ * of its leader's batch, to the leader (output_to_leader).
+ */
+typedef struct BatchOutput
+{
+	/* the sink's writer and the operators of the query (after its analysis) */
+	void		(*begin) (BatchContext *bc, StmRuntime *rt);
+	/* a stateless query's output row */
+	void		(*row) (BatchContext *bc, Datum *values, bool *nulls);
+	/* a record that could not be parsed */
+	void		(*bad) (BatchContext *bc, BatchInput *in, const StmBadRecord *bad);
+	/* after the last record: state merged and the sink written, or the share done */
+	void		(*end) (BatchContext *bc);
+} BatchOutput;
+
+/* How the batch's records are read, chosen once per batch. */
+typedef void (*BatchFetch) (BatchContext *bc, StmRuntime *rt);
+
+/* State of one batch while its records flow through. */
+struct BatchContext
+{
+	StmStreamDef *def;
+	const BatchOutput *output;
+	BatchFetch	fetch;
+	List	   *inputs;			/* BatchInput, one per source of the runtime */
+	StmQueryInfo *qi;
+	int			guc_nest;		/* the stream's search_path, set for the query */
 	EState	   *estate;
 	ExprContext *econtext;
 	StmProjector *projector;
-	StmSinkOutput *output;		/* the query's output rows, as the sink gets them */
+	StmSinkOutput *sink_output; /* the query's output rows, as the sink gets them */
 	StmSinkBatch *sink;
 	ExprState  *qual;			/* aggregate streams: WHERE */
 	StmAggBatch *aggbatch;		/* aggregate streams: the batch's groups */
@@ -71,15 +105,18 @@ typedef struct BatchContext
 	Datum	   *out_values;
 	bool	   *out_nulls;
 	MemoryContext chunk_cxt;
-	Datum	   *error_row;		/* the row being processed, for errcontext */
+	StmHelperOut *share;		/* a parallel helper's share: its queue to the leader */
+	/* the row being processed, for errcontext */
+	BatchInput *error_input;
+	Datum	   *error_row;
 	bool	   *error_nulls;
 	/* the batch, as progress shows it */
 	int64		batch_id;
 	TimestampTz started;
-	char	   *start_positions;
+	char	   *start_positions;	/* the plans' bounds, as progress shows them */
 	char	   *end_positions;
 	TimestampTz idle_advance;	/* an idle batch: the watermark it sets (0: none) */
-	int64		num_input_planned;	/* what plan bounded */
+	int64		num_input_planned;	/* what the plans bounded */
 	int64		num_input;
 	int64		num_output;
 	int64		num_bad;
@@ -90,13 +127,7 @@ typedef struct BatchContext
 	TimestampTz max_event_time;
 	bool		has_watermark;
 	TimestampTz watermark;		/* the new one, when has_watermark */
-	/* what the batch's query reads and writes */
-	StmSourceDef *source_def;
-	StmQueryInfo *qi;
-	Relation	view;
-	int			guc_nest;		/* the stream's search_path, set for the query */
-	StmHelperOut *share;		/* a parallel helper's share: rows and bad records go to the leader */
-} BatchContext;
+};
 
 /* A parsed record: the source row, or the error that made it bad. */
 typedef struct ParsedRecord
@@ -108,33 +139,10 @@ typedef struct ParsedRecord
 	bool		drop;			/* bad, late or a duplicate */
 } ParsedRecord;
 
+static const BatchOutput output_to_sink;
+static const BatchOutput output_to_leader;
+
 static int64 run_batch_as_owner(StmRuntime *rt, StmStreamDef *def);
-
-StmRuntime *
-stm_runtime_create(int32 stream_id)
-{
-	StmRuntime *rt = palloc0(sizeof(StmRuntime));
-
-	rt->cxt = CurrentMemoryContext;
-	rt->stream_id = stream_id;
-	rt->started_at = GetCurrentTimestamp();
-	return rt;
-}
-
-/*
- * The stream's source_error: what keeps it from reading all of its source
- * and what keeps its sink from taking its rows, or NULL.  One text for
- * both, so that the batch and the worker write the same value.
- */
-char *
-stm_runtime_source_error(StmRuntime *rt)
-{
-	if (rt->problem && rt->sink_problem)
-		return psprintf("%s; %s", rt->problem, rt->sink_problem);
-	if (rt->problem)
-		return pstrdup(rt->problem);
-	return rt->sink_problem ? pstrdup(rt->sink_problem) : NULL;
-}
 
 /*
  * Errors that a retry cannot cure: bad data (class 22), lost source data,
@@ -150,24 +158,38 @@ stm_error_is_permanent(int sqlerrcode)
 		sqlerrcode == ERRCODE_DATA_CORRUPTED;
 }
 
-static void
-parse_one(BatchContext *bc, StmRecord *r, ParsedRecord *rec)
+/*
+ * Errors after which a stream waits rather than fails: its source cannot
+ * be reached (class 08), or its sink cannot take a batch now (53000, see
+ * StmSinkRoutine.capacity).  The worker retries without counting them.
+ */
+bool
+stm_error_is_waiting(int sqlerrcode)
 {
-	int			natts = bc->source_desc->natts;
+	return ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION ||
+		sqlerrcode == ERRCODE_INSUFFICIENT_RESOURCES;
+}
+
+/* ---- records ------------------------------------------------------------ */
+
+static void
+parse_one(BatchInput *in, StmRecord *r, ParsedRecord *rec)
+{
+	int			natts = in->desc->natts;
 
 	rec->values = palloc(sizeof(Datum) * natts);
 	rec->nulls = palloc(sizeof(bool) * natts);
 	rec->error = NULL;
 	/* metadata first: it tells the record's position if parsing fails */
-	bc->src->routine->fill_metadata(bc->src, r, rec->values + bc->ndeclared,
-									rec->nulls + bc->ndeclared);
+	in->src->routine->fill_metadata(in->src, r, rec->values + in->ndeclared,
+									rec->nulls + in->ndeclared);
 	rec->meta_ok = true;
-	stm_source_parse(&bc->parser, r, rec->values, rec->nulls);
-	if (bc->event_time_att >= 0 && rec->nulls[bc->event_time_att])
+	stm_source_parse(&in->parser, r, rec->values, rec->nulls);
+	if (in->event_time_att >= 0 && rec->nulls[in->event_time_att])
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("event time column \"%s\" is null",
-						NameStr(TupleDescAttr(bc->source_desc, bc->event_time_att)->attname))));
+						NameStr(TupleDescAttr(in->desc, in->event_time_att)->attname))));
 }
 
 /*
@@ -176,7 +198,7 @@ parse_one(BatchContext *bc, StmRecord *r, ParsedRecord *rec)
  * error in the record instead.
  */
 static bool
-parse_in_subxact(BatchContext *bc, StmRecord *records, ParsedRecord *recs,
+parse_in_subxact(BatchInput *in, StmRecord *records, ParsedRecord *recs,
 				 int from, int to, bool single)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
@@ -184,11 +206,11 @@ parse_in_subxact(BatchContext *bc, StmRecord *records, ParsedRecord *recs,
 	bool		ok = true;
 
 	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(bc->chunk_cxt);
+	MemoryContextSwitchTo(in->bc->chunk_cxt);
 	PG_TRY();
 	{
 		for (int i = from; i < to; i++)
-			parse_one(bc, &records[i], &recs[i]);
+			parse_one(in, &records[i], &recs[i]);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
@@ -197,7 +219,7 @@ parse_in_subxact(BatchContext *bc, StmRecord *records, ParsedRecord *recs,
 	{
 		ErrorData  *edata;
 
-		MemoryContextSwitchTo(bc->chunk_cxt);
+		MemoryContextSwitchTo(in->bc->chunk_cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
@@ -213,38 +235,32 @@ parse_in_subxact(BatchContext *bc, StmRecord *records, ParsedRecord *recs,
 
 /* The position of a record as JSON text (its metadata columns are filled). */
 static char *
-record_position(BatchContext *bc, ParsedRecord *rec)
+record_position(BatchInput *in, ParsedRecord *rec)
 {
 	if (!rec->meta_ok)
 		return pstrdup("{}");
-	return stm_source_position(bc->src, rec->values + bc->ndeclared, rec->nulls + bc->ndeclared);
+	return stm_source_position(in->src, rec->values + in->ndeclared, rec->nulls + in->ndeclared);
 }
 
 /* on_bad_record, for a bad record of this batch or of a helper's share */
 static void
-apply_bad_record(BatchContext *bc, const StmBadRecord *bad)
+apply_bad_record(BatchContext *bc, BatchInput *in, const StmBadRecord *bad)
 {
 	bc->num_bad++;
-	if (bc->src->on_bad_record == STM_BAD_RECORD_FAIL)
+	if (in->src->on_bad_record == STM_BAD_RECORD_FAIL)
 		ereport(ERROR,
 				(errcode(bad->sqlerrcode),
 				 errmsg("bad record in source \"%s\" at %s: %s",
-						bc->def->source, bad->position, bad->message),
+						in->srt->def->name, bad->position, bad->message),
 				 bad->detail ? errdetail("%s", bad->detail) : 0,
 				 errhint("The source has on_bad_record => 'fail'; use 'dead_letter' to set bad records aside.")));
-	if (bc->src->on_bad_record == STM_BAD_RECORD_DEAD_LETTER)
+	if (in->src->on_bad_record == STM_BAD_RECORD_DEAD_LETTER)
 		stm_deadletter_write(bc->def->id, bad);
 }
 
-/* the leader's batch: a bad record a helper found */
+/* A record that could not be parsed, as dead letters describe it, to the batch's output. */
 static void
-helper_bad_record(void *arg, const StmBadRecord *bad)
-{
-	apply_bad_record((BatchContext *) arg, bad);
-}
-
-static void
-handle_bad_record(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
+handle_bad_record(BatchInput *in, StmRecord *r, ParsedRecord *rec, ErrorData *edata)
 {
 	StmBadRecord bad;
 	uint8		sha[PG_SHA256_DIGEST_LENGTH];
@@ -261,15 +277,8 @@ handle_bad_record(BatchContext *bc, StmRecord *r, ParsedRecord *rec, ErrorData *
 	bad.sqlerrcode = edata->sqlerrcode;
 	bad.message = edata->message;
 	bad.detail = edata->detail;
-	bad.position = record_position(bc, rec);
-	if (bc->share)
-	{
-		/* a helper: the leader applies on_bad_record (and writes the dead letter) */
-		bc->num_bad++;
-		stm_parallel_send_bad(bc->share, &bad);
-	}
-	else
-		apply_bad_record(bc, &bad);
+	bad.position = record_position(in, rec);
+	in->bc->output->bad(in->bc, in, &bad);
 }
 
 /*
@@ -280,33 +289,77 @@ static void
 batch_error_callback(void *arg)
 {
 	BatchContext *bc = arg;
+	BatchInput *in = bc->error_input;
 
-	if (bc->error_row)
-		errcontext("stream \"%s\", source \"%s\" at %s", bc->def->name, bc->def->source,
-				   stm_source_position(bc->src, bc->error_row + bc->ndeclared,
-									   bc->error_nulls + bc->ndeclared));
+	if (bc->error_row && in)
+		errcontext("stream \"%s\", source \"%s\" at %s", bc->def->name, in->srt->def->name,
+				   stm_source_position(in->src, bc->error_row + in->ndeclared,
+									   bc->error_nulls + in->ndeclared));
 	else
 		errcontext("stream \"%s\"", bc->def->name);
 }
 
-/* Called by the source with each chunk of records of the batch. */
+/* Every good row moves the watermark, duplicates and late ones too (as Spark). */
+static void
+note_event_time(BatchContext *bc, TimestampTz ts)
+{
+	if (!bc->has_max_event_time || ts > bc->max_event_time)
+		bc->max_event_time = ts;
+	bc->has_max_event_time = true;
+}
+
+/* dedup_keys: before the query (in the chunk's memory, as the records) */
+static void
+drop_duplicates(BatchContext *bc, ParsedRecord *recs, int n)
+{
+	Datum	  **values = MemoryContextAlloc(bc->chunk_cxt, sizeof(Datum *) * n);
+	bool	  **nulls = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool *) * n);
+	bool	   *drop = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool) * n);
+
+	for (int i = 0; i < n; i++)
+	{
+		values[i] = recs[i].values;
+		nulls[i] = recs[i].nulls;
+		drop[i] = recs[i].drop;
+	}
+	stm_dedup_chunk(bc->dedup, n, values, nulls, drop);
+	for (int i = 0; i < n; i++)
+		recs[i].drop = drop[i];
+}
+
+/* One source row through the query: joined, aggregated or projected. */
+static void
+process_row(BatchContext *bc, TupleTableSlot *slot)
+{
+	bc->econtext->ecxt_scantuple = slot;
+	if (bc->join)
+		stm_join_add(bc->join, slot);	/* the query runs at the batch's end */
+	else if (bc->aggbatch)
+	{
+		if (bc->qual == NULL || ExecQual(bc->qual, bc->econtext))
+			stm_aggbatch_add(bc->aggbatch, bc->econtext);
+	}
+	else if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
+		bc->output->row(bc, bc->out_values, bc->out_nulls);
+	ResetExprContext(bc->econtext);
+}
+
+/* Called by a source with each chunk of records of the batch (arg: its BatchInput). */
 static void
 process_chunk(void *arg, StmRecord *records, int n)
 {
-	BatchContext *bc = arg;
+	BatchInput *in = arg;
+	BatchContext *bc = in->bc;
 	ParsedRecord *recs;
-	MemoryContext oldcxt;
 
 	MemoryContextReset(bc->chunk_cxt);
-	oldcxt = MemoryContextSwitchTo(bc->chunk_cxt);
-	recs = palloc0(sizeof(ParsedRecord) * n);
-	MemoryContextSwitchTo(oldcxt);
+	recs = MemoryContextAllocZero(bc->chunk_cxt, sizeof(ParsedRecord) * n);
 	bc->num_input += n;
 
-	if (!parse_in_subxact(bc, records, recs, 0, n, false))
+	if (!parse_in_subxact(in, records, recs, 0, n, false))
 	{
 		for (int i = 0; i < n; i++)
-			(void) parse_in_subxact(bc, records, recs, i, i + 1, true);
+			(void) parse_in_subxact(in, records, recs, i, i + 1, true);
 	}
 	STM_FAULT_POINT("after_parse");
 
@@ -314,164 +367,117 @@ process_chunk(void *arg, StmRecord *records, int n)
 	{
 		if (recs[i].error)
 		{
-			handle_bad_record(bc, &records[i], &recs[i], recs[i].error);
+			handle_bad_record(in, &records[i], &recs[i], recs[i].error);
 			recs[i].drop = true;
 		}
-		else if (bc->event_time_att >= 0)
-		{
-			/* every good row moves the watermark, duplicates and late ones too (as Spark) */
-			TimestampTz ts = DatumGetTimestampTz(recs[i].values[bc->event_time_att]);
-
-			if (!bc->has_max_event_time || ts > bc->max_event_time)
-				bc->max_event_time = ts;
-			bc->has_max_event_time = true;
-		}
+		else if (in->event_time_att >= 0)
+			note_event_time(bc, DatumGetTimestampTz(recs[i].values[in->event_time_att]));
 	}
-	/* dedup_keys: before the query (in the chunk's memory, as the records) */
 	if (bc->dedup)
-	{
-		Datum	  **values = MemoryContextAlloc(bc->chunk_cxt, sizeof(Datum *) * n);
-		bool	  **nulls = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool *) * n);
-		bool	   *drop = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool) * n);
+		drop_duplicates(bc, recs, n);
 
-		for (int i = 0; i < n; i++)
-		{
-			values[i] = recs[i].values;
-			nulls[i] = recs[i].nulls;
-			drop[i] = recs[i].drop;
-		}
-		stm_dedup_chunk(bc->dedup, n, values, nulls, drop);
-		for (int i = 0; i < n; i++)
-			recs[i].drop = drop[i];
-	}
-
+	bc->error_input = in;
 	for (int i = 0; i < n; i++)
 	{
 		ParsedRecord *rec = &recs[i];
-		TupleTableSlot *slot = bc->source_slot;
+		TupleTableSlot *slot = in->slot;
 
 		if (rec->drop)
 			continue;
 		bc->error_row = rec->values;
 		bc->error_nulls = rec->nulls;
 		ExecClearTuple(slot);
-		memcpy(slot->tts_values, rec->values, sizeof(Datum) * bc->source_desc->natts);
-		memcpy(slot->tts_isnull, rec->nulls, sizeof(bool) * bc->source_desc->natts);
+		memcpy(slot->tts_values, rec->values, sizeof(Datum) * in->desc->natts);
+		memcpy(slot->tts_isnull, rec->nulls, sizeof(bool) * in->desc->natts);
 		ExecStoreVirtualTuple(slot);
-		bc->econtext->ecxt_scantuple = slot;
-		if (bc->join)
-			stm_join_add(bc->join, slot);	/* the query runs at the batch's end */
-		else if (bc->aggbatch)
-		{
-			if (bc->qual == NULL || ExecQual(bc->qual, bc->econtext))
-				stm_aggbatch_add(bc->aggbatch, bc->econtext);
-		}
-		else if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
-		{
-			if (bc->share)
-				stm_parallel_send_row(bc->share, bc->output->desc, bc->out_values, bc->out_nulls);
-			else
-				stm_sink_insert(bc->sink, bc->out_values, bc->out_nulls);
-		}
-		ResetExprContext(bc->econtext);
+		process_row(bc, slot);
 	}
 	bc->error_row = NULL;
 }
 
+/* ---- the batch's progress ------------------------------------------------ */
+
 /*
- * When the last batch started (min_offsets_per_trigger waits at most
- * max_trigger_delay from then): the newest batch, else when this runtime or
- * the stream began.
+ * The positions of the batch's inputs as one JSON object (progress): one
+ * source's own, or the members of each.
  */
-static TimestampTz
-last_trigger_time(StmRuntime *rt, StmStreamDef *def)
+static char *
+positions_json(BatchContext *bc, bool end)
 {
-	Oid			argtype = INT4OID;
-	Datum		arg = Int32GetDatum(rt->stream_id);
-	TimestampTz result = rt->started_at;
-	StmCatalogScope scope = stm_catalog_begin();
+	StringInfoData buf;
+	ListCell   *lc;
 
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT coalesce((SELECT max(started_at) FROM streaming.batches WHERE stream_id = $1), "
-							  "(SELECT created_at FROM streaming.stream_defs WHERE id = $1))",
-							  1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.batches");
-	if (SPI_processed > 0)
+	if (list_length(bc->inputs) == 1)
 	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		BatchInput *in = linitial(bc->inputs);
 
-		if (!isnull && DatumGetTimestampTz(d) > result)
-			result = DatumGetTimestampTz(d);
+		return in->src->routine->positions_json(in->src, end);
 	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return result;
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	foreach(lc, bc->inputs)
+	{
+		BatchInput *in = lfirst(lc);
+		char	   *json = in->src->routine->positions_json(in->src, end);
+		size_t		len = strlen(json);
+
+		/* the object's members, without its braces */
+		if (len > 2)
+			appendStringInfo(&buf, "%s%.*s", buf.len > 1 ? ", " : "", (int) (len - 2), json + 1);
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/* Data lost since the last batch, over the inputs (a JSON array), or NULL. */
+static char *
+data_loss_json(BatchContext *bc)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	foreach(lc, bc->inputs)
+	{
+		BatchInput *in = lfirst(lc);
+		char	   *json = in->src->routine->data_loss_json ?
+			in->src->routine->data_loss_json(in->src) : NULL;
+
+		if (json && strlen(json) > 2)
+			appendStringInfo(&buf, "%s%.*s", buf.len > 0 ? ", " : "",
+							 (int) strlen(json) - 2, json + 1);
+	}
+	return buf.len > 0 ? psprintf("[%s]", buf.data) : NULL;
 }
 
 /* The batch's progress row and the stream's new state, in the batch's transaction. */
 static void
 record_batch(BatchContext *bc, StmRuntime *rt, bool no_data_batch_due, TimestampTz idle_clock)
 {
-	Oid			types[19] = {INT4OID, INT8OID, TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID, INT8OID,
-	TIMESTAMPTZOID, TEXTOID, INT8OID};
-	Datum		values[19];
-	char		nulls[19] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	char	   *data_loss = bc->src->routine->data_loss_json ?
-		bc->src->routine->data_loss_json(bc->src) : NULL;
-	char	   *source_error = stm_runtime_source_error(rt);
-	StmCatalogScope scope;
+	StmBatchProgress p = {0};
 
-	values[0] = Int32GetDatum(bc->def->id);
-	values[1] = Int64GetDatum(bc->batch_id);
-	values[2] = TimestampTzGetDatum(bc->started);
-	values[3] = Int64GetDatum(bc->num_input);
-	values[4] = Int64GetDatum(bc->num_output);
-	values[5] = Int64GetDatum(bc->num_bad);
-	values[6] = TimestampTzGetDatum(bc->max_event_time);
-	nulls[6] = bc->has_max_event_time ? ' ' : 'n';
-	values[7] = TimestampTzGetDatum(bc->watermark);
-	nulls[7] = bc->has_watermark ? ' ' : 'n';
-	values[8] = CStringGetTextDatum(bc->start_positions);
-	values[9] = CStringGetTextDatum(bc->end_positions);
-	if (data_loss)
-		values[10] = CStringGetTextDatum(data_loss);
-	else
-		nulls[10] = 'n';
-	values[11] = Int32GetDatum(stm_guc_progress_history);
-	values[12] = Int64GetDatum(bc->num_state_rows);
-	values[13] = Int64GetDatum(bc->num_late);
-	values[14] = BoolGetDatum(no_data_batch_due);
-	values[15] = Int64GetDatum(bc->num_dedup);
-	values[16] = TimestampTzGetDatum(idle_clock);
-	nulls[16] = idle_clock != 0 ? ' ' : 'n';
-	if (source_error)
-		values[17] = CStringGetTextDatum(source_error);
-	else
-		nulls[17] = 'n';
+	p.stream_id = bc->def->id;
+	p.batch_id = bc->batch_id;
+	p.started_at = bc->started;
+	p.num_input_rows = bc->num_input;
+	p.num_output_rows = bc->num_output;
 	/* a sink that delivers after the commit counts its rows as they arrive */
-	values[18] = Int64GetDatum(bc->sink->deferred ? 0 : bc->num_output);
-
-	scope = stm_catalog_begin();
-	SPI_connect();
-	if (SPI_execute_with_args("INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
-							  "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
-							  "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, num_dedup_rows, "
-							  "num_delivered_rows) "
-							  "VALUES ($1, $2, $3, clock_timestamp() - $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11::jsonb, $13, $14, $16, $19)",
-							  19, types, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not write streaming.batches");
-	if (SPI_execute_with_args("DELETE FROM streaming.batches WHERE stream_id = $1 AND batch_id <= $2 - $12",
-							  19, types, values, nulls, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not trim streaming.batches");
-	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET last_batch_id = $2, watermark = $8, "
-							  "no_data_batch_due = $15, idle_clock_at = coalesce($17, idle_clock_at), "
-							  "failures = 0, last_error = NULL, source_error = $18 WHERE id = $1",
-							  19, types, values, nulls, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update streaming.stream_defs");
-	SPI_finish();
-	stm_catalog_end(scope);
+	p.num_delivered_rows = bc->sink->deferred ? 0 : bc->num_output;
+	p.num_bad_rows = bc->num_bad;
+	p.num_late_rows = bc->num_late;
+	p.num_dedup_rows = bc->num_dedup;
+	p.num_state_rows = bc->num_state_rows;
+	p.has_max_event_time = bc->has_max_event_time;
+	p.max_event_time = bc->max_event_time;
+	p.has_watermark = bc->has_watermark;
+	p.watermark = bc->watermark;
+	p.start_positions = bc->start_positions;
+	p.end_positions = bc->end_positions;
+	p.data_loss = data_loss_json(bc);
+	p.no_data_batch_due = no_data_batch_due;
+	p.idle_clock_at = idle_clock;
+	p.source_error = stm_runtime_source_error(rt);
+	stm_catalog_record_batch(&p, stm_guc_progress_history);
 }
 
 /* The watermark committed by the last batch: what this batch filters with. */
@@ -507,6 +513,105 @@ idle_watermark(StmStreamDef *def, TimestampTz now)
 	return DatumGetTimestampTz(t);
 }
 
+/* watermark = max event time seen - delay, or the idle advance; it never moves back */
+static void
+advance_watermark(BatchContext *bc)
+{
+	StmStreamDef *def = bc->def;
+
+	if (!def->has_watermark)
+		return;
+	bc->has_watermark = true;
+	bc->watermark = previous_watermark(def);
+	if (bc->has_max_event_time)
+	{
+		TimestampTz candidate = DatumGetTimestampTz(
+			DirectFunctionCall2(timestamptz_mi_interval,
+								TimestampTzGetDatum(bc->max_event_time),
+								IntervalPGetDatum(&def->watermark_delay)));
+
+		bc->watermark = Max(bc->watermark, candidate);
+	}
+	if (bc->idle_advance != 0)
+		bc->watermark = Max(bc->watermark, bc->idle_advance);
+}
+
+/* ---- plan ---------------------------------------------------------------- */
+
+/* The batch's inputs: one per source of the runtime, opened. */
+static List *
+make_inputs(BatchContext *bc, StmRuntime *rt)
+{
+	List	   *inputs = NIL;
+	ListCell   *lc;
+
+	foreach(lc, stm_runtime_open_sources(rt, bc->def))
+	{
+		BatchInput *in = palloc0(sizeof(BatchInput));
+
+		in->bc = bc;
+		in->srt = lfirst(lc);
+		in->src = in->srt->src;
+		in->event_time_att = -1;
+		inputs = lappend(inputs, in);
+	}
+	return inputs;
+}
+
+/*
+ * Fix the batch's bounds on every source, each at most max_records
+ * records (-1: no limit); false when there is no batch to run: nothing
+ * new, no no-data batch due after a batch that moved the watermark (SPEC
+ * 3.1), and no idle_timeout advance.
+ */
+static bool
+plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
+{
+	StmStreamDef *def = bc->def;
+	StmPlanContext ctx;
+	bool		no_data_due = def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE;
+	ListCell   *lc;
+
+	ctx.stream_id = def->id;
+	ctx.initialized = def->positions_initialized;
+	ctx.last_trigger = stm_catalog_last_trigger(def->id, rt->started_at);
+	ctx.batch_start = bc->started;
+	ctx.max_records = max_records;
+	foreach(lc, bc->inputs)
+	{
+		BatchInput *in = lfirst(lc);
+
+		in->src->problem = NULL;
+		in->src->unreadable = false;
+		in->num_planned = in->src->routine->plan(in->src, &ctx);
+		/* what keeps the source from being read whole: source_error, now or with the batch */
+		stm_runtime_note_plan(rt, in->srt);
+		bc->num_input_planned += in->num_planned;
+	}
+	if (!def->positions_initialized)
+		stm_catalog_mark_positions_initialized(def->id);
+	if (bc->num_input_planned == 0 && !no_data_due)
+		bc->idle_advance = idle_watermark(def, GetCurrentTimestamp());
+	if (bc->num_input_planned == 0 && !no_data_due && bc->idle_advance == 0)
+	{
+		foreach(lc, bc->inputs)
+		{
+			BatchInput *in = lfirst(lc);
+
+			if (in->src->routine->save_idle_positions)
+				in->src->routine->save_idle_positions(in->src, def->id);
+		}
+		stm_catalog_set_source_error(def->id, stm_runtime_source_error(rt));
+		return false;
+	}
+	bc->batch_id = def->last_batch_id + 1;
+	bc->start_positions = positions_json(bc, false);
+	bc->end_positions = positions_json(bc, true);
+	return true;
+}
+
+/* ---- the query ----------------------------------------------------------- */
+
 static int
 view_attno(TupleDesc desc, const char *name)
 {
@@ -515,6 +620,334 @@ view_attno(TupleDesc desc, const char *name)
 			return i;
 	return -1;
 }
+
+/* An input's rows as the query sees them: its view's columns, parsed by its format. */
+static void
+open_input(BatchInput *in)
+{
+	StmStreamDef *def = in->bc->def;
+
+	in->view = relation_open(in->srt->def->view, AccessShareLock);
+	in->desc = CreateTupleDescCopy(RelationGetDescr(in->view));
+	in->ndeclared = in->desc->natts - in->src->nmeta;
+	in->event_time_att = def->event_time ? view_attno(in->desc, def->event_time) : -1;
+	stm_parser_init(&in->parser, in->src->format, in->src->has_columns, in->src->csv_delimiter,
+					in->desc, in->ndeclared);
+	in->slot = MakeSingleTupleTableSlot(in->desc, &TTSOpsVirtual);
+}
+
+static void
+close_input(BatchInput *in)
+{
+	ExecDropSingleTupleTableSlot(in->slot);
+	relation_close(in->view, NoLock);
+}
+
+/* The single source's input (the operators of a one-source query read it). */
+static BatchInput *
+only_input(BatchContext *bc)
+{
+	Assert(list_length(bc->inputs) == 1);
+	return linitial(bc->inputs);
+}
+
+/*
+ * The stream's query, analysed again as its creator wrote it (with "$user"
+ * the owner), its sources' views opened, then the output's own set-up: the
+ * sink and the operators (output_to_sink), or a helper's (output_to_leader).
+ */
+static void
+begin_query(BatchContext *bc, StmRuntime *rt)
+{
+	StmStreamDef *def = bc->def;
+	BatchInput *in = only_input(bc);
+
+	bc->qi = stm_query_analyze_stored(def, &bc->guc_nest);
+	if (bc->qi->source_view != in->srt->def->view)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the query of stream \"%s\" no longer reads its source \"%s\"",
+						def->name, in->srt->def->name)));
+	ExecCheckRTPerms(bc->qi->query->rtable, true);
+	open_input(in);
+	bc->estate = CreateExecutorState();
+	bc->econtext = GetPerTupleExprContext(bc->estate);
+	bc->sink_output = stm_sink_output(bc->qi, def->output_mode);
+	bc->out_values = palloc(sizeof(Datum) * Max(bc->qi->noutputs, 1));
+	bc->out_nulls = palloc(sizeof(bool) * Max(bc->qi->noutputs, 1));
+	/* a large first block survives each reset: no malloc churn per chunk */
+	bc->chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
+										  0, 4 * 1024 * 1024, 8 * 1024 * 1024);
+	bc->output->begin(bc, rt);
+}
+
+/* After the output's own end: what begin_query opened is closed. */
+static void
+end_query(BatchContext *bc)
+{
+	ListCell   *lc;
+
+	bc->output->end(bc);
+	foreach(lc, bc->inputs)
+		close_input(lfirst(lc));
+	FreeExecutorState(bc->estate);
+	MemoryContextDelete(bc->chunk_cxt);
+	AtEOXact_GUC(true, bc->guc_nest);
+}
+
+/* ---- output_to_sink: the stream's own batch ----------------------------- */
+
+/*
+ * The sink's writer, and the query's operators: a join's executor run, the
+ * aggregation into the batch's groups (with the state), or the projection;
+ * the operators before them (dedup).
+ */
+static void
+sink_begin(BatchContext *bc, StmRuntime *rt)
+{
+	StmStreamDef *def = bc->def;
+	StmQueryInfo *qi = bc->qi;
+	BatchInput *in = only_input(bc);
+	StmLateRows *keep_late = NULL;
+
+	bc->sink = stm_sink_begin_batch(stm_runtime_open_sink(rt, def), bc->sink_output,
+									bc->batch_id, bc->estate);
+	if (def->keep_late_rows)
+	{
+		keep_late = palloc(sizeof(StmLateRows));
+		keep_late->stream_id = def->id;
+		keep_late->src = in->src;
+		keep_late->meta_att = in->ndeclared;
+	}
+	/* a query that reads tables: the executor runs it (and makes qi->agg read its rows) */
+	if (qi->planned)
+		bc->join = stm_join_begin(&rt->join_plan, rt->cxt, qi, in->desc, def->query);
+	if (qi->agg)
+	{
+		bc->qual = bc->join ? NULL : stm_query_compile_qual(qi);
+		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink,
+										  def->has_watermark, previous_watermark(def),
+										  in->event_time_att, keep_late);
+		/* a window's column is the event time; without a window, event_time's */
+		if (qi->agg->event_time_att >= 0)
+			in->event_time_att = qi->agg->event_time_att;
+	}
+	else if (!bc->join)
+		bc->projector = stm_query_compile(qi);
+	if (def->has_dedup)
+		bc->dedup = stm_dedup_begin(def->id, in->desc, stm_catalog_dedup_keys(def->id),
+									def->has_watermark ? in->event_time_att : -1,
+									previous_watermark(def), def->dedup_within_watermark,
+									def->watermark_delay.time +
+									(int64) def->watermark_delay.day * USECS_PER_DAY,
+									keep_late);
+}
+
+static void
+sink_row(BatchContext *bc, Datum *values, bool *nulls)
+{
+	stm_sink_insert(bc->sink, values, nulls);
+}
+
+/*
+ * A row of a query that reads tables: an output row (stateless), or the
+ * joined row, whose first columns are the source row's (aggregates).
+ */
+static void
+joined_row(void *arg, TupleTableSlot *slot)
+{
+	BatchContext *bc = arg;
+
+	if (bc->aggbatch)
+	{
+		bc->error_input = only_input(bc);
+		bc->error_row = slot->tts_values;
+		bc->error_nulls = slot->tts_isnull;
+		bc->econtext->ecxt_scantuple = slot;
+		stm_aggbatch_add(bc->aggbatch, bc->econtext);
+		ResetExprContext(bc->econtext);
+		bc->error_row = NULL;
+	}
+	else
+		stm_sink_insert(bc->sink, slot->tts_values, slot->tts_isnull);
+}
+
+/*
+ * After the last record: a join runs, the stateful operators merge into
+ * their state tables and write the sink as the output mode says, the sink
+ * writes what it holds (a sink function is called).
+ */
+static void
+sink_end(BatchContext *bc)
+{
+	if (bc->join)
+		stm_join_run(bc->join, joined_row, bc);
+	if (bc->dedup)
+	{
+		int64		dedup_late;
+		int64		dedup_state;
+
+		stm_dedup_finish(bc->dedup, &bc->num_dedup, &dedup_late, &dedup_state);
+		bc->num_late += dedup_late;
+		bc->num_state_rows += dedup_state;
+	}
+	if (bc->aggbatch)
+	{
+		int64		agg_state;
+		int64		agg_late;
+
+		stm_aggbatch_finish(bc->aggbatch, &agg_state, &agg_late);
+		bc->num_state_rows += agg_state;
+		bc->num_late += agg_late;
+	}
+	stm_sink_end_batch(bc->sink);
+	STM_FAULT_POINT("after_sink_write");
+	bc->num_output = bc->sink->rows;
+}
+
+static const BatchOutput output_to_sink = {
+	.begin = sink_begin,
+	.row = sink_row,
+	.bad = apply_bad_record,
+	.end = sink_end,
+};
+
+/* ---- output_to_leader: a parallel helper's share ------------------------ */
+
+/* a helper's aggregate share: a partial group to the leader */
+static void
+leader_group(void *arg, TupleDesc desc, Datum *values, bool *nulls)
+{
+	BatchContext *bc = arg;
+
+	stm_parallel_send_group(bc->share, desc, values, nulls);
+}
+
+/*
+ * A helper's share: no sink and no state (the leader writes them); an
+ * aggregate pre-aggregates, forwarding its partial groups (the leader
+ * combines them and keeps the state), or the projection.
+ */
+static void
+leader_begin(BatchContext *bc, StmRuntime *rt)
+{
+	StmStreamDef *def = bc->def;
+	StmQueryInfo *qi = bc->qi;
+	BatchInput *in = only_input(bc);
+
+	if (qi->agg)
+	{
+		bc->qual = stm_query_compile_qual(qi);
+		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, NULL,
+										  def->has_watermark, previous_watermark(def),
+										  in->event_time_att, NULL);
+		stm_aggbatch_forward(bc->aggbatch, leader_group, bc);
+		if (qi->agg->event_time_att >= 0)
+			in->event_time_att = qi->agg->event_time_att;
+	}
+	else
+		bc->projector = stm_query_compile(qi);
+}
+
+static void
+leader_row(BatchContext *bc, Datum *values, bool *nulls)
+{
+	stm_parallel_send_row(bc->share, bc->sink_output->desc, values, nulls);
+}
+
+/* a helper: the leader applies on_bad_record (and writes the dead letter) */
+static void
+leader_bad(BatchContext *bc, BatchInput *in, const StmBadRecord *bad)
+{
+	bc->num_bad++;
+	stm_parallel_send_bad(bc->share, bad);
+}
+
+static void
+leader_end(BatchContext *bc)
+{
+	if (bc->aggbatch)
+		stm_aggbatch_finish_forward(bc->aggbatch, &bc->num_late);
+}
+
+static const BatchOutput output_to_leader = {
+	.begin = leader_begin,
+	.row = leader_row,
+	.bad = leader_bad,
+	.end = leader_end,
+};
+
+/* ---- fetch: here, or by the helpers -------------------------------------- */
+
+/* Every input's records, read by this process. */
+static void
+fetch_here(BatchContext *bc, StmRuntime *rt)
+{
+	ListCell   *lc;
+
+	foreach(lc, bc->inputs)
+	{
+		BatchInput *in = lfirst(lc);
+
+		in->src->routine->fetch(in->src, process_chunk, in);
+	}
+}
+
+/* the leader's batch: an output row a helper made */
+static void
+helper_row(void *arg, Datum *values, bool *nulls)
+{
+	BatchContext *bc = arg;
+
+	bc->output->row(bc, values, nulls);
+}
+
+/* the leader's batch: a bad record a helper found */
+static void
+helper_bad(void *arg, const StmBadRecord *bad)
+{
+	BatchContext *bc = arg;
+
+	apply_bad_record(bc, only_input(bc), bad);
+}
+
+/* the leader's aggregate batch: a helper's partial group, combined */
+static void
+helper_group(void *arg, Datum *values, bool *nulls)
+{
+	BatchContext *bc = arg;
+
+	stm_aggbatch_add_partial(bc->aggbatch, values, nulls);
+}
+
+/*
+ * The records, read by the runtime's helpers, each its share of the
+ * bounds the leader's plan fixed (parallel.c); the leader takes their
+ * rows, groups and bad records as they come.
+ */
+static void
+fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
+{
+	StmParallelReceiver recv = {helper_row, helper_bad, helper_group, bc};
+	StmShareTotals totals = {0};
+	const char *why;
+
+	/* create_stream and alter_stream refuse the others */
+	if (!stm_parallel_query_supported(bc->qi, &why))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("stream \"%s\" cannot have parallel_workers", bc->def->name),
+				 errdetail("%s.", why)));
+	stm_parallel_fetch(rt->parallel, only_input(bc)->src, bc->sink_output->desc,
+					   bc->aggbatch ? stm_aggbatch_partial_desc(bc->aggbatch) : NULL,
+					   &recv, &totals);
+	bc->num_input += totals.num_input;
+	bc->num_late += totals.num_late;
+	if (totals.has_max_event_time)
+		note_event_time(bc, totals.max_event_time);
+}
+
+/* ---- one batch ----------------------------------------------------------- */
 
 /*
  * Run one batch of the stream in the current transaction, as the stream's
@@ -556,379 +989,40 @@ stm_batch_run(StmRuntime *rt)
 }
 
 /*
- * Errors in the stored query (a function or table gone, say) point into
- * the query's text and name the stream, not the statement that ran it.
+ * The sink's room bounds what the sources may read (back-pressure):
+ * -1 for no limit; none at all is an error that makes the stream wait.
  */
-static void
-query_error_callback(void *arg)
+static int64
+sink_room(StmRuntime *rt, StmStreamDef *def)
 {
-	StmStreamDef *def = arg;
-	int			pos = geterrposition();
+	StmSink    *sink = stm_runtime_open_sink(rt, def);
+	const char *why = NULL;
+	int64		room = -1;
 
-	if (pos > 0)
-	{
-		errposition(0);
-		internalerrposition(pos);
-		internalerrquery(def->query);
-	}
-	errcontext("query of stream \"%s\"", def->name);
-}
-
-/*
- * The source, opened by the runtime's first batch (for a worker, once in its
- * life): it lives in the runtime's memory context.
- */
-static StmSource *
-open_source(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
-{
-	if (rt->source == NULL)
-	{
-		MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
-
-		rt->source = stm_source_open(source_def, def->owner, true);
-		rt->source->bounded = rt->bounded;
-		rt->source->plan_only = rt->parallel_wanted > 0;
-		MemoryContextSwitchTo(oldcxt);
-	}
-	return rt->source;
-}
-
-/* The sink, opened by the runtime's first batch, as the source. */
-static StmSink *
-open_sink(StmRuntime *rt, StmStreamDef *def)
-{
-	if (rt->sink == NULL)
-	{
-		MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
-
-		rt->sink = stm_sink_open(def);
-		MemoryContextSwitchTo(oldcxt);
-	}
-	return rt->sink;
-}
-
-/*
- * Fix the batch's bounds, at most max_records records (-1: no limit); false
- * when there is no batch to run: nothing new, no no-data batch due after a
- * batch that moved the watermark (SPEC 3.1), and no idle_timeout advance.
- */
-static bool
-plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
-{
-	StmStreamDef *def = bc->def;
-	StmPlanContext ctx;
-	int64		total;
-	bool		no_data_due = def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE;
-
-	ctx.stream_id = def->id;
-	ctx.initialized = def->positions_initialized;
-	ctx.last_trigger = last_trigger_time(rt, def);
-	ctx.batch_start = bc->started;
-	bc->src->problem = NULL;
-	bc->src->unreadable = false;
-	ctx.max_records = max_records;
-	total = bc->src->routine->plan(bc->src, &ctx);
-	/* what keeps the source from being read whole: source_error, now or with the batch */
-	if (rt->problem)
-		pfree(rt->problem);
-	rt->problem = bc->src->problem ? MemoryContextStrdup(rt->cxt, bc->src->problem) : NULL;
-	rt->unreadable = bc->src->problem != NULL && bc->src->unreadable;
-	if (!def->positions_initialized)
-		stm_catalog_mark_positions_initialized(def->id);
-	bc->num_input_planned = total;
-	if (total == 0 && !no_data_due)
-		bc->idle_advance = idle_watermark(def, GetCurrentTimestamp());
-	if (total == 0 && !no_data_due && bc->idle_advance == 0)
-	{
-		if (bc->src->routine->save_idle_positions)
-			bc->src->routine->save_idle_positions(bc->src, def->id);
-		stm_catalog_set_source_error(def->id, stm_runtime_source_error(rt));
-		return false;
-	}
-	bc->batch_id = def->last_batch_id + 1;
-	bc->start_positions = bc->src->routine->positions_json(bc->src, false);
-	bc->end_positions = bc->src->routine->positions_json(bc->src, true);
-	return true;
-}
-
-/* a parallel helper's aggregate batch: a partial group to the leader */
-static void
-share_group(void *arg, TupleDesc desc, Datum *values, bool *nulls)
-{
-	BatchContext *bc = arg;
-
-	stm_parallel_send_group(bc->share, desc, values, nulls);
-}
-
-/*
- * The stream's query, analysed again as its creator wrote it (with "$user"
- * the owner), its relations opened, its projection or aggregation and its
- * sink set up, and the operators before it (dedup).
- */
-static void
-begin_query(BatchContext *bc, StmRuntime *rt)
-{
-	StmStreamDef *def = bc->def;
-	ErrorContextCallback errcb;
-	StmQueryInfo *qi;
-	StmLateRows *keep_late = NULL;
-
-	bc->guc_nest = NewGUCNestLevel();
-	(void) set_config_option("search_path", def->search_path, PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	errcb.callback = query_error_callback;
-	errcb.arg = def;
-	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
-	qi = bc->qi = stm_query_analyze(def->query);
-	error_context_stack = errcb.previous;
-	if (qi->source_view != bc->source_def->view)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the query of stream \"%s\" no longer reads its source \"%s\"",
-						def->name, def->source)));
-	ExecCheckRTPerms(qi->query->rtable, true);
-
-	bc->view = relation_open(bc->source_def->view, AccessShareLock);
-	bc->source_desc = CreateTupleDescCopy(RelationGetDescr(bc->view));
-	bc->ndeclared = bc->source_desc->natts - bc->src->nmeta;
-	bc->event_time_att = def->event_time ? view_attno(bc->source_desc, def->event_time) : -1;
-	stm_parser_init(&bc->parser, bc->src->format, bc->src->has_columns, bc->src->csv_delimiter,
-					bc->source_desc, bc->ndeclared);
-	bc->estate = CreateExecutorState();
-	bc->econtext = GetPerTupleExprContext(bc->estate);
-	bc->source_slot = MakeSingleTupleTableSlot(bc->source_desc, &TTSOpsVirtual);
-	bc->output = stm_sink_output(qi, def->output_mode);
-	if (bc->share)
-	{
-		const char *why;
-
-		/* create_stream and alter_stream refuse the others */
-		if (!stm_parallel_supported(bc->src->routine, qi, def->has_dedup, def->keep_late_rows, &why))
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("stream \"%s\" cannot have parallel_workers", def->name),
-					 errdetail("%s.", why)));
-		if (qi->agg)
-		{
-			/* pre-aggregation: the leader combines the groups and keeps the state */
-			bc->qual = stm_query_compile_qual(qi);
-			bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, NULL,
-											  def->has_watermark, previous_watermark(def),
-											  bc->event_time_att, NULL);
-			stm_aggbatch_forward(bc->aggbatch, share_group, bc);
-			if (qi->agg->event_time_att >= 0)
-				bc->event_time_att = qi->agg->event_time_att;
-		}
-		else
-			bc->projector = stm_query_compile(qi);
-		bc->out_values = palloc(sizeof(Datum) * Max(qi->noutputs, 1));
-		bc->out_nulls = palloc(sizeof(bool) * Max(qi->noutputs, 1));
-		bc->chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
-											  0, 4 * 1024 * 1024, 8 * 1024 * 1024);
-		return;
-	}
-	bc->sink = stm_sink_begin_batch(open_sink(rt, def), bc->output, bc->batch_id, bc->estate);
-	if (def->keep_late_rows)
-	{
-		keep_late = palloc(sizeof(StmLateRows));
-		keep_late->stream_id = def->id;
-		keep_late->src = bc->src;
-		keep_late->meta_att = bc->ndeclared;
-	}
-	/* a query that reads tables: the executor runs it (and makes qi->agg read its rows) */
-	if (qi->planned)
-		bc->join = stm_join_begin(&rt->join_plan, rt->cxt, qi, bc->source_desc, def->query);
-	if (qi->agg)
-	{
-		bc->qual = bc->join ? NULL : stm_query_compile_qual(qi);
-		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink,
-										  def->has_watermark, previous_watermark(def),
-										  bc->event_time_att,
-										  keep_late);
-		/* a window's column is the event time; without a window, event_time's */
-		if (qi->agg->event_time_att >= 0)
-			bc->event_time_att = qi->agg->event_time_att;
-	}
-	else if (!bc->join)
-		bc->projector = stm_query_compile(qi);
-	bc->out_values = palloc(sizeof(Datum) * Max(qi->noutputs, 1));
-	bc->out_nulls = palloc(sizeof(bool) * Max(qi->noutputs, 1));
-	/* a large first block survives each reset: no malloc churn per chunk */
-	bc->chunk_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming chunk",
-										  0, 4 * 1024 * 1024, 8 * 1024 * 1024);
-
-	if (def->has_dedup)
-		bc->dedup = stm_dedup_begin(def->id, bc->source_desc, stm_catalog_dedup_keys(def->id),
-									def->has_watermark ? bc->event_time_att : -1,
-									previous_watermark(def), def->dedup_within_watermark,
-									def->watermark_delay.time +
-									(int64) def->watermark_delay.day * USECS_PER_DAY,
-									keep_late);
-}
-
-/*
- * A row of a query that reads tables: an output row (stateless), or the
- * joined row, whose first columns are the source row's (aggregates).
- */
-static void
-joined_row(void *arg, TupleTableSlot *slot)
-{
-	BatchContext *bc = arg;
-
-	if (bc->aggbatch)
-	{
-		bc->error_row = slot->tts_values;
-		bc->error_nulls = slot->tts_isnull;
-		bc->econtext->ecxt_scantuple = slot;
-		stm_aggbatch_add(bc->aggbatch, bc->econtext);
-		ResetExprContext(bc->econtext);
-		bc->error_row = NULL;
-	}
-	else
-		stm_sink_insert(bc->sink, slot->tts_values, slot->tts_isnull);
-}
-
-/*
- * After the last record: the stateful operators merge into their state
- * tables and write the sink as the output mode says; the sink writes what
- * it holds (a sink function is called); the query's relations are closed.
- */
-static void
-end_query(BatchContext *bc)
-{
-	if (bc->share)
-	{
-		/* a helper's share: the leader writes the sink and the state */
-		if (bc->aggbatch)
-			stm_aggbatch_finish_forward(bc->aggbatch, &bc->num_late);
-		ExecDropSingleTupleTableSlot(bc->source_slot);
-		FreeExecutorState(bc->estate);
-		MemoryContextDelete(bc->chunk_cxt);
-		relation_close(bc->view, NoLock);
-		AtEOXact_GUC(true, bc->guc_nest);
-		return;
-	}
-	if (bc->join)
-		stm_join_run(bc->join, joined_row, bc);
-	if (bc->dedup)
-	{
-		int64		dedup_late;
-		int64		dedup_state;
-
-		stm_dedup_finish(bc->dedup, &bc->num_dedup, &dedup_late, &dedup_state);
-		bc->num_late += dedup_late;
-		bc->num_state_rows += dedup_state;
-	}
-	if (bc->aggbatch)
-	{
-		int64		agg_state;
-		int64		agg_late;
-
-		stm_aggbatch_finish(bc->aggbatch, &agg_state, &agg_late);
-		bc->num_state_rows += agg_state;
-		bc->num_late += agg_late;
-	}
-	stm_sink_end_batch(bc->sink);
-	STM_FAULT_POINT("after_sink_write");
-	bc->num_output = bc->sink->rows;
-	ExecDropSingleTupleTableSlot(bc->source_slot);
-	FreeExecutorState(bc->estate);
-	MemoryContextDelete(bc->chunk_cxt);
-	relation_close(bc->view, NoLock);
-	AtEOXact_GUC(true, bc->guc_nest);
-}
-
-/* watermark = max event time seen - delay, or the idle advance; it never moves back */
-static void
-advance_watermark(BatchContext *bc)
-{
-	StmStreamDef *def = bc->def;
-
-	if (!def->has_watermark)
-		return;
-	bc->has_watermark = true;
-	bc->watermark = previous_watermark(def);
-	if (bc->has_max_event_time)
-	{
-		TimestampTz candidate = DatumGetTimestampTz(
-			DirectFunctionCall2(timestamptz_mi_interval,
-								TimestampTzGetDatum(bc->max_event_time),
-								IntervalPGetDatum(&def->watermark_delay)));
-
-		bc->watermark = Max(bc->watermark, candidate);
-	}
-	if (bc->idle_advance != 0)
-		bc->watermark = Max(bc->watermark, bc->idle_advance);
-}
-
-/* the leader's batch: an output row a helper made */
-static void
-helper_row(void *arg, Datum *values, bool *nulls)
-{
-	BatchContext *bc = arg;
-
-	stm_sink_insert(bc->sink, values, nulls);
-}
-
-/* the leader's aggregate batch: a helper's partial group, combined */
-static void
-helper_group(void *arg, Datum *values, bool *nulls)
-{
-	BatchContext *bc = arg;
-
-	stm_aggbatch_add_partial(bc->aggbatch, values, nulls);
-}
-
-/*
- * How many helpers the stream's parallel_workers asks for now (none for a
- * run_batch inside a transaction block, whose uncommitted work they would
- * not see): the runtime's helpers are replaced after a batch that failed
- * while they worked, or when the number changed, and the leader's source
- * is opened again when that changes who fetches.  The helpers themselves
- * start with the first batch that has records (start_helpers).
- */
-static void
-prepare_helpers(StmRuntime *rt, StmStreamDef *def, StmSourceDef *source_def)
-{
-	int			want = rt->parallel_allowed || !IsTransactionBlock() ? def->parallel_workers : 0;
-	const char *why;
-
-	if (want > 0 && !stm_parallel_supported(stm_source_routine(source_def->kind), NULL,
-											def->has_dedup, def->keep_late_rows, &why))
-		want = 0;
-	if (rt->parallel &&
-		(stm_parallel_dirty(rt->parallel) || stm_parallel_wanted(rt->parallel) != want))
-	{
-		stm_parallel_stop(rt->parallel);
-		rt->parallel = NULL;
-	}
-	rt->parallel_wanted = want;
-	if (rt->source && rt->source->plan_only != (want > 0))
-	{
-		stm_source_close(rt->source);
-		rt->source = NULL;
-	}
-}
-
-/*
- * The helpers, once a plan found records to read: a batch whose source
- * is plan_only cannot run without any, so it waits (53000) while no
- * background worker slot is free.
- */
-static void
-start_helpers(StmRuntime *rt, StmStreamDef *def)
-{
-	if (rt->parallel_wanted == 0 || rt->parallel != NULL)
-		return;
-	rt->parallel = stm_parallel_start(def->id, rt->parallel_wanted, rt->cxt);
-	if (rt->parallel == NULL)
+	if (sink->routine->capacity)
+		room = sink->routine->capacity(sink, &why);
+	if (room == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("stream \"%s\" could not start any of its %d parallel helpers",
-						def->name, rt->parallel_wanted),
-				 errdetail("No background worker slot is free."),
-				 errhint("Raise max_worker_processes, or set parallel_workers to 0 with streaming.alter_stream().")));
+				 errmsg("stream \"%s\" cannot run a batch now: %s", def->name, why),
+				 errhint("The stream's worker delivers the waiting rows; start the stream, or wait.")));
+	return room;
+}
+
+/*
+ * A data batch of a stateful stream that moved the watermark makes a
+ * no-data batch due (SPEC 3.1; not for 'once'), so that what it closed is
+ * written without waiting for more input.
+ */
+static bool
+no_data_batch_due(BatchContext *bc)
+{
+	StmStreamDef *def = bc->def;
+	bool		stateful = bc->aggbatch != NULL || bc->dedup != NULL;
+
+	return stateful && (bc->num_input > 0 || bc->idle_advance != 0) &&
+		bc->has_watermark && bc->watermark > previous_watermark(def) &&
+		def->trigger_kind != STM_TRIGGER_ONCE;
 }
 
 /* stm_batch_run, once the stream's row is locked and its owner in charge */
@@ -937,77 +1031,37 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 {
 	BatchContext bc = {0};
 	ErrorContextCallback errcb;
-	bool		stateful;
-
-	StmSink    *sink;
-	int64		room = -1;
-	const char *why = NULL;
+	ListCell   *lc;
 
 	bc.def = def;
 	bc.started = GetCurrentTimestamp();
-	bc.source_def = stm_catalog_get_source_of_stream(def);
-	prepare_helpers(rt, def, bc.source_def);
-	bc.src = open_source(rt, def, bc.source_def);
-	/* the sink's room bounds what the source may read (back-pressure) */
-	sink = open_sink(rt, def);
-	if (sink->routine->capacity)
-		room = sink->routine->capacity(sink, &why);
-	if (room == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("stream \"%s\" cannot run a batch now: %s", def->name, why),
-				 errhint("The stream's worker delivers the waiting rows; start the stream, or wait.")));
-	if (!plan_batch(&bc, rt, room))
+	stm_runtime_prepare_helpers(rt, def);
+	bc.inputs = make_inputs(&bc, rt);
+	if (!plan_batch(&bc, rt, sink_room(rt, def)))
 		return -1;
-	start_helpers(rt, def);
+	stm_runtime_start_helpers(rt, def);
 
+	bc.output = &output_to_sink;
+	bc.fetch = rt->parallel ? fetch_by_helpers : fetch_here;
 	begin_query(&bc, rt);
 	errcb.callback = batch_error_callback;
 	errcb.arg = &bc;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	if (rt->parallel)
-	{
-		StmParallelReceiver recv = {helper_row, helper_bad_record, helper_group, &bc};
-		StmShareTotals totals = {0};
-		const char *why;
-
-		if (!stm_parallel_supported(bc.src->routine, bc.qi, def->has_dedup, def->keep_late_rows,
-									&why))
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("stream \"%s\" cannot have parallel_workers", def->name),
-					 errdetail("%s.", why)));
-		stm_parallel_fetch(rt->parallel, bc.src, bc.output->desc,
-						   bc.aggbatch ? stm_aggbatch_partial_desc(bc.aggbatch) : NULL,
-						   &recv, &totals);
-		bc.num_input += totals.num_input;
-		bc.num_late += totals.num_late;
-		if (totals.has_max_event_time &&
-			(!bc.has_max_event_time || totals.max_event_time > bc.max_event_time))
-		{
-			bc.has_max_event_time = true;
-			bc.max_event_time = totals.max_event_time;
-		}
-	}
-	else
-		bc.src->routine->fetch(bc.src, process_chunk, &bc);
+	bc.fetch(&bc, rt);
 	STM_FAULT_POINT("after_fetch");
 	end_query(&bc);
 	error_context_stack = errcb.previous;
 
 	STM_FAULT_POINT("before_watermark_update");
 	advance_watermark(&bc);
-	bc.src->routine->save_positions(bc.src, def->id, bc.batch_id);
-	/*
-	 * a data batch of a stateful stream that moved the watermark makes a
-	 * no-data batch due (not for 'once')
-	 */
-	stateful = bc.aggbatch != NULL || bc.dedup != NULL;
-	record_batch(&bc, rt,
-				 stateful && (bc.num_input > 0 || bc.idle_advance != 0) &&
-				 bc.has_watermark && bc.watermark > previous_watermark(def) &&
-				 def->trigger_kind != STM_TRIGGER_ONCE,
+	foreach(lc, bc.inputs)
+	{
+		BatchInput *in = lfirst(lc);
+
+		in->src->routine->save_positions(in->src, def->id, bc.batch_id);
+	}
+	record_batch(&bc, rt, no_data_batch_due(&bc),
 				 bc.num_input_planned > 0 ? bc.started :
 				 bc.idle_advance != 0 ? GetCurrentTimestamp() : 0);
 
@@ -1020,7 +1074,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 }
 
 /*
- * A parallel helper's share of a batch (parallel.c), in the helper's
+ * A parallel helper's share of a batch (helper.c), in the helper's
  * transaction: the stream's query analysed as the leader's batch does, as
  * the stream's owner; exactly the bounds the leader gave fetched, parsed,
  * filtered and projected, the rows and bad records sent to the leader.  It
@@ -1034,6 +1088,7 @@ stm_batch_run_share(StmRuntime *rt, const char *bounds, StmHelperOut *out,
 	ErrorContextCallback errcb;
 	Oid			save_userid;
 	int			save_sec_context;
+	BatchInput *in;
 
 	bc.def = stm_catalog_get_stream_by_id(rt->stream_id, false);
 	if (bc.def == NULL)
@@ -1049,119 +1104,22 @@ stm_batch_run_share(StmRuntime *rt, const char *bounds, StmHelperOut *out,
 	SetUserIdAndSecContext(bc.def->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	bc.share = out;
+	bc.output = &output_to_leader;
+	bc.fetch = fetch_here;
 	bc.started = GetCurrentTimestamp();
-	bc.source_def = stm_catalog_get_source_of_stream(bc.def);
-	bc.src = open_source(rt, bc.def, bc.source_def);
-	bc.src->routine->set_share_bounds(bc.src, bounds);
+	bc.inputs = make_inputs(&bc, rt);
+	in = only_input(&bc);
+	in->src->routine->set_share_bounds(in->src, bounds);
 	begin_query(&bc, rt);
 	errcb.callback = batch_error_callback;
 	errcb.arg = &bc;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	bc.src->routine->fetch(bc.src, process_chunk, &bc);
+	bc.fetch(&bc, rt);
 	end_query(&bc);
 	error_context_stack = errcb.previous;
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	totals->num_input = bc.num_input;
 	totals->has_max_event_time = bc.has_max_event_time;
 	totals->max_event_time = bc.max_event_time;
-}
-
-/*
- * After the batch's transaction committed, outside any transaction (the
- * source starts one if it needs one): the source's work that must wait for
- * the commit.  A crash before it only delays it: the source does it again
- * before its next batch.  run_batch, inside the caller's transaction, never
- * gets here: its source catches up before its next batch.
- */
-void
-stm_batch_after_commit(StmRuntime *rt)
-{
-	if (rt->source && rt->source->routine->after_commit)
-		rt->source->routine->after_commit(rt->source, rt->stream_id);
-	if (rt->sink && rt->sink->routine->after_commit)
-		rt->sink->routine->after_commit(rt->sink);
-}
-
-/*
- * The worker, outside any transaction: a sink that delivers after the
- * commit sends what committed batches left (SinkRoutine.deliver); busy:
- * the next batch runs at once.  Nothing to do for a sink that is not open yet or writes in
- * the batch's transaction.
- */
-StmSinkStatus
-stm_runtime_deliver(StmRuntime *rt, bool busy)
-{
-	StmSinkStatus none = {0, false, NULL, NULL};
-
-	if (rt->sink == NULL || rt->sink->routine->deliver == NULL)
-		return none;
-	return rt->sink->routine->deliver(rt->sink, busy);
-}
-
-/*
- * Errors after which a stream waits rather than fails: its source cannot
- * be reached (class 08), or its sink cannot take a batch now (53000, see
- * StmSinkRoutine.capacity).  The worker retries without counting them.
- */
-bool
-stm_error_is_waiting(int sqlerrcode)
-{
-	return ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION ||
-		sqlerrcode == ERRCODE_INSUFFICIENT_RESOURCES;
-}
-
-/*
- * The worker (or a parallel helper) is idle: sleep until the runtime's
- * source may have records, the latch is set, or timeout_ms pass; true when
- * the source says records may have arrived.  It reads the source's queue
- * outside any transaction: an error there is logged and slept off, and the
- * next plan or share (in a transaction) meets and reports it.
- */
-bool
-stm_runtime_wait(StmRuntime *rt, long timeout_ms)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool arrived = false;
-
-	PG_TRY();
-	{
-		arrived = stm_source_wait(rt->source, timeout_ms);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		EmitErrorReport();
-		FlushErrorState();
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-	}
-	PG_END_TRY();
-	return arrived;
-}
-
-/*
- * A runtime given up on error (run_batch's): its parallel helpers are told
- * to stop and its segment detached, without waiting for them; the rest
- * goes with the memory context.
- */
-void
-stm_runtime_abandon(StmRuntime *rt)
-{
-	stm_parallel_abandon(rt->parallel);
-	rt->parallel = NULL;
-}
-
-/* The end of a runtime: its source and sink let go of what they hold. */
-void
-stm_runtime_close(StmRuntime *rt)
-{
-	stm_parallel_stop(rt->parallel);
-	rt->parallel = NULL;
-	stm_source_close(rt->source);
-	rt->source = NULL;
-	if (rt->sink && rt->sink->routine->close)
-		rt->sink->routine->close(rt->sink);
-	rt->sink = NULL;
 }

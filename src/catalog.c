@@ -41,108 +41,11 @@
 #include "utils/timestamp.h"
 
 #include "catalog.h"
+#include "sql.h"
 
 #ifndef STM_EXTVERSION
 #error "STM_EXTVERSION (the Makefile's EXTVERSION) must be defined"
 #endif
-
-int
-stm_catalog_pin_search_path(void)
-{
-	int			nestlevel = NewGUCNestLevel();
-
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	return nestlevel;
-}
-
-void
-stm_catalog_unpin_search_path(int nestlevel)
-{
-	AtEOXact_GUC(true, nestlevel);
-}
-
-/*
- * The extension's row in pg_extension: its owner and its installed version
- * (NULL when it is not installed).  One index lookup, no SPI.
- */
-static bool
-extension_row(Oid *owner, char **version)
-{
-	Relation	rel;
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tup;
-	bool		found;
-
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
-				F_NAMEEQ, CStringGetDatum("streaming"));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tup = systable_getnext(scan);
-	found = HeapTupleIsValid(tup);
-	if (found)
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
-									 RelationGetDescr(rel), &isnull);
-
-		*owner = ((Form_pg_extension) GETSTRUCT(tup))->extowner;
-		*version = isnull ? NULL : TextDatumGetCString(d);
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return found;
-}
-
-/*
- * The role that owns the extension (pg_extension.extowner), looked up once
- * per transaction.
- */
-Oid
-stm_catalog_extension_owner(void)
-{
-	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
-	static Oid	cached_owner = InvalidOid;
-	char	   *version;
-
-	if (cached_lxid == MyProc->lxid && OidIsValid(cached_owner))
-		return cached_owner;
-	if (!extension_row(&cached_owner, &version))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("extension \"streaming\" is not installed in this database"),
-				 errhint("Run CREATE EXTENSION streaming.")));
-	cached_lxid = MyProc->lxid;
-	return cached_owner;
-}
-
-/*
- * Start reading or writing the catalog: as the extension's owner, with
- * search_path pinned.  stm_catalog_end puts both back; an error in between
- * is cleaned up by the (sub)transaction's abort, which restores the user id
- * and the settings.  Keeps SECURITY_RESTRICTED_OPERATION when a batch runs
- * under it.
- */
-StmCatalogScope
-stm_catalog_begin(void)
-{
-	StmCatalogScope scope;
-
-	GetUserIdAndSecContext(&scope.save_userid, &scope.save_sec_context);
-	SetUserIdAndSecContext(stm_catalog_extension_owner(),
-						   scope.save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	scope.nestlevel = stm_catalog_pin_search_path();
-	return scope;
-}
-
-void
-stm_catalog_end(StmCatalogScope scope)
-{
-	stm_catalog_unpin_search_path(scope.nestlevel);
-	SetUserIdAndSecContext(scope.save_userid, scope.save_sec_context);
-}
 
 /*
  * Is the catalog at the version this library was built for?  Between a new
@@ -157,7 +60,7 @@ stm_catalog_check_version(int elevel)
 	Oid			owner;
 	char	   *installed = NULL;
 
-	if (extension_row(&owner, &installed) && installed != NULL &&
+	if (stm_extension_row(&owner, &installed) && installed != NULL &&
 		strcmp(installed, STM_EXTVERSION) == 0)
 		return true;
 	if (installed == NULL)
@@ -172,52 +75,6 @@ stm_catalog_check_version(int elevel)
 				 errdetail("Streams run no batches until the catalog is at the library's version."),
 				 errhint("Run ALTER EXTENSION streaming UPDATE.")));
 	return false;
-}
-
-/* One statement in an SPI connection of its own, which must return expect. */
-void
-stm_spi_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
-{
-	int			rc;
-
-	SPI_connect();
-	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
-	if (rc != expect)
-		elog(ERROR, "SPI failed (%s): %s", SPI_result_code_string(rc), sql);
-	SPI_finish();
-}
-
-/* Change the catalog: as the extension's owner (catalog.c), after the caller was checked. */
-void
-stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
-{
-	StmCatalogScope scope = stm_catalog_begin();
-
-	stm_spi_exec(sql, nargs, types, values, nulls, expect);
-	stm_catalog_end(scope);
-}
-
-/*
- * The first column of the first row of a query over the catalog, of a type
- * passed by value (bool, integers), read as the extension's owner; *isnull
- * when there is no row or the value is NULL.  Not a read-only query: under
- * READ COMMITTED each call sees the latest commits.
- */
-Datum
-stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *values, bool *isnull)
-{
-	StmCatalogScope scope = stm_catalog_begin();
-	Datum		result = (Datum) 0;
-
-	*isnull = true;
-	SPI_connect();
-	if (SPI_execute_with_args(sql, nargs, types, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "SPI failed: %s", sql);
-	if (SPI_processed > 0)
-		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
-	SPI_finish();
-	stm_catalog_end(scope);
-	return result;
 }
 
 StmOutputMode
@@ -366,34 +223,54 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	return s;
 }
 
-/*
- * The stream that matches where ($1 is arg).  With a valid visible_to, only
- * a stream that role may act on (its owner, a member of the owning role, a
- * superuser): the SQL functions see no other role's streams (SPEC 7).
- */
-static StmStreamDef *
-get_stream(const char *where, Oid argtype, Datum arg, bool lock, Oid visible_to)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	StmStreamDef *s = NULL;
-	char	   *sql;
-	Oid			types[2] = {argtype, OIDOID};
-	Datum		values[2] = {arg, ObjectIdGetDatum(visible_to)};
-	char		nulls[2] = {' ', OidIsValid(visible_to) ? ' ' : 'n'};
-	StmCatalogScope scope = stm_catalog_begin();
+/* Reads a looked-up row into a struct, in the current memory context. */
+typedef void *(*RowReader) (HeapTuple tuple, TupleDesc desc);
 
-	sql = psprintf("SELECT " STREAM_COLUMNS " FROM streaming.stream_defs WHERE %s "
-				   "AND ($2 IS NULL OR pg_has_role($2, owner, 'USAGE'))%s",
-				   where, lock ? " FOR UPDATE" : "");
-	SPI_connect();
-	if (SPI_execute_with_args(sql, 2, types, values, nulls, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.stream_defs");
-	if (SPI_processed > 0)
-		s = stream_from_tuple(cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
-	SPI_finish();
-	stm_catalog_end(scope);
-	return s;
+typedef struct Lookup
+{
+	RowReader	read;
+	void	   *result;
+} Lookup;
+
+static void
+lookup_row(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	Lookup	   *l = arg;
+
+	if (l->result == NULL)
+		l->result = l->read(tuple, desc);
 }
+
+/*
+ * The row of a catalog table whose key column equals key, read by read;
+ * NULL when there is none.  With a valid visible_to, only a row that role
+ * may act on (its owner, a member of the owning role, a superuser): the
+ * SQL functions see no other role's streams, sources or sinks (SPEC 7).
+ * With lock, the row is locked FOR UPDATE until the transaction ends.
+ */
+static void *
+lookup(const char *select, const char *key_column, Oid key_type, Datum key, bool lock,
+	   Oid visible_to, RowReader read)
+{
+	StmSql		q;
+	Lookup		l = {read, NULL};
+
+	stm_sql_init(&q, psprintf("%s WHERE %s = :key "
+							  "AND (:visible_to::oid IS NULL OR pg_has_role(:visible_to, owner, 'USAGE'))%s",
+							  select, key_column, lock ? " FOR UPDATE" : ""));
+	stm_sql_param(&q, "key", key_type, key, false);
+	stm_sql_oid(&q, "visible_to", visible_to);
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, lookup_row, &l);
+	return l.result;
+}
+
+static void *
+read_stream(HeapTuple tuple, TupleDesc desc)
+{
+	return stream_from_tuple(CurrentMemoryContext, tuple, desc);
+}
+
+#define SELECT_STREAM "SELECT " STREAM_COLUMNS " FROM streaming.stream_defs"
 
 /*
  * Look up a stream the current user may act on, by name; raises "does not
@@ -402,9 +279,9 @@ get_stream(const char *where, Oid argtype, Datum arg, bool lock, Oid visible_to)
 StmStreamDef *
 stm_catalog_get_stream(const char *name, bool missing_ok)
 {
-	StmStreamDef *s;
+	StmStreamDef *s = lookup(SELECT_STREAM, "name", TEXTOID, CStringGetTextDatum(name), false,
+							 GetUserId(), read_stream);
 
-	s = get_stream("name = $1", TEXTOID, CStringGetTextDatum(name), false, GetUserId());
 	if (s == NULL && !missing_ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -416,54 +293,38 @@ stm_catalog_get_stream(const char *name, bool missing_ok)
 bool
 stm_catalog_stream_exists(const char *name)
 {
-	return get_stream("name = $1", TEXTOID, CStringGetTextDatum(name), false, InvalidOid) != NULL;
+	return lookup(SELECT_STREAM, "name", TEXTOID, CStringGetTextDatum(name), false,
+				  InvalidOid, read_stream) != NULL;
 }
 
 /* By id; with lock, the row is locked FOR UPDATE until the transaction ends. */
 StmStreamDef *
 stm_catalog_get_stream_by_id(int32 id, bool lock)
 {
-	return get_stream("id = $1", INT4OID, Int32GetDatum(id), lock, InvalidOid);
+	return lookup(SELECT_STREAM, "id", INT4OID, Int32GetDatum(id), lock, InvalidOid, read_stream);
 }
 
-/* The source that matches where ($1 is arg), visible_to as in get_stream. */
-static StmSourceDef *
-get_source(const char *where, Oid argtype, Datum arg, Oid visible_to)
+static void *
+read_source(HeapTuple tuple, TupleDesc desc)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	StmSourceDef *s = NULL;
-	Oid			types[2] = {argtype, OIDOID};
-	Datum		values[2] = {arg, ObjectIdGetDatum(visible_to)};
-	char		nulls[2] = {' ', OidIsValid(visible_to) ? ' ' : 'n'};
-	StmCatalogScope scope = stm_catalog_begin();
-	char	   *sql;
+	CatalogRow	row = {CurrentMemoryContext, tuple, desc};
+	StmSourceDef *s = palloc0(sizeof(StmSourceDef));
 
-	sql = psprintf("SELECT name, kind, view::oid AS view, owner::oid AS owner FROM streaming.sources WHERE %s "
-				   "AND ($2 IS NULL OR pg_has_role($2, owner, 'USAGE'))",
-				   where);
-	SPI_connect();
-	if (SPI_execute_with_args(sql, 2, types, values, nulls, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.sources");
-	if (SPI_processed > 0)
-	{
-		CatalogRow	row = {cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc};
-
-		s = MemoryContextAllocZero(cxt, sizeof(StmSourceDef));
-		s->name = get_text(&row, "name");
-		s->kind = get_text(&row, "kind");
-		s->view = get_oid(&row, "view");
-		s->owner = get_oid(&row, "owner");
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
+	s->name = get_text(&row, "name");
+	s->kind = get_text(&row, "kind");
+	s->view = get_oid(&row, "view");
+	s->owner = get_oid(&row, "owner");
 	return s;
 }
 
-/* A source the current user owns (or may act for), by name, as get_stream. */
+#define SELECT_SOURCE "SELECT name, kind, view::oid AS view, owner::oid AS owner FROM streaming.sources"
+
+/* A source the current user owns (or may act for), by name, as stm_catalog_get_stream. */
 StmSourceDef *
 stm_catalog_get_source(const char *name, bool missing_ok)
 {
-	StmSourceDef *s = get_source("name = $1", TEXTOID, CStringGetTextDatum(name), GetUserId());
+	StmSourceDef *s = lookup(SELECT_SOURCE, "name", TEXTOID, CStringGetTextDatum(name), false,
+							 GetUserId(), read_source);
 
 	if (s == NULL && !missing_ok)
 		ereport(ERROR,
@@ -476,14 +337,16 @@ stm_catalog_get_source(const char *name, bool missing_ok)
 bool
 stm_catalog_source_exists(const char *name)
 {
-	return get_source("name = $1", TEXTOID, CStringGetTextDatum(name), InvalidOid) != NULL;
+	return lookup(SELECT_SOURCE, "name", TEXTOID, CStringGetTextDatum(name), false,
+				  InvalidOid, read_source) != NULL;
 }
 
 /* The source a stream reads (whoever owns it: the stream's owner may read its view). */
 StmSourceDef *
 stm_catalog_get_source_of_stream(StmStreamDef *def)
 {
-	StmSourceDef *s = get_source("name = $1", TEXTOID, CStringGetTextDatum(def->source), InvalidOid);
+	StmSourceDef *s = lookup(SELECT_SOURCE, "name", TEXTOID, CStringGetTextDatum(def->source),
+							 false, InvalidOid, read_source);
 
 	if (s == NULL)
 		ereport(ERROR,
@@ -496,31 +359,25 @@ stm_catalog_get_source_of_stream(StmStreamDef *def)
 StmSourceDef *
 stm_catalog_get_source_by_view(Oid view)
 {
-	return get_source("view = $1::oid", OIDOID, ObjectIdGetDatum(view), InvalidOid);
+	return lookup(SELECT_SOURCE, "view", REGCLASSOID, ObjectIdGetDatum(view), false,
+				  InvalidOid, read_source);
+}
+
+static void *
+read_options(HeapTuple tuple, TupleDesc desc)
+{
+	bool		isnull;
+
+	return DatumGetJsonbPCopy(stm_sql_get_datum(tuple, desc, "options", &isnull));
 }
 
 /* A source's options, as stored (streaming.sources.options). */
 Jsonb *
 stm_catalog_source_options(const char *source)
 {
-	Oid			type = TEXTOID;
-	Datum		arg = CStringGetTextDatum(source);
-	Jsonb	   *result = NULL;
-	StmCatalogScope scope = stm_catalog_begin();
+	Jsonb	   *result = lookup("SELECT options, owner FROM streaming.sources", "name", TEXTOID,
+								CStringGetTextDatum(source), false, InvalidOid, read_options);
 
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT options FROM streaming.sources WHERE name = $1",
-							  1, &type, &arg, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.sources");
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		result = DatumGetJsonbP(SPI_datumTransfer(d, false, -1));
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
 	if (result == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -528,74 +385,28 @@ stm_catalog_source_options(const char *source)
 	return result;
 }
 
-/*
- * The first column of the first row of a query of the catalog with one
- * argument, as text in the caller's memory context; NULL when there is no
- * row or it is NULL.
- */
-char *
-stm_catalog_text(const char *sql, Oid argtype, Datum arg)
+static void *
+read_sink(HeapTuple tuple, TupleDesc desc)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	char	   *result = NULL;
-	StmCatalogScope scope = stm_catalog_begin();
+	CatalogRow	row = {CurrentMemoryContext, tuple, desc};
+	StmSinkDef *s = palloc0(sizeof(StmSinkDef));
+	bool		isnull;
 
-	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the streaming catalog");
-	if (SPI_processed > 0)
-	{
-		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-		result = v ? MemoryContextStrdup(cxt, v) : NULL;
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return result;
-}
-
-/* The named sink that matches where ($1 is arg), visible_to as in get_stream. */
-static StmSinkDef *
-get_sink(const char *where, Oid argtype, Datum arg, Oid visible_to)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	StmSinkDef *s = NULL;
-	Oid			types[2] = {argtype, OIDOID};
-	Datum		values[2] = {arg, ObjectIdGetDatum(visible_to)};
-	char		nulls[2] = {' ', OidIsValid(visible_to) ? ' ' : 'n'};
-	StmCatalogScope scope = stm_catalog_begin();
-	char	   *sql;
-
-	sql = psprintf("SELECT name, kind, options, owner::oid AS owner FROM streaming.sinks WHERE %s "
-				   "AND ($2 IS NULL OR pg_has_role($2, owner, 'USAGE'))",
-				   where);
-	SPI_connect();
-	if (SPI_execute_with_args(sql, 2, types, values, nulls, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.sinks");
-	if (SPI_processed > 0)
-	{
-		CatalogRow	row = {cxt, SPI_tuptable->vals[0], SPI_tuptable->tupdesc};
-		bool		isnull;
-		MemoryContext old;
-
-		s = MemoryContextAllocZero(cxt, sizeof(StmSinkDef));
-		s->name = get_text(&row, "name");
-		s->kind = get_text(&row, "kind");
-		old = MemoryContextSwitchTo(cxt);
-		s->options = DatumGetJsonbPCopy(get_value(&row, "options", &isnull));
-		MemoryContextSwitchTo(old);
-		s->owner = get_oid(&row, "owner");
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
+	s->name = get_text(&row, "name");
+	s->kind = get_text(&row, "kind");
+	s->options = DatumGetJsonbPCopy(get_value(&row, "options", &isnull));
+	s->owner = get_oid(&row, "owner");
 	return s;
 }
+
+#define SELECT_SINK "SELECT name, kind, options, owner::oid AS owner FROM streaming.sinks"
 
 /* A named sink the current user owns (or may act for), as stm_catalog_get_source. */
 StmSinkDef *
 stm_catalog_get_sink(const char *name, bool missing_ok)
 {
-	StmSinkDef *s = get_sink("name = $1", TEXTOID, CStringGetTextDatum(name), GetUserId());
+	StmSinkDef *s = lookup(SELECT_SINK, "name", TEXTOID, CStringGetTextDatum(name), false,
+						   GetUserId(), read_sink);
 
 	if (s == NULL && !missing_ok)
 		ereport(ERROR,
@@ -608,14 +419,16 @@ stm_catalog_get_sink(const char *name, bool missing_ok)
 bool
 stm_catalog_sink_exists(const char *name)
 {
-	return get_sink("name = $1", TEXTOID, CStringGetTextDatum(name), InvalidOid) != NULL;
+	return lookup(SELECT_SINK, "name", TEXTOID, CStringGetTextDatum(name), false,
+				  InvalidOid, read_sink) != NULL;
 }
 
 /* The named sink a stream writes to, whoever owns it. */
 StmSinkDef *
 stm_catalog_get_sink_of_stream(StmStreamDef *def)
 {
-	StmSinkDef *s = get_sink("name = $1", TEXTOID, CStringGetTextDatum(def->sink_name), InvalidOid);
+	StmSinkDef *s = lookup(SELECT_SINK, "name", TEXTOID, CStringGetTextDatum(def->sink_name),
+						   false, InvalidOid, read_sink);
 
 	if (s == NULL)
 		ereport(ERROR,
@@ -635,6 +448,17 @@ stm_catalog_source_option(const char *source, const char *path)
 	return rows == NIL ? NULL : ((char **) linitial(rows))[0];
 }
 
+static void
+option_row(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	List	  **result = arg;
+	char	  **row = palloc0(sizeof(char *) * desc->natts);
+
+	for (int c = 0; c < desc->natts; c++)
+		row[c] = SPI_getvalue(tuple, desc, c + 1);
+	*result = lappend(*result, row);
+}
+
 /*
  * Rows of a query over one source's options: sql_expr is a SELECT evaluated
  * LATERAL with "s" bound to the source's row.  Each list element is a char*
@@ -643,36 +467,13 @@ stm_catalog_source_option(const char *source, const char *path)
 List *
 stm_catalog_source_option_list(const char *source, const char *sql_expr)
 {
-	MemoryContext cxt = CurrentMemoryContext;
 	List	   *result = NIL;
-	StmCatalogScope scope = stm_catalog_begin();
-	Oid			argtype = TEXTOID;
-	Datum		arg = CStringGetTextDatum(source);
-	char	   *sql;
+	StmSql		q;
 
-	sql = psprintf("SELECT t.* FROM streaming.sources s, LATERAL (%s) t WHERE s.name = $1",
-				   sql_expr);
-	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.sources");
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		int			natts = SPI_tuptable->tupdesc->natts;
-		char	  **row = MemoryContextAllocZero(cxt, sizeof(char *) * natts);
-		MemoryContext old;
-
-		for (int c = 0; c < natts; c++)
-		{
-			char	   *v = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1);
-
-			row[c] = v ? MemoryContextStrdup(cxt, v) : NULL;
-		}
-		old = MemoryContextSwitchTo(cxt);
-		result = lappend(result, row);
-		MemoryContextSwitchTo(old);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
+	stm_sql_init(&q, psprintf("SELECT t.* FROM streaming.sources s, LATERAL (%s) t WHERE s.name = :source",
+							  sql_expr));
+	stm_sql_text(&q, "source", source);
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, option_row, &result);
 	return result;
 }
 
@@ -684,51 +485,105 @@ void
 stm_catalog_set_status(int32 stream_id, StmStreamStatus status,
 					   const char *last_error, bool clear_error, int failures)
 {
-	Oid			types[5] = {INT4OID, TEXTOID, TEXTOID, BOOLOID, INT4OID};
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-	StmCatalogScope scope = stm_catalog_begin();
+	StmSql		q;
 
-	values[0] = Int32GetDatum(stream_id);
-	values[1] = CStringGetTextDatum(stm_catalog_status_name(status));
-	if (last_error)
-		values[2] = CStringGetTextDatum(last_error);
-	else
-		nulls[2] = 'n';
-	values[3] = BoolGetDatum(clear_error);
-	values[4] = Int32GetDatum(failures);
-	SPI_connect();
-	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET status = $2, "
-							  "last_error = CASE WHEN $3 IS NOT NULL THEN $3 WHEN $4 THEN NULL ELSE last_error END, "
-							  "failures = CASE WHEN $5 >= 0 THEN $5 ELSE failures END "
-							  "WHERE id = $1",
-							  5, types, values, nulls, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update streaming.stream_defs");
-	SPI_finish();
-	stm_catalog_end(scope);
+	stm_sql_init(&q, "UPDATE streaming.stream_defs SET status = :status, "
+				 "last_error = CASE WHEN :last_error IS NOT NULL THEN :last_error "
+				 "WHEN :clear_error THEN NULL ELSE last_error END, "
+				 "failures = CASE WHEN :failures >= 0 THEN :failures ELSE failures END "
+				 "WHERE id = :id");
+	stm_sql_int4(&q, "id", stream_id);
+	stm_sql_text(&q, "status", stm_catalog_status_name(status));
+	stm_sql_text(&q, "last_error", last_error);
+	stm_sql_bool(&q, "clear_error", clear_error);
+	stm_sql_int4(&q, "failures", failures);
+	(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
 }
 
 /* Remember (or clear, with NULL) why the source could not be reached. */
 void
 stm_catalog_set_source_error(int32 stream_id, const char *error)
 {
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-	StmCatalogScope scope = stm_catalog_begin();
+	StmSql		q;
 
-	values[0] = Int32GetDatum(stream_id);
-	if (error)
-		values[1] = CStringGetTextDatum(error);
-	else
-		nulls[1] = 'n';
-	SPI_connect();
-	if (SPI_execute_with_args("UPDATE streaming.stream_defs SET source_error = $2 "
-							  "WHERE id = $1 AND source_error IS DISTINCT FROM $2",
-							  2, types, values, nulls, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update streaming.stream_defs");
-	SPI_finish();
-	stm_catalog_end(scope);
+	stm_sql_init(&q, "UPDATE streaming.stream_defs SET source_error = :error "
+				 "WHERE id = :id AND source_error IS DISTINCT FROM :error");
+	stm_sql_int4(&q, "id", stream_id);
+	stm_sql_text(&q, "error", error);
+	(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
+}
+
+/*
+ * A committed batch: its progress row (the last history rows of the
+ * stream kept), and the stream's row after it, in the batch's transaction.
+ */
+void
+stm_catalog_record_batch(const StmBatchProgress *p, int history)
+{
+	StmSql		q;
+
+	stm_sql_init(&q, "INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
+				 "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
+				 "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, "
+				 "num_dedup_rows, num_delivered_rows) "
+				 "VALUES (:stream_id, :batch_id, :started_at, clock_timestamp() - :started_at, "
+				 ":num_input_rows, :num_output_rows, :num_bad_rows, :max_event_time, :watermark, "
+				 ":start_positions, :end_positions, :data_loss, :num_state_rows, :num_late_rows, "
+				 ":num_dedup_rows, :num_delivered_rows)");
+	stm_sql_int4(&q, "stream_id", p->stream_id);
+	stm_sql_int8(&q, "batch_id", p->batch_id);
+	stm_sql_timestamptz(&q, "started_at", p->started_at, false);
+	stm_sql_int8(&q, "num_input_rows", p->num_input_rows);
+	stm_sql_int8(&q, "num_output_rows", p->num_output_rows);
+	stm_sql_int8(&q, "num_bad_rows", p->num_bad_rows);
+	stm_sql_timestamptz(&q, "max_event_time", p->max_event_time, !p->has_max_event_time);
+	stm_sql_timestamptz(&q, "watermark", p->watermark, !p->has_watermark);
+	stm_sql_jsonb(&q, "start_positions", p->start_positions);
+	stm_sql_jsonb(&q, "end_positions", p->end_positions);
+	stm_sql_jsonb(&q, "data_loss", p->data_loss);
+	stm_sql_int8(&q, "num_state_rows", p->num_state_rows);
+	stm_sql_int8(&q, "num_late_rows", p->num_late_rows);
+	stm_sql_int8(&q, "num_dedup_rows", p->num_dedup_rows);
+	stm_sql_int8(&q, "num_delivered_rows", p->num_delivered_rows);
+	(void) stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
+
+	stm_sql_init(&q, "DELETE FROM streaming.batches WHERE stream_id = :stream_id "
+				 "AND batch_id <= :batch_id - :history");
+	stm_sql_int4(&q, "stream_id", p->stream_id);
+	stm_sql_int8(&q, "batch_id", p->batch_id);
+	stm_sql_int4(&q, "history", history);
+	(void) stm_catalog_run(&q, SPI_OK_DELETE, NULL, NULL);
+
+	stm_sql_init(&q, "UPDATE streaming.stream_defs SET last_batch_id = :batch_id, watermark = :watermark, "
+				 "no_data_batch_due = :no_data_batch_due, "
+				 "idle_clock_at = coalesce(:idle_clock_at, idle_clock_at), "
+				 "failures = 0, last_error = NULL, source_error = :source_error WHERE id = :stream_id");
+	stm_sql_int4(&q, "stream_id", p->stream_id);
+	stm_sql_int8(&q, "batch_id", p->batch_id);
+	stm_sql_timestamptz(&q, "watermark", p->watermark, !p->has_watermark);
+	stm_sql_bool(&q, "no_data_batch_due", p->no_data_batch_due);
+	stm_sql_timestamptz(&q, "idle_clock_at", p->idle_clock_at, p->idle_clock_at == 0);
+	stm_sql_text(&q, "source_error", p->source_error);
+	(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
+}
+
+/*
+ * When the stream's last batch started (min_offsets_per_trigger waits at
+ * most max_trigger_delay from then): the newest batch's start, else when
+ * the stream was created, but never before since.
+ */
+TimestampTz
+stm_catalog_last_trigger(int32 stream_id, TimestampTz since)
+{
+	Oid			argtype = INT4OID;
+	Datum		arg = Int32GetDatum(stream_id);
+	bool		isnull;
+	Datum		d;
+
+	d = stm_catalog_value("SELECT coalesce((SELECT max(started_at) FROM streaming.batches WHERE stream_id = $1), "
+						  "(SELECT created_at FROM streaming.stream_defs WHERE id = $1))",
+						  1, &argtype, &arg, &isnull);
+	return !isnull && DatumGetTimestampTz(d) > since ? DatumGetTimestampTz(d) : since;
 }
 
 /* Only the owner (or a member of the owning role, or a superuser) may act. */
@@ -774,16 +629,11 @@ stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms)
 static void
 update_stream(int32 stream_id, const char *set_clause)
 {
-	Oid			type = INT4OID;
-	Datum		value = Int32GetDatum(stream_id);
-	StmCatalogScope scope = stm_catalog_begin();
+	StmSql		q;
 
-	SPI_connect();
-	if (SPI_execute_with_args(psprintf("UPDATE streaming.stream_defs SET %s WHERE id = $1", set_clause),
-							  1, &type, &value, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update streaming.stream_defs");
-	SPI_finish();
-	stm_catalog_end(scope);
+	stm_sql_init(&q, psprintf("UPDATE streaming.stream_defs SET %s WHERE id = :id", set_clause));
+	stm_sql_int4(&q, "id", stream_id);
+	(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
 }
 
 /* The stream should no longer run (it finished or failed). */
@@ -798,32 +648,6 @@ void
 stm_catalog_mark_positions_initialized(int32 stream_id)
 {
 	update_stream(stream_id, "positions_initialized = true");
-}
-
-/*
- * The first column of every row of a query over the catalog, as a List of
- * C strings (in the caller's memory context), read as the extension's owner.
- */
-List *
-stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	List	   *result = NIL;
-	StmCatalogScope scope = stm_catalog_begin();
-
-	SPI_connect();
-	if (SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "SPI failed: %s", sql);
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		MemoryContext old = MemoryContextSwitchTo(cxt);
-
-		result = lappend(result, pstrdup(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1)));
-		MemoryContextSwitchTo(old);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return result;
 }
 
 /* The dedup_keys of a stream, as a list of column names. */

@@ -12,6 +12,8 @@
 #include "nodes/pg_list.h"
 #include "utils/jsonb.h"
 
+#include "sql.h"
+
 /* 1970-01-01 00:00 UTC: the first watermark, the default window origin */
 #define STM_UNIX_EPOCH \
 	((TimestampTz) -((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY))
@@ -94,32 +96,34 @@ typedef struct StmSinkDef
 	Oid			owner;
 } StmSinkDef;
 
+/* One committed batch, as streaming.batches (progress) keeps it. */
+typedef struct StmBatchProgress
+{
+	int32		stream_id;
+	int64		batch_id;
+	TimestampTz started_at;
+	int64		num_input_rows;
+	int64		num_output_rows;
+	int64		num_delivered_rows; /* reached the sink at commit (0: it delivers later) */
+	int64		num_bad_rows;
+	int64		num_late_rows;
+	int64		num_dedup_rows;
+	int64		num_state_rows;
+	bool		has_max_event_time;
+	TimestampTz max_event_time;
+	bool		has_watermark;
+	TimestampTz watermark;		/* the stream's new watermark */
+	const char *start_positions;	/* jsonb text */
+	const char *end_positions;
+	const char *data_loss;		/* jsonb text, or NULL */
+	/* the stream's row after the batch */
+	bool		no_data_batch_due;
+	TimestampTz idle_clock_at;	/* 0: unchanged */
+	const char *source_error;	/* or NULL */
+} StmBatchProgress;
+
 /* the catalog is at the library's version (else reported at elevel) */
 extern bool stm_catalog_check_version(int elevel);
-
-/* search_path pinned to pg_catalog, pg_temp (for SQL the extension generates) */
-extern int	stm_catalog_pin_search_path(void);
-extern void stm_catalog_unpin_search_path(int nestlevel);
-
-/* catalog access: as the extension's owner, search_path pinned */
-typedef struct StmCatalogScope
-{
-	int			nestlevel;
-	Oid			save_userid;
-	int			save_sec_context;
-} StmCatalogScope;
-
-extern Oid	stm_catalog_extension_owner(void);
-extern StmCatalogScope stm_catalog_begin(void);
-extern void stm_catalog_end(StmCatalogScope scope);
-extern void stm_spi_exec(const char *sql, int nargs, Oid *types, Datum *values,
-						 const char *nulls, int expect);
-extern void stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
-							 const char *nulls, int expect);
-extern Datum stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *values,
-							   bool *isnull);
-extern List *stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values);
-extern char *stm_catalog_text(const char *sql, Oid argtype, Datum arg);
 
 extern StmStreamDef *stm_catalog_get_stream(const char *name, bool missing_ok);
 extern StmStreamDef *stm_catalog_get_stream_by_id(int32 id, bool lock);
@@ -143,6 +147,8 @@ extern void stm_catalog_disable(int32 stream_id);
 extern List *stm_catalog_dedup_keys(int32 stream_id);
 extern void stm_catalog_mark_positions_initialized(int32 stream_id);
 extern void stm_catalog_set_source_error(int32 stream_id, const char *error);
+extern void stm_catalog_record_batch(const StmBatchProgress *p, int history);
+extern TimestampTz stm_catalog_last_trigger(int32 stream_id, TimestampTz since);
 extern void stm_catalog_check_owner(const char *what, const char *name, Oid owner);
 extern StmTriggerKind stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms);
 

@@ -14,7 +14,7 @@
 #include "utils/timestamp.h"
 
 #include "fault.h"
-#include "worker.h"
+#include "interrupts.h"
 
 static char *test_fault = NULL;
 

@@ -52,10 +52,8 @@
 #include "utils/snapmgr.h"
 #include "utils/wait_event.h"
 
-#include "batch.h"
-#include "guc.h"
+#include "interrupts.h"
 #include "parallel.h"
-#include "worker.h"
 
 #define STM_PAR_IN_QUEUE	(64 * 1024)		/* leader -> helper: bounds */
 #define STM_PAR_OUT_QUEUE	(1024 * 1024)	/* helper -> leader: rows */
@@ -110,24 +108,36 @@ queue_offset(int i, bool out)
 }
 
 /*
- * Can helpers run this stream?  Kafka and file sources (kinds with share_bounds),
- * stateless queries and aggregates of tumbling or sliding windows or none,
- * without joins, dedup_keys or late_rows => 'keep', for now.
+ * Can helpers read this source, as the stream is set up?  Kafka and file
+ * sources (kinds with share_bounds), without dedup_keys or late_rows =>
+ * 'keep', for now.
  */
 bool
-stm_parallel_supported(const StmSourceRoutine *routine, StmQueryInfo *qi, bool has_dedup,
-					   bool keep_late, const char **why)
+stm_parallel_source_supported(const StmSourceRoutine *routine, bool has_dedup, bool keep_late,
+							  const char **why)
 {
 	if (routine->share_bounds == NULL || routine->set_share_bounds == NULL)
 		*why = psprintf("sources of kind \"%s\" are read by the stream's worker only", routine->kind);
-	else if (qi && qi->agg && qi->agg->window.kind == STM_WINDOW_SESSION)
-		*why = "session windows are not run by helpers yet";
 	else if (keep_late)
 		*why = "late_rows => 'keep' is not run by helpers yet";
-	else if (qi && qi->planned)
-		*why = "queries that read tables too (joins, subqueries) are not run by helpers yet";
 	else if (has_dedup)
 		*why = "dedup_keys are not run by helpers yet";
+	else
+		return true;
+	return false;
+}
+
+/*
+ * Can helpers run this query?  Stateless queries and aggregates of
+ * tumbling or sliding windows or none, without joins, for now.
+ */
+bool
+stm_parallel_query_supported(StmQueryInfo *qi, const char **why)
+{
+	if (qi->agg && qi->agg->window.kind == STM_WINDOW_SESSION)
+		*why = "session windows are not run by helpers yet";
+	else if (qi->planned)
+		*why = "queries that read tables too (joins, subqueries) are not run by helpers yet";
 	else
 		return true;
 	return false;
@@ -144,7 +154,8 @@ stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routin
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("parallel_workers must be between 0 and %d", STM_MAX_PARALLEL_WORKERS)));
-	if (n > 0 && !stm_parallel_supported(routine, qi, has_dedup, keep_late, &why))
+	if (n > 0 && (!stm_parallel_source_supported(routine, has_dedup, keep_late, &why) ||
+				  (qi && !stm_parallel_query_supported(qi, &why))))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", stream),
@@ -518,8 +529,9 @@ stm_parallel_send_bad(StmHelperOut *out, const StmBadRecord *bad)
 	send_or_exit(out, iov, n);
 }
 
-static void
-send_done(StmHelperOut *out, StmShareTotals *totals)
+/* The share is done: what it amounted to. */
+void
+stm_parallel_send_done(StmHelperOut *out, const StmShareTotals *totals)
 {
 	char		header[STM_PAR_HEADER] = {'D'};
 	shm_mq_iovec iov[2];
@@ -532,8 +544,9 @@ send_done(StmHelperOut *out, StmShareTotals *totals)
 		proc_exit(0);
 }
 
-static void
-send_error(StmHelperOut *out, ErrorData *edata)
+/* The share failed: its error, raised again in the leader. */
+void
+stm_parallel_send_error(StmHelperOut *out, ErrorData *edata)
 {
 	char		header[STM_PAR_HEADER] = {'E'};
 	int32		code = edata->sqlerrcode;
@@ -552,114 +565,81 @@ send_error(StmHelperOut *out, ErrorData *edata)
 		proc_exit(0);
 }
 
-/*
- * Between shares: wait for the leader's next message, watching the source
- * meanwhile (its client fetches on after the last share, source.h: ready):
- * records that arrive set the leader's latch, as the leader's own source
- * only plans and would see them only after streaming.naptime.  False when
- * the leader detached.
- */
-static bool
-next_share(StmRuntime *rt, shm_mq_handle *inh, ParallelShared *shared, Size *len, void **data)
-{
-	for (;;)
-	{
-		shm_mq_result res = shm_mq_receive(inh, len, data, true);
-
-		if (res == SHM_MQ_SUCCESS)
-			return true;
-		if (res == SHM_MQ_DETACHED)
-			return false;
-		if (stm_runtime_wait(rt, stm_guc_naptime_ms))
-			SetLatch(&shared->leader_proc->procLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/*
- * A helper's life: attach to the leader's segment, connect, then one share
- * per 'P' message, each in a transaction of its own (it writes nothing),
- * until the leader detaches (it stopped its helpers, or exited).
- */
-void
-streaming_helper_main(Datum main_arg)
+/* A helper's end of its leader's segment. */
+struct StmHelperLink
 {
 	dsm_segment *seg;
 	ParallelShared *shared;
-	int			index;
-	char	   *base;
-	shm_mq_handle *inh;
+	shm_mq_handle *in;
 	StmHelperOut out;
-	MemoryContext helper_cxt;
-	MemoryContext share_cxt;
-	StmRuntime *rt;
+};
 
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	memcpy(&index, MyBgworkerEntry->bgw_extra, sizeof(int));
+/*
+ * Attach a helper to its leader's segment (main_arg, and its index in
+ * bgw_extra), before it connects to the database: NULL when the leader
+ * gave up on its helpers already.
+ */
+StmHelperLink *
+stm_parallel_helper_attach(Datum main_arg, int index)
+{
+	StmHelperLink *link = palloc0(sizeof(StmHelperLink));
+	char	   *base;
 
-	seg = dsm_attach(DatumGetUInt32(main_arg));
-	if (seg == NULL)
-		proc_exit(0);			/* the leader gave up on its helpers already */
-	base = dsm_segment_address(seg);
-	shared = (ParallelShared *) base;
+	link->seg = dsm_attach(DatumGetUInt32(main_arg));
+	if (link->seg == NULL)
+		return NULL;
+	base = dsm_segment_address(link->seg);
+	link->shared = (ParallelShared *) base;
 	shm_mq_set_receiver((shm_mq *) (base + queue_offset(index, false)), MyProc);
 	shm_mq_set_sender((shm_mq *) (base + queue_offset(index, true)), MyProc);
-	inh = shm_mq_attach((shm_mq *) (base + queue_offset(index, false)), seg, NULL);
-	out.mqh = shm_mq_attach((shm_mq *) (base + queue_offset(index, true)), seg, NULL);
+	link->in = shm_mq_attach((shm_mq *) (base + queue_offset(index, false)), link->seg, NULL);
+	link->out.mqh = shm_mq_attach((shm_mq *) (base + queue_offset(index, true)), link->seg, NULL);
+	link->out.cxt = AllocSetContextCreate(TopMemoryContext, "streaming helper message",
+										  ALLOCSET_SMALL_SIZES);
+	return link;
+}
 
-	/* as the bootstrap superuser, as the leader: each share runs as the owner */
-	BackgroundWorkerInitializeConnectionByOid(shared->dboid, InvalidOid, 0);
-	/* which stream's helper it is, in pg_stat_activity.application_name */
-	pgstat_report_appname(MyBgworkerEntry->bgw_name);
+Oid
+stm_parallel_helper_database(StmHelperLink *link)
+{
+	return link->shared->dboid;
+}
 
-	helper_cxt = AllocSetContextCreate(TopMemoryContext, "streaming helper",
-									   ALLOCSET_DEFAULT_SIZES);
-	share_cxt = AllocSetContextCreate(helper_cxt, "streaming helper share",
-									  ALLOCSET_DEFAULT_SIZES);
-	out.cxt = AllocSetContextCreate(helper_cxt, "streaming helper message",
-									ALLOCSET_SMALL_SIZES);
-	MemoryContextSwitchTo(helper_cxt);
-	rt = stm_runtime_create(shared->stream_id);
+int32
+stm_parallel_helper_stream(StmHelperLink *link)
+{
+	return link->shared->stream_id;
+}
 
-	for (;;)
-	{
-		Size		len;
-		void	   *data;
-		char	   *bounds;
-		StmShareTotals totals;
+StmHelperOut *
+stm_parallel_helper_out(StmHelperLink *link)
+{
+	return &link->out;
+}
 
-		pgstat_report_activity(STATE_IDLE, NULL);
-		if (!next_share(rt, inh, shared, &len, &data))
-			break;
-		MemoryContextReset(share_cxt);
-		bounds = MemoryContextStrdup(share_cxt, (char *) data + 1);
-		memset(&totals, 0, sizeof(totals));
+/*
+ * The leader's next share, without waiting: its bounds (in the current
+ * memory context) and STM_SHARE_READY, STM_SHARE_NONE when there is none
+ * yet, STM_SHARE_DETACHED when the leader detached.
+ */
+StmShareNext
+stm_parallel_helper_next(StmHelperLink *link, char **bounds)
+{
+	Size		len;
+	void	   *data;
+	shm_mq_result res = shm_mq_receive(link->in, &len, &data, true);
 
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		PG_TRY();
-		{
-			pgstat_report_activity(STATE_RUNNING, "streaming helper share");
-			stm_batch_run_share(rt, bounds, &out, &totals);
-			PopActiveSnapshot();
-			CommitTransactionCommand();
-			MemoryContextSwitchTo(helper_cxt);
-			send_done(&out, &totals);
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
+	if (res == SHM_MQ_WOULD_BLOCK)
+		return STM_SHARE_NONE;
+	if (res != SHM_MQ_SUCCESS)
+		return STM_SHARE_DETACHED;
+	*bounds = pstrdup((char *) data + 1);
+	return STM_SHARE_READY;
+}
 
-			MemoryContextSwitchTo(share_cxt);
-			edata = CopyErrorData();
-			EmitErrorReport();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			MemoryContextSwitchTo(helper_cxt);
-			send_error(&out, edata);
-		}
-		PG_END_TRY();
-	}
-	proc_exit(0);
+/* An idle helper saw records arrive: the leader's source only plans. */
+void
+stm_parallel_wake_leader(StmHelperLink *link)
+{
+	SetLatch(&link->shared->leader_proc->procLatch);
 }

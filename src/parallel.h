@@ -38,6 +38,15 @@ typedef struct StmParallelReceiver
 
 typedef struct StmParallel StmParallel;
 typedef struct StmHelperOut StmHelperOut;
+typedef struct StmHelperLink StmHelperLink;
+
+/* what a helper's wait for the leader's next share found */
+typedef enum StmShareNext
+{
+	STM_SHARE_READY,
+	STM_SHARE_NONE,
+	STM_SHARE_DETACHED
+} StmShareNext;
 
 /* the leader (a stream's worker) */
 extern StmParallel *stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt);
@@ -48,16 +57,23 @@ extern void stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc,
 							   StmShareTotals *totals);
 extern void stm_parallel_stop(StmParallel *par);
 extern void stm_parallel_abandon(StmParallel *par);
-extern bool stm_parallel_supported(const StmSourceRoutine *routine, StmQueryInfo *qi,
-								   bool has_dedup, bool keep_late, const char **why);
+extern bool stm_parallel_source_supported(const StmSourceRoutine *routine, bool has_dedup,
+										  bool keep_late, const char **why);
+extern bool stm_parallel_query_supported(StmQueryInfo *qi, const char **why);
 extern void stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
 								   StmQueryInfo *qi, bool has_dedup, bool keep_late);
 
-/* a helper: what its batch sends */
+/* a helper (helper.c): its end of the leader's segment, and what its share sends */
+extern StmHelperLink *stm_parallel_helper_attach(Datum main_arg, int index);
+extern Oid	stm_parallel_helper_database(StmHelperLink *link);
+extern int32 stm_parallel_helper_stream(StmHelperLink *link);
+extern StmHelperOut *stm_parallel_helper_out(StmHelperLink *link);
+extern StmShareNext stm_parallel_helper_next(StmHelperLink *link, char **bounds);
+extern void stm_parallel_wake_leader(StmHelperLink *link);
 extern void stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
 extern void stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
 extern void stm_parallel_send_bad(StmHelperOut *out, const StmBadRecord *bad);
-
-extern PGDLLEXPORT void streaming_helper_main(Datum main_arg);
+extern void stm_parallel_send_done(StmHelperOut *out, const StmShareTotals *totals);
+extern void stm_parallel_send_error(StmHelperOut *out, ErrorData *edata);
 
 #endif

@@ -37,6 +37,7 @@
 #include "parser/parse_relation.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/regproc.h"
@@ -802,6 +803,50 @@ stm_query_analyze(const char *sql)
 		}
 		n++;
 	}
+	return qi;
+}
+
+/*
+ * Errors in a stored query (a function or table gone, say) point into the
+ * query's text and name the stream, not the statement that ran it.
+ */
+static void
+stored_query_error_callback(void *arg)
+{
+	const StmStreamDef *def = arg;
+	int			pos = geterrposition();
+
+	if (pos > 0)
+	{
+		errposition(0);
+		internalerrposition(pos);
+		internalerrquery(def->query);
+	}
+	errcontext("query of stream \"%s\"", def->name);
+}
+
+/*
+ * A stream's stored query, analysed again as its creator wrote it: under
+ * the stream's search_path (with "$user" the current user, which a batch
+ * has made the owner).  The search_path stays set until the caller ends
+ * it with AtEOXact_GUC(true, *guc_nest), as the batch's expressions and
+ * functions run under it too.
+ */
+StmQueryInfo *
+stm_query_analyze_stored(const StmStreamDef *def, int *guc_nest)
+{
+	ErrorContextCallback errcb;
+	StmQueryInfo *qi;
+
+	*guc_nest = NewGUCNestLevel();
+	(void) set_config_option("search_path", def->search_path, PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	errcb.callback = stored_query_error_callback;
+	errcb.arg = (void *) def;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	qi = stm_query_analyze(def->query);
+	error_context_stack = errcb.previous;
 	return qi;
 }
 

@@ -9,6 +9,7 @@
 #include "nodes/parsenodes.h"
 #include "utils/relcache.h"
 
+#include "catalog.h"
 #include "window.h"
 
 /*
@@ -54,6 +55,7 @@ typedef struct StmProjector
 } StmProjector;
 
 extern StmQueryInfo *stm_query_analyze(const char *sql);
+extern StmQueryInfo *stm_query_analyze_stored(const StmStreamDef *def, int *guc_nest);
 extern int	stm_agg_time_key(StmAggQuery *agg, AttrNumber event_time_attno);
 extern void stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream,
 								 bool upserts);

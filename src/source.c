@@ -91,28 +91,39 @@ stm_source_close(StmSource *src)
 }
 
 /*
- * The idle worker's sleep (no records in the last plan): until the source
- * says records may have arrived (source.h: wait_fd, ready), the latch is
- * set, or timeout_ms pass; a source without a descriptor (or none yet: the
- * runtime's first batch has not opened it) sleeps on the latch only.
- * Returns true when the source says records may have arrived.
+ * The idle worker's sleep (no records in the last plan): until one of the
+ * sources says records may have arrived (source.h: wait_fd, ready), the
+ * latch is set, or timeout_ms pass; sources without a descriptor (or not
+ * open yet: the runtime's first batch has not opened them, NULL) only
+ * shorten nothing.  Returns true when a source says records may have
+ * arrived.
  */
 bool
-stm_source_wait(StmSource *src, long timeout_ms)
+stm_source_wait(StmSource **sources, int n, long timeout_ms)
 {
-	int			fd = src && src->routine->wait_fd ? src->routine->wait_fd(src) : -1;
-	int			rc;
+	WaitEventSet *set;
+	WaitEvent	event;
+	int			fired;
 
-	if (fd < 0)
-		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					   timeout_ms, PG_WAIT_EXTENSION);
-	else if (src->routine->ready && src->routine->ready(src))
-		return true;
-	else
-		rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
-							   WL_SOCKET_READABLE, fd, timeout_ms, PG_WAIT_EXTENSION);
+	for (int i = 0; i < n; i++)
+		if (sources[i] && sources[i]->routine->wait_fd && sources[i]->routine->ready &&
+			sources[i]->routine->wait_fd(sources[i]) >= 0 && sources[i]->routine->ready(sources[i]))
+			return true;
+	set = CreateWaitEventSet(CurrentMemoryContext, n + 2);
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (int i = 0; i < n; i++)
+	{
+		int			fd = sources[i] && sources[i]->routine->wait_fd ?
+			sources[i]->routine->wait_fd(sources[i]) : -1;
+
+		if (fd >= 0)
+			AddWaitEventToSet(set, WL_SOCKET_READABLE, fd, NULL, NULL);
+	}
+	fired = WaitEventSetWait(set, timeout_ms, &event, 1, PG_WAIT_EXTENSION);
+	FreeWaitEventSet(set);
 	ResetLatch(MyLatch);
-	return (rc & WL_SOCKET_READABLE) != 0;
+	return fired > 0 && (event.events & WL_SOCKET_READABLE) != 0;
 }
 
 /* Arguments of a create function that may not be NULL (SPEC 5): keys ends with NULL. */

@@ -73,7 +73,7 @@
 #include "options.h"
 #include "source.h"
 #include "source_kafka.h"
-#include "worker.h"
+#include "interrupts.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_kafka_source);
 

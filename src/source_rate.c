@@ -52,7 +52,7 @@
 #include "options.h"
 #include "source.h"
 #include "source_rate.h"
-#include "worker.h"
+#include "interrupts.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_rate_source);
 

@@ -51,6 +51,7 @@
 #include "catalog.h"
 #include "fault.h"
 #include "guc.h"
+#include "interrupts.h"
 #include "shmem.h"
 #include "worker.h"
 
@@ -95,14 +96,12 @@ still_wanted(void)
 	return wanted;
 }
 
+/* Sleep between batches; none once told to stop. */
 static void
 sleep_ms(int64 ms)
 {
-	if (ms <= 0 || ShutdownRequestPending)
-		return;
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 (long) Min(ms, INT_MAX), PG_WAIT_EXTENSION);
-	ResetLatch(MyLatch);
+	if (!ShutdownRequestPending)
+		stm_sleep((long) Min(ms, INT_MAX));
 }
 
 /*
@@ -131,30 +130,6 @@ catalog_ready(void)
 						STM_EXTVERSION)));
 	waiting = !ready;
 	return ready;
-}
-
-/*
- * For the long waits of a batch (the sources' and sinks' calls to their
- * clients, made in slices): interrupts as anywhere, and in a worker told
- * to stop, the batch in flight is given up once it has had
- * STM_SHUTDOWN_GRACE_MS to finish (it rolls back: its records are read
- * again by the next run).
- * Elsewhere (run_batch in a backend) only the interrupts.
- */
-void
-stm_check_for_interrupts(void)
-{
-	static TimestampTz noticed = 0;
-
-	CHECK_FOR_INTERRUPTS();
-	if (!ShutdownRequestPending)
-		return;
-	if (noticed == 0)
-		noticed = GetCurrentTimestamp();
-	else if (TimestampDifferenceExceeds(noticed, GetCurrentTimestamp(), STM_SHUTDOWN_GRACE_MS))
-		ereport(ERROR,
-				(errcode(ERRCODE_ADMIN_SHUTDOWN),
-				 errmsg("the stream's worker is stopping: the batch in flight is rolled back")));
 }
 
 /* The source cannot be read (message), or can again (NULL): logged once each way. */
@@ -452,7 +427,7 @@ streaming_worker_main(Datum main_arg)
 			 * source_error the batch wrote says the sink's problem too,
 			 * stm_runtime_source_error)
 			 */
-			status = rt->unreadable ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
+			status = stm_runtime_unreadable(rt) ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
 			if (sink_problem() != NULL)
 				show_sink_status(rt, batch_id >= 0);
 			else if (def->status != status)
@@ -463,10 +438,10 @@ streaming_worker_main(Datum main_arg)
 			CommitTransactionCommand();
 			if (batch_id >= 0)
 				STM_FAULT_POINT("after_commit");
-			report_source_trouble(def, rt->problem);
+			report_source_trouble(def, stm_runtime_source_problem(rt));
 			/* what the source does only once the batch is committed */
 			if (batch_id >= 0)
-				stm_batch_after_commit(rt);
+				stm_runtime_after_commit(rt);
 		}
 		PG_CATCH();
 		{

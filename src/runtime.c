@@ -1,0 +1,356 @@
+/*
+ * runtime.c: what a stream keeps between its batches (runtime.h).
+ *
+ * A runtime lives as long as one process runs the stream's batches: a
+ * worker's life, one run_batch call, a parallel helper's life.  Its
+ * sources and sink are opened by the first batch that needs them, in the
+ * runtime's memory context, and let go of in stm_runtime_close; its
+ * parallel helpers are started by the first batch that has records and
+ * replaced when a batch failed while they worked.  The batch itself
+ * (batch.c) asks the runtime for them and never keeps them.
+ *
+ * The stream's lock lives here too: the process that runs a stream's
+ * batches holds it (a worker for its life, run_batch for its
+ * transaction), so that one stream never runs in two places.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "utils/memutils.h"
+
+#include "api.h"
+#include "interrupts.h"
+#include "parallel.h"
+#include "runtime.h"
+
+StmRuntime *
+stm_runtime_create(int32 stream_id)
+{
+	StmRuntime *rt = palloc0(sizeof(StmRuntime));
+
+	rt->cxt = CurrentMemoryContext;
+	rt->stream_id = stream_id;
+	rt->started_at = GetCurrentTimestamp();
+	return rt;
+}
+
+/*
+ * The stream's sources, opened by the runtime's first batch (for a worker,
+ * once in its life; again after the helpers changed who fetches): they
+ * live in the runtime's memory context.  Today a stream reads one source.
+ */
+List *
+stm_runtime_open_sources(StmRuntime *rt, StmStreamDef *def)
+{
+	ListCell   *lc;
+
+	if (rt->sources == NIL)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
+		StmSourceRuntime *srt = palloc0(sizeof(StmSourceRuntime));
+
+		srt->def = stm_catalog_get_source_of_stream(def);
+		rt->sources = list_make1(srt);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	foreach(lc, rt->sources)
+	{
+		StmSourceRuntime *srt = lfirst(lc);
+
+		if (srt->src == NULL)
+		{
+			MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
+
+			srt->src = stm_source_open(srt->def, def->owner, true);
+			srt->src->bounded = rt->bounded;
+			srt->src->plan_only = rt->parallel_wanted > 0;
+			MemoryContextSwitchTo(oldcxt);
+		}
+	}
+	return rt->sources;
+}
+
+/* The sink, opened by the runtime's first batch, as the sources. */
+StmSink *
+stm_runtime_open_sink(StmRuntime *rt, StmStreamDef *def)
+{
+	if (rt->sink == NULL)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
+
+		rt->sink = stm_sink_open(def);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	return rt->sink;
+}
+
+/* Close the open sources (they are opened again by the next batch). */
+static void
+close_sources(StmRuntime *rt)
+{
+	ListCell   *lc;
+
+	foreach(lc, rt->sources)
+	{
+		StmSourceRuntime *srt = lfirst(lc);
+
+		stm_source_close(srt->src);
+		srt->src = NULL;
+	}
+}
+
+/*
+ * How many helpers the stream's parallel_workers asks for now (none for a
+ * run_batch inside a transaction block, whose uncommitted work they would
+ * not see, and none for a shape helpers do not run): the helpers are
+ * replaced after a batch that failed while they worked, or when the
+ * number changed, and the sources are opened again when that changes who
+ * fetches (a source the helpers read only plans in the leader).  The
+ * helpers themselves start with the first batch that has records.
+ */
+void
+stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
+{
+	int			want = rt->parallel_allowed || !IsTransactionBlock() ? def->parallel_workers : 0;
+	const char *why;
+	ListCell   *lc;
+
+	if (want > 0)
+	{
+		StmSourceDef *source = rt->sources ?
+			((StmSourceRuntime *) linitial(rt->sources))->def :
+			stm_catalog_get_source_of_stream(def);
+
+		if (list_length(rt->sources) > 1 ||
+			!stm_parallel_source_supported(stm_source_routine(source->kind),
+										   def->has_dedup, def->keep_late_rows, &why))
+			want = 0;
+	}
+	if (rt->parallel &&
+		(stm_parallel_dirty(rt->parallel) || stm_parallel_wanted(rt->parallel) != want))
+	{
+		stm_parallel_stop(rt->parallel);
+		rt->parallel = NULL;
+	}
+	rt->parallel_wanted = want;
+	foreach(lc, rt->sources)
+	{
+		StmSourceRuntime *srt = lfirst(lc);
+
+		if (srt->src && srt->src->plan_only != (want > 0))
+		{
+			close_sources(rt);
+			break;
+		}
+	}
+}
+
+/*
+ * The helpers, once a plan found records to read: a batch whose source
+ * is plan_only cannot run without any, so it waits (53000) while no
+ * background worker slot is free.
+ */
+void
+stm_runtime_start_helpers(StmRuntime *rt, StmStreamDef *def)
+{
+	if (rt->parallel_wanted == 0 || rt->parallel != NULL)
+		return;
+	rt->parallel = stm_parallel_start(def->id, rt->parallel_wanted, rt->cxt);
+	if (rt->parallel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("stream \"%s\" could not start any of its %d parallel helpers",
+						def->name, rt->parallel_wanted),
+				 errdetail("No background worker slot is free."),
+				 errhint("Raise max_worker_processes, or set parallel_workers to 0 with streaming.alter_stream().")));
+}
+
+/*
+ * Keep what a source's plan said it could not read (its problem), for the
+ * stream's source_error and status, until its next plan.
+ */
+void
+stm_runtime_note_plan(StmRuntime *rt, StmSourceRuntime *srt)
+{
+	if (srt->problem)
+		pfree(srt->problem);
+	srt->problem = srt->src->problem ? MemoryContextStrdup(rt->cxt, srt->src->problem) : NULL;
+	srt->unreadable = srt->src->problem != NULL && srt->src->unreadable;
+}
+
+/* What keeps the stream from reading all of its sources, or NULL. */
+char *
+stm_runtime_source_problem(StmRuntime *rt)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	foreach(lc, rt->sources)
+	{
+		StmSourceRuntime *srt = lfirst(lc);
+
+		if (srt->problem)
+			appendStringInfo(&buf, "%s%s", buf.len > 0 ? "; " : "", srt->problem);
+	}
+	if (buf.len == 0)
+	{
+		pfree(buf.data);
+		return NULL;
+	}
+	return buf.data;
+}
+
+/*
+ * The stream's source_error: what keeps it from reading all of its sources
+ * and what keeps its sink from taking its rows, or NULL.  One text for
+ * both, so that the batch and the worker write the same value.
+ */
+char *
+stm_runtime_source_error(StmRuntime *rt)
+{
+	char	   *problem = stm_runtime_source_problem(rt);
+
+	if (problem && rt->sink_problem)
+		return psprintf("%s; %s", problem, rt->sink_problem);
+	if (problem)
+		return problem;
+	return rt->sink_problem ? pstrdup(rt->sink_problem) : NULL;
+}
+
+/* Could the last plans read no part of any source (status 'waiting', SPEC 4)? */
+bool
+stm_runtime_unreadable(StmRuntime *rt)
+{
+	ListCell   *lc;
+
+	foreach(lc, rt->sources)
+		if (!((StmSourceRuntime *) lfirst(lc))->unreadable)
+			return false;
+	return rt->sources != NIL;
+}
+
+/*
+ * After the batch's transaction committed, outside any transaction (a
+ * source starts one if it needs one): the sources' and the sink's work
+ * that must wait for the commit.  A crash before it only delays it: the
+ * source does it again before its next batch.  run_batch, inside the
+ * caller's transaction, never gets here: its source catches up before its
+ * next batch.
+ */
+void
+stm_runtime_after_commit(StmRuntime *rt)
+{
+	ListCell   *lc;
+
+	foreach(lc, rt->sources)
+	{
+		StmSourceRuntime *srt = lfirst(lc);
+
+		if (srt->src && srt->src->routine->after_commit)
+			srt->src->routine->after_commit(srt->src, rt->stream_id);
+	}
+	if (rt->sink && rt->sink->routine->after_commit)
+		rt->sink->routine->after_commit(rt->sink);
+}
+
+/*
+ * The worker, outside any transaction: a sink that delivers after the
+ * commit sends what committed batches left (SinkRoutine.deliver); busy:
+ * the next batch runs at once.  Nothing to do for a sink that is not open
+ * yet or writes in the batch's transaction.
+ */
+StmSinkStatus
+stm_runtime_deliver(StmRuntime *rt, bool busy)
+{
+	StmSinkStatus none = {0, false, NULL, NULL};
+
+	if (rt->sink == NULL || rt->sink->routine->deliver == NULL)
+		return none;
+	return rt->sink->routine->deliver(rt->sink, busy);
+}
+
+/*
+ * The worker (or a parallel helper) is idle: sleep until one of the
+ * runtime's sources may have records, the latch is set, or timeout_ms
+ * pass; true when a source says records may have arrived.  It reads the
+ * sources' queues outside any transaction: an error there is logged and
+ * slept off, and the next plan or share (in a transaction) meets and
+ * reports it.
+ */
+bool
+stm_runtime_wait(StmRuntime *rt, long timeout_ms)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool arrived = false;
+	int			n = 0;
+	StmSource **sources = palloc0(sizeof(StmSource *) * Max(list_length(rt->sources), 1));
+	ListCell   *lc;
+
+	foreach(lc, rt->sources)
+		sources[n++] = ((StmSourceRuntime *) lfirst(lc))->src;
+	PG_TRY();
+	{
+		arrived = stm_source_wait(sources, n, timeout_ms);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		stm_sleep(timeout_ms);
+	}
+	PG_END_TRY();
+	pfree(sources);
+	return arrived;
+}
+
+/*
+ * A runtime given up on error (run_batch's): its parallel helpers are told
+ * to stop and its segment detached, without waiting for them; the rest
+ * goes with the memory context.
+ */
+void
+stm_runtime_abandon(StmRuntime *rt)
+{
+	stm_parallel_abandon(rt->parallel);
+	rt->parallel = NULL;
+}
+
+/* The end of a runtime: its sources and sink let go of what they hold. */
+void
+stm_runtime_close(StmRuntime *rt)
+{
+	stm_parallel_stop(rt->parallel);
+	rt->parallel = NULL;
+	close_sources(rt);
+	if (rt->sink && rt->sink->routine->close)
+		rt->sink->routine->close(rt->sink);
+	rt->sink = NULL;
+}
+
+/*
+ * The lock that makes one stream run in one place: a worker holds it for its
+ * life (session), run_batch for its transaction.  Returns false if taken.
+ */
+bool
+stm_lock_stream(int32 stream_id, bool session)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
+	return LockAcquire(&tag, ExclusiveLock, session, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/* Wait for the stream's lock (held by a run_batch in another transaction). */
+void
+stm_wait_stream_lock(int32 stream_id)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, STM_ADVISORY_LOCK_CLASS, (uint32) stream_id, 2);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}

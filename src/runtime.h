@@ -1,0 +1,56 @@
+/*
+ * runtime.h: what a stream keeps between its batches (StmRuntime), for as
+ * long as one process runs them: a worker's life, one run_batch call, a
+ * parallel helper's life.
+ */
+#ifndef STM_RUNTIME_H
+#define STM_RUNTIME_H
+
+#include "catalog.h"
+#include "sink.h"
+#include "source.h"
+
+/* One source the stream reads, as the runtime keeps it. */
+typedef struct StmSourceRuntime
+{
+	StmSourceDef *def;			/* its catalog row */
+	StmSource  *src;			/* opened by the first batch, in the runtime's cxt */
+	char	   *problem;		/* what its last plan could not read, and why (in cxt), or NULL */
+	bool		unreadable;		/* its last plan could read no part of it */
+} StmSourceRuntime;
+
+typedef struct StmRuntime
+{
+	MemoryContext cxt;			/* lives as long as the runtime */
+	int32		stream_id;
+	List	   *sources;		/* StmSourceRuntime: the query's sources, in its order */
+	struct StmSink *sink;		/* opened by the first batch, in cxt */
+	struct StmJoinPlan *join_plan;	/* a query that reads tables: its kept plan (join.c) */
+	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
+	bool		bounded;		/* available_now: stop at what the first batch saw */
+	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */
+	bool		parallel_allowed;	/* a worker: helpers even inside a transaction block */
+	struct StmParallel *parallel;	/* its helpers (parallel.c), or NULL */
+	int			parallel_wanted;	/* helpers this batch reads with (0: none) */
+} StmRuntime;
+
+extern StmRuntime *stm_runtime_create(int32 stream_id);
+extern List *stm_runtime_open_sources(StmRuntime *rt, StmStreamDef *def);
+extern StmSink *stm_runtime_open_sink(StmRuntime *rt, StmStreamDef *def);
+extern void stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def);
+extern void stm_runtime_start_helpers(StmRuntime *rt, StmStreamDef *def);
+extern void stm_runtime_note_plan(StmRuntime *rt, StmSourceRuntime *srt);
+extern char *stm_runtime_source_problem(StmRuntime *rt);
+extern char *stm_runtime_source_error(StmRuntime *rt);
+extern bool stm_runtime_unreadable(StmRuntime *rt);
+extern void stm_runtime_after_commit(StmRuntime *rt);
+extern StmSinkStatus stm_runtime_deliver(StmRuntime *rt, bool busy);
+extern bool stm_runtime_wait(StmRuntime *rt, long timeout_ms);
+extern void stm_runtime_close(StmRuntime *rt);
+extern void stm_runtime_abandon(StmRuntime *rt);
+
+/* the lock that makes one stream run in one place */
+extern bool stm_lock_stream(int32 stream_id, bool session);
+extern void stm_wait_stream_lock(int32 stream_id);
+
+#endif
