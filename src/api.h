@@ -41,6 +41,21 @@ extern void stm_arg_error_callback(void *arg);
 		error_context_stack = errcb_.previous; \
 	} while (0)
 
+/* a SQL function's arguments, read by name */
+typedef struct StmArgs
+{
+	FunctionCallInfo fcinfo;
+	int			nargs;
+	char	  **names;
+} StmArgs;
+
+extern void stm_args_init(StmArgs *args, FunctionCallInfo fcinfo);
+extern bool stm_args_given(StmArgs *args, const char *name);
+extern Datum stm_args_datum(StmArgs *args, const char *name, bool required);
+extern char *stm_args_text(StmArgs *args, const char *name, bool required);
+extern char *stm_args_keyword(StmArgs *args, const char *name, bool required);
+extern bool stm_args_bool(StmArgs *args, const char *name);
+
 extern void stm_arg_require(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern char *stm_arg_text(FunctionCallInfo fcinfo, int argno);
 extern char *stm_arg_name(FunctionCallInfo fcinfo);

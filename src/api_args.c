@@ -22,6 +22,83 @@
 
 #include "api.h"
 #include "catalog.h"
+#include "sql.h"
+
+/* ---- arguments by name ------------------------------------------------- */
+
+/* A SQL function's arguments, read by their names (its pg_proc entry's). */
+void
+stm_args_init(StmArgs *args, FunctionCallInfo fcinfo)
+{
+	HeapTuple	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+	Oid		   *argtypes;
+	char	   *argmodes;
+
+	if (!HeapTupleIsValid(proc))
+		elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+	args->fcinfo = fcinfo;
+	args->nargs = get_func_arg_info(proc, &argtypes, &args->names, &argmodes);
+	ReleaseSysCache(proc);
+}
+
+static int
+arg_number(StmArgs *args, const char *name)
+{
+	for (int i = 0; i < args->nargs && args->names; i++)
+		if (strcmp(args->names[i], name) == 0)
+			return i;
+	elog(ERROR, "function has no argument \"%s\"", name);
+	return -1;					/* keep compiler quiet */
+}
+
+/* Was the argument given (not NULL)? */
+bool
+stm_args_given(StmArgs *args, const char *name)
+{
+	return !args->fcinfo->args[arg_number(args, name)].isnull;
+}
+
+/* The argument's value; a NULL one is an error when required, else (Datum) 0. */
+Datum
+stm_args_datum(StmArgs *args, const char *name, bool required)
+{
+	int			i = arg_number(args, name);
+
+	if (args->fcinfo->args[i].isnull)
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"%s\" must not be null", name)));
+		return (Datum) 0;
+	}
+	return args->fcinfo->args[i].value;
+}
+
+/* A text argument as a string, or NULL (an error when required). */
+char *
+stm_args_text(StmArgs *args, const char *name, bool required)
+{
+	Datum		d = stm_args_datum(args, name, required);
+
+	return stm_args_given(args, name) ? TextDatumGetCString(d) : NULL;
+}
+
+/* A keyword argument: case-insensitive, as in Spark. */
+char *
+stm_args_keyword(StmArgs *args, const char *name, bool required)
+{
+	return stm_arg_lower(stm_args_text(args, name, required));
+}
+
+/* A required boolean argument. */
+bool
+stm_args_bool(StmArgs *args, const char *name)
+{
+	return DatumGetBool(stm_args_datum(args, name, true));
+}
+
+/* ---- arguments by number ------------------------------------------------ */
 
 void
 stm_arg_require(FunctionCallInfo fcinfo, int argno, const char *argname)
@@ -119,26 +196,31 @@ stm_arg_check_choice(const char *argname, const char *value, const char *const *
 			 errhint("%s", hint)));
 }
 
-/* Run a boolean check query with one jsonb/text argument. */
+typedef struct FirstBool
+{
+	bool		value;
+} FirstBool;
+
+static void
+first_bool(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, 1, &isnull);
+
+	((FirstBool *) arg)->value = !isnull && DatumGetBool(d);
+}
+
+/* Run a boolean check query of one argument ($1), as the caller, search_path pinned. */
 bool
 stm_arg_check_sql(const char *sql, Oid argtype, Datum arg)
 {
-	bool		result = false;
-	int			nest = stm_catalog_pin_search_path();
+	StmSql		q;
+	FirstBool	result = {false};
 
-	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "check query failed");
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		result = !isnull && DatumGetBool(d);
-	}
-	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
-	return result;
+	stm_sql_init(&q, sql);
+	stm_sql_param(&q, NULL, argtype, arg, false);
+	(void) stm_sql_run(&q, SPI_OK_SELECT, first_bool, &result);
+	return result.value;
 }
 
 /* Run generated SQL as the caller (user objects: views, sinks), search_path pinned. */
@@ -181,6 +263,14 @@ stm_arg_parses_as(const char *str, Oid typid)
 	return ok;
 }
 
+static void
+options_row(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	bool		isnull;
+
+	*(Jsonb **) arg = DatumGetJsonbPCopy(SPI_getbinval(tuple, desc, 1, &isnull));
+}
+
 /*
  * The calling function's arguments after the first (the name), by their
  * names, as a jsonb object; NULL arguments are left out.  What create
@@ -195,12 +285,8 @@ stm_api_arguments_as_options(FunctionCallInfo fcinfo)
 	char	   *argmodes;
 	int			nargs;
 	StringInfoData sql;
-	Oid		   *types;
-	Datum	   *values;
-	int			n;
-	Jsonb	   *result;
-	int			nest;
-	bool		isnull;
+	StmSql		q;
+	Jsonb	   *result = NULL;
 
 	if (!HeapTupleIsValid(proc))
 		elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
@@ -210,31 +296,19 @@ stm_api_arguments_as_options(FunctionCallInfo fcinfo)
 	/* NULL arguments are left out; nulls inside a value (a jsonb) are kept */
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "SELECT jsonb_build_object(");
-	types = palloc(sizeof(Oid) * nargs);
-	values = palloc(sizeof(Datum) * nargs);
-	n = 0;
+	stm_sql_init(&q, NULL);
 	for (int i = 1; i < nargs; i++)
 	{
 		if (PG_ARGISNULL(i))
 			continue;
-		appendStringInfo(&sql, "%s%s, $%d", n > 0 ? ", " : "",
-						 quote_literal_cstr(argnames[i]), n + 1);
-		types[n] = argtypes[i];
-		values[n] = PG_GETARG_DATUM(i);
-		n++;
+		appendStringInfo(&sql, "%s%s, :%s", q.nparams > 0 ? ", " : "",
+						 quote_literal_cstr(argnames[i]), argnames[i]);
+		stm_sql_param(&q, argnames[i], argtypes[i], PG_GETARG_DATUM(i), false);
 	}
 	appendStringInfoChar(&sql, ')');
-
-	nest = stm_catalog_pin_search_path();
-	SPI_connect();
-	if (SPI_execute_with_args(sql.data, n, types, values, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
+	q.sql = sql.data;
+	(void) stm_sql_run(&q, SPI_OK_SELECT, options_row, &result);
+	if (result == NULL)
 		elog(ERROR, "could not gather the arguments");
-	/* into the caller's memory context, out of SPI's */
-	result = DatumGetJsonbP(SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0],
-															SPI_tuptable->tupdesc, 1, &isnull),
-											  false, -1));
-	SPI_finish();
-	stm_catalog_unpin_search_path(nest);
 	return result;
 }

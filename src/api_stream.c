@@ -39,24 +39,175 @@ PG_FUNCTION_INFO_V1(streaming_create_stream);
 PG_FUNCTION_INFO_V1(streaming_drop_stream);
 PG_FUNCTION_INFO_V1(streaming_alter_stream);
 
+/*
+ * create_stream's arguments, read once by name (SPEC 3), as enums and
+ * values; every check step below reads these, never the raw arguments.
+ */
+typedef struct StreamArgs
+{
+	char	   *name;
+	char	   *query;
+	char	   *sink;			/* NULL: the default (a table named as the stream) */
+	char	   *output_mode_text;
+	StmOutputMode output_mode;
+	bool		has_watermark;
+	Interval	watermark;
+	char	   *event_time;		/* NULL: none (or the window's column) */
+	List	   *dedup_keys;		/* names; NIL: none */
+	bool		has_dedup_keys;
+	Datum		dedup_keys_array;
+	bool		dedup_within_watermark;
+	char	   *trigger;
+	StmTriggerKind trigger_kind;
+	Oid			sink_function;	/* InvalidOid: none */
+	char	   *late_rows_text;
+	bool		keep_late_rows;
+	bool		has_idle_timeout;
+	Interval	idle_timeout;
+	bool		start;
+	int			parallel_workers;
+} StreamArgs;
+
+/* Read create_stream's arguments by name (required ones must not be NULL). */
+static void
+read_stream_args(FunctionCallInfo fcinfo, StreamArgs *a)
+{
+	StmArgs		args;
+
+	stm_args_init(&args, fcinfo);
+	a->name = stm_args_text(&args, "name", true);
+	a->query = stm_args_text(&args, "query", true);
+	a->sink = stm_args_text(&args, "sink", false);
+	a->output_mode_text = stm_args_keyword(&args, "output_mode", true);
+	a->has_watermark = stm_args_given(&args, "watermark");
+	if (a->has_watermark)
+		a->watermark = *DatumGetIntervalP(stm_args_datum(&args, "watermark", true));
+	a->event_time = stm_args_text(&args, "event_time", false);
+	a->has_dedup_keys = stm_args_given(&args, "dedup_keys");
+	if (a->has_dedup_keys)
+		a->dedup_keys_array = stm_args_datum(&args, "dedup_keys", true);
+	a->dedup_within_watermark = stm_args_bool(&args, "dedup_within_watermark");
+	a->trigger = stm_args_text(&args, "trigger", true);
+	a->sink_function = stm_args_given(&args, "sink_function") ?
+		DatumGetObjectId(stm_args_datum(&args, "sink_function", true)) : InvalidOid;
+	a->late_rows_text = stm_args_keyword(&args, "late_rows", true);
+	a->has_idle_timeout = stm_args_given(&args, "idle_timeout");
+	if (a->has_idle_timeout)
+		a->idle_timeout = *DatumGetIntervalP(stm_args_datum(&args, "idle_timeout", true));
+	a->start = stm_args_bool(&args, "start");
+	a->parallel_workers = DatumGetInt32(stm_args_datum(&args, "parallel_workers", true));
+}
+
+/* The name is free for a new stream. */
+static void
+check_new_name(const StreamArgs *a)
+{
+	stm_arg_check_name("stream", a->name);
+	if (stm_catalog_stream_exists(a->name))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("stream \"%s\" already exists", a->name)));
+}
+
+/* The keyword arguments, into their enums; the trigger; the dedup keys' names. */
+static void
+check_keywords(StreamArgs *a)
+{
+	static const char *const modes[] = {"append", "update", "complete", NULL};
+	static const char *const late_choices[] = {"drop", "keep", NULL};
+	int64		interval_ms;
+
+	stm_arg_check_choice("output_mode", a->output_mode_text, modes,
+						 "Valid output modes are \"append\", \"update\" and \"complete\".");
+	a->output_mode = stm_catalog_parse_output_mode(a->output_mode_text);
+	stm_arg_check_choice("late_rows", a->late_rows_text, late_choices,
+						 "Valid values are \"drop\" and \"keep\".");
+	a->keep_late_rows = strcmp(a->late_rows_text, "keep") == 0;
+	if (pg_strcasecmp(a->trigger, "available_now") != 0 && pg_strcasecmp(a->trigger, "once") != 0 &&
+		!stm_arg_parses_as(a->trigger, INTERVALOID))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid trigger \"%s\"", a->trigger),
+				 errhint("Use a processing-time interval such as '30 seconds' (or '0'), 'available_now' or 'once'.")));
+	a->trigger_kind = stm_catalog_parse_trigger(a->trigger, &interval_ms);
+	if (a->has_dedup_keys)
+	{
+		Datum	   *keys;
+		int			nkeys;
+
+		if (!stm_arg_check_sql("SELECT cardinality($1) > 0 AND NOT EXISTS (SELECT 1 FROM unnest($1) k WHERE k IS NULL OR k = '')",
+							   TEXTARRAYOID, a->dedup_keys_array))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("dedup_keys must be a non-empty array of source column names")));
+		deconstruct_array(DatumGetArrayTypeP(a->dedup_keys_array), TEXTOID, -1, false, TYPALIGN_INT,
+						  &keys, NULL, &nkeys);
+		for (int i = 0; i < nkeys; i++)
+			a->dedup_keys = lappend(a->dedup_keys, TextDatumGetCString(keys[i]));
+	}
+}
+
+/* The intervals and what they need: a watermark for dedup_within_watermark and idle_timeout. */
+static void
+check_time_arguments(const StreamArgs *a)
+{
+	Interval	zero = {0};
+
+	if (a->dedup_within_watermark && (!a->has_dedup_keys || !a->has_watermark))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("dedup_within_watermark needs dedup_keys and a watermark")));
+	if (a->has_watermark &&
+		DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(&a->watermark),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("watermark must not be negative")));
+	if (a->has_idle_timeout &&
+		!DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(&a->idle_timeout),
+										  IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idle_timeout must be greater than zero")));
+	if (a->has_idle_timeout && !a->has_watermark)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idle_timeout needs a watermark"),
+				 errdetail("idle_timeout advances the watermark while the source is idle."),
+				 errhint("Give watermark => '10 minutes' too.")));
+}
+
+/* The query, through PostgreSQL's parser and analyser: it must read a source. */
+static StmQueryInfo *
+analyse_query(const StreamArgs *a, StmSourceDef **source)
+{
+	StmQueryInfo *qi;
+
+	STM_ARG_ERRCONTEXT_BEGIN("query", a->query);
+	qi = stm_query_analyze(a->query);
+	STM_ARG_ERRCONTEXT_END();
+	*source = stm_catalog_get_source_by_view(qi->source_view);
+	if (*source == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("relation \"%s\" is not a streaming source", get_rel_name(qi->source_view)),
+				 errhint("Create a source first, with one of the streaming.create_*_source() functions.")));
+	ExecCheckRTPerms(qi->query->rtable, true);
+	return qi;
+}
+
 /* Every dedup key must be a column of the source. */
 static void
-check_dedup_keys(Oid view, ArrayType *keys)
+check_dedup_keys(const StreamArgs *a, const StmSourceDef *source)
 {
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
+	ListCell   *lc;
 
-	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	for (int i = 0; i < n; i++)
-	{
-		char	   *key = TextDatumGetCString(elems[i]);
-
-		if (get_attnum(view, key) == InvalidAttrNumber)
+	foreach(lc, a->dedup_keys)
+		if (get_attnum(source->view, lfirst(lc)) == InvalidAttrNumber)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("dedup key \"%s\" is not a column of source \"%s\"", key, get_rel_name(view))));
-	}
+					 errmsg("dedup key \"%s\" is not a column of source \"%s\"",
+							(char *) lfirst(lc), get_rel_name(source->view))));
 }
 
 /*
@@ -67,16 +218,16 @@ check_dedup_keys(Oid view, ArrayType *keys)
  * when there is a watermark, or event_time.
  */
 static char *
-check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_watermark,
-					   const char *event_time, const char *late_rows)
+check_aggregate_stream(const StreamArgs *a, StmQueryInfo *qi)
 {
 	StmAggQuery *agg = qi->agg;
 	bool		in_output[FUNC_MAX_ARGS + 1] = {false};
 	char	   *window_column = NULL;
+	bool		append = a->output_mode == STM_OUTPUT_APPEND;
 
 	if (agg->window.kind != STM_WINDOW_NONE)
 		window_column = get_attname(qi->source_view, ((Var *) agg->window.ts)->varattno, false);
-	if (strcmp(output_mode, "append") == 0 && !has_watermark)
+	if (append && !a->has_watermark)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("output_mode \"append\" needs a watermark on an aggregate query"),
@@ -84,10 +235,10 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 				 errhint("Give watermark => '10 minutes', or use output_mode 'update' or 'complete'.")));
 	if (window_column == NULL)
 	{
-		AttrNumber	attno = event_time ? get_attnum(qi->source_view, event_time) : InvalidAttrNumber;
+		AttrNumber	attno = a->event_time ? get_attnum(qi->source_view, a->event_time) : InvalidAttrNumber;
 
 		/* without a window, groups close only when the event time is one of them (as Spark) */
-		if (strcmp(output_mode, "append") == 0 && stm_agg_time_key(agg, attno) < 0)
+		if (append && stm_agg_time_key(agg, attno) < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("output_mode \"append\" needs the event-time column among the GROUP BY columns of a query without a window"),
@@ -95,11 +246,11 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 					 errhint("Group by a window call such as streaming.tumble(event_time, '5 minutes'), "
 							 "or by the event_time column itself, or use output_mode 'update' or 'complete'.")));
 	}
-	else if (event_time && strcmp(event_time, window_column) != 0)
+	else if (a->event_time && strcmp(a->event_time, window_column) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("event_time of a windowed query must name the window's column \"%s\"", window_column),
-				 errdetail("The event_time given was \"%s\".", event_time)));
+				 errdetail("The event_time given was \"%s\".", a->event_time)));
 	if (agg->nkeys > FUNC_MAX_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -120,294 +271,164 @@ check_aggregate_stream(StmQueryInfo *qi, const char *output_mode, bool has_water
 					 errdetail("GROUP BY expression %d is not in the select list.", k),
 					 errhint("The sink's key is the window and the groups.")));
 	if (window_column == NULL)
-		return event_time ? pstrdup(event_time) : NULL;
-	return has_watermark ? window_column : NULL;
+		return a->event_time ? pstrdup(a->event_time) : NULL;
+	return a->has_watermark ? window_column : NULL;
 }
 
-Datum
-streaming_create_stream(PG_FUNCTION_ARGS)
+/*
+ * The query's shape and the arguments together: helpers, complete mode,
+ * the aggregate's needs; returns the event-time column to store.
+ */
+static char *
+check_query_shape(const StreamArgs *a, StmQueryInfo *qi, const StmSourceDef *source)
 {
-	static const char *const modes[] = {"append", "update", "complete", NULL};
-	static const char *const late_choices[] = {"drop", "keep", NULL};
-	char	   *name;
-	char	   *query;
-	char	   *sink_name;
-	char	   *output_mode;
-	char	   *event_time = stm_arg_text(fcinfo, 5);
-	char	   *trigger;
-	char	   *late_rows;
-	bool		start;
-	int64		interval_ms;
-	StmQueryInfo *qi;
-	StmSourceDef *src;
-	RangeVar   *sink_rv;
-	Oid			sink_oid;
-	StmSinkDef *named_sink = NULL;
-	Datum		values[18];
-	char		nulls[18];
-	Oid			types[18] = {TEXTOID, TEXTOID, TEXTOID, OIDOID, TEXTOID, INTERVALOID, TEXTOID,
-		TEXTOID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID, OIDOID, TEXTARRAYOID, BOOLOID, OIDOID, TEXTOID,
-	INT4OID};
-	int			parallel_workers;
-	int32		stream_id;
-	StmCatalogScope scope;
+	char	   *event_time = a->event_time;
 
-	(void) stm_catalog_check_version(ERROR);
-	stm_arg_require(fcinfo, 0, "name");
-	stm_arg_require(fcinfo, 1, "query");
-	stm_arg_require(fcinfo, 3, "output_mode");
-	stm_arg_require(fcinfo, 7, "dedup_within_watermark");
-	stm_arg_require(fcinfo, 8, "trigger");
-	stm_arg_require(fcinfo, 10, "late_rows");
-	stm_arg_require(fcinfo, 12, "start");
-	stm_arg_require(fcinfo, 13, "parallel_workers");
-	name = stm_arg_text(fcinfo, 0);
-	query = stm_arg_text(fcinfo, 1);
-	sink_name = PG_ARGISNULL(2) ? name : stm_arg_text(fcinfo, 2);
-	output_mode = stm_arg_keyword(fcinfo, 3);
-	trigger = stm_arg_text(fcinfo, 8);
-	late_rows = stm_arg_keyword(fcinfo, 10);
-	start = PG_GETARG_BOOL(12);
-	parallel_workers = PG_GETARG_INT32(13);
-
-	stm_arg_check_name("stream", name);
-	if (stm_catalog_stream_exists(name))
-		ereport(ERROR,
-				(errcode(ERRCODE_DUPLICATE_OBJECT),
-				 errmsg("stream \"%s\" already exists", name)));
-	stm_arg_check_choice("output_mode", output_mode, modes,
-				 "Valid output modes are \"append\", \"update\" and \"complete\".");
-	stm_arg_check_choice("late_rows", late_rows, late_choices,
-				 "Valid values are \"drop\" and \"keep\".");
-	if (pg_strcasecmp(trigger, "available_now") != 0 && pg_strcasecmp(trigger, "once") != 0 &&
-		!stm_arg_parses_as(trigger, INTERVALOID))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid trigger \"%s\"", trigger),
-				 errhint("Use a processing-time interval such as '30 seconds' (or '0'), 'available_now' or 'once'.")));
-	(void) stm_catalog_parse_trigger(trigger, &interval_ms);
-	if (!PG_ARGISNULL(6) &&
-		!stm_arg_check_sql("SELECT cardinality($1) > 0 AND NOT EXISTS (SELECT 1 FROM unnest($1) k WHERE k IS NULL OR k = '')",
-				   TEXTARRAYOID, PG_GETARG_DATUM(6)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("dedup_keys must be a non-empty array of source column names")));
-	if (PG_GETARG_BOOL(7) && (PG_ARGISNULL(6) || PG_ARGISNULL(4)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("dedup_within_watermark needs dedup_keys and a watermark")));
-	if (!PG_ARGISNULL(9))
-	{
-		Oid			fn = PG_GETARG_OID(9);
-		HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-		Form_pg_proc proc;
-
-		if (!HeapTupleIsValid(tup))
-			elog(ERROR, "cache lookup failed for function %u", fn);
-		proc = (Form_pg_proc) GETSTRUCT(tup);
-		if (proc->pronargs != 2 || proc->proargtypes.values[0] != INT8OID ||
-			proc->proargtypes.values[1] != REGCLASSOID || proc->prokind != PROKIND_FUNCTION)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("sink_function %s must be a function of (batch_id bigint, batch regclass)",
-							format_procedure(fn))));
-		ReleaseSysCache(tup);
-		if (!PG_ARGISNULL(2))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("a stream with a sink_function has no sink table"),
-					 errhint("Give either sink or sink_function.")));
-		if (pg_proc_aclcheck(fn, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied for function %s", format_procedure(fn))));
-	}
-	if (!PG_ARGISNULL(4) && !stm_arg_check_sql("SELECT $1 >= interval '0'", INTERVALOID, PG_GETARG_DATUM(4)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("watermark must not be negative")));
-	if (!PG_ARGISNULL(11) && !stm_arg_check_sql("SELECT $1 > interval '0'", INTERVALOID, PG_GETARG_DATUM(11)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idle_timeout must be greater than zero")));
-	if (!PG_ARGISNULL(11) && PG_ARGISNULL(4))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("idle_timeout needs a watermark"),
-				 errdetail("idle_timeout advances the watermark while the source is idle."),
-				 errhint("Give watermark => '10 minutes' too.")));
-	if (start)
-		stm_api_require_workers(name);
-
-	/* the query, through PostgreSQL's parser and analyser */
-	STM_ARG_ERRCONTEXT_BEGIN("query", query);
-	qi = stm_query_analyze(query);
-	STM_ARG_ERRCONTEXT_END();
-	src = stm_catalog_get_source_by_view(qi->source_view);
-	if (src == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("relation \"%s\" is not a streaming source", get_rel_name(qi->source_view)),
-				 errhint("Create a source first, with one of the streaming.create_*_source() functions.")));
-	ExecCheckRTPerms(qi->query->rtable, true);
-	stm_parallel_check_arg(name, parallel_workers, stm_source_routine(src->kind), qi,
-						   !PG_ARGISNULL(6), strcmp(late_rows, "keep") == 0);
-	if (qi->agg == NULL && strcmp(output_mode, "complete") == 0)
+	stm_parallel_check_arg(a->name, a->parallel_workers, stm_source_routine(source->kind), qi,
+						   a->has_dedup_keys, a->keep_late_rows);
+	if (qi->agg == NULL && a->output_mode == STM_OUTPUT_COMPLETE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("output_mode \"complete\" needs an aggregate query"),
 				 errdetail("A query without aggregates writes each input row once; use \"append\".")));
 	if (qi->agg)
-		event_time = check_aggregate_stream(qi, output_mode, !PG_ARGISNULL(4), event_time,
-											late_rows);
-	if (!PG_ARGISNULL(4) && event_time == NULL)
+		event_time = check_aggregate_stream(a, qi);
+	if (a->has_watermark && event_time == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("watermark needs an event-time column"),
-				 errhint("Give event_time => 'column' naming a timestamptz column of source \"%s\".", src->name)));
-	if (event_time)
-	{
-		Relation	view = relation_open(src->view, AccessShareLock);
-		TupleDesc	desc = RelationGetDescr(view);
-		int			found = -1;
+				 errhint("Give event_time => 'column' naming a timestamptz column of source \"%s\".",
+						 source->name)));
+	return event_time;
+}
 
-		for (int i = 0; i < desc->natts; i++)
-			if (strcmp(NameStr(TupleDescAttr(desc, i)->attname), event_time) == 0)
-				found = i;
-		if (found < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("event_time column \"%s\" does not exist in source \"%s\"", event_time, src->name)));
-		if (TupleDescAttr(desc, found)->atttypid != TIMESTAMPTZOID)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("column \"%s\" of source \"%s\" must be of type timestamptz", event_time, src->name),
-					 errdetail("It is of type %s.", format_type_be(TupleDescAttr(desc, found)->atttypid))));
-		relation_close(view, NoLock);
-	}
+/* The event-time column is a timestamptz column of the source. */
+static void
+check_event_time_column(const char *event_time, const StmSourceDef *source)
+{
+	AttrNumber	attno;
+	Oid			type;
 
-	/*
-	 * The sink: a named sink (streaming.sinks, of any kind), an
-	 * existing compatible table, or a new one.  A given name is a named
-	 * sink's when there is one (the caller's: writing to it means using its
-	 * owner's settings), else SQL naming a table; the default sink is the
-	 * table named exactly like the stream.
-	 */
-	if (!PG_ARGISNULL(2))
+	if (event_time == NULL)
+		return;
+	attno = get_attnum(source->view, event_time);
+	if (attno == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("event_time column \"%s\" does not exist in source \"%s\"", event_time, source->name)));
+	type = get_atttype(source->view, attno);
+	if (type != TIMESTAMPTZOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("column \"%s\" of source \"%s\" must be of type timestamptz", event_time, source->name),
+				 errdetail("It is of type %s.", format_type_be(type))));
+}
+
+/*
+ * The sink the stream names: a named sink (streaming.sinks, of any kind),
+ * the sink function, or a table.  A given name is a named sink's when
+ * there is one (the caller's: writing to it means using its owner's
+ * settings), else SQL naming a table.  Its kind checks that it can take
+ * the stream's output.
+ */
+static const StmSinkRoutine *
+check_sink(const StreamArgs *a, StmSinkTarget *target, const StmSinkOutput *output)
+{
+	const StmSinkRoutine *routine;
+
+	target->stream = a->name;
+	target->sink = a->sink;
+	target->function = a->sink_function;
+	target->named = NULL;
+	if (OidIsValid(a->sink_function) && a->sink != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a stream with a sink_function has no sink table"),
+				 errhint("Give either sink or sink_function.")));
+	if (a->sink)
 	{
-		named_sink = stm_catalog_get_sink(sink_name, true);
-		if (named_sink == NULL && stm_catalog_sink_exists(sink_name))
+		target->named = stm_catalog_get_sink(a->sink, true);
+		if (target->named == NULL && stm_catalog_sink_exists(a->sink))
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied for sink \"%s\"", sink_name),
+					 errmsg("permission denied for sink \"%s\"", a->sink),
 					 errdetail("Only the sink's owner (or a member of the owning role) may write to it.")));
 	}
-	if (named_sink)
-	{
-		const StmSinkRoutine *routine = stm_sink_routine(named_sink->kind);
+	routine = stm_sink_routine_of_target(target);
+	routine->check_output(target, output);
+	return routine;
+}
 
-		routine->check_output(named_sink, stm_sink_output(qi, stm_catalog_parse_output_mode(output_mode)), name);
-		sink_rv = NULL;
-	}
-	else if (PG_ARGISNULL(2))
-		sink_rv = makeRangeVar(NULL, name, -1);
-	else
-	{
-		STM_ARG_ERRCONTEXT_BEGIN("sink", sink_name);
-		sink_rv = makeRangeVarFromNameList(stringToQualifiedNameList(sink_name));
-		STM_ARG_ERRCONTEXT_END();
-	}
-	sink_oid = PG_ARGISNULL(9) && sink_rv ? RangeVarGetRelid(sink_rv, RowExclusiveLock, true) : InvalidOid;
-	if (!PG_ARGISNULL(9) || named_sink)
-		;						/* foreachBatch or a named sink: no sink table */
-	else if (OidIsValid(sink_oid))
-	{
-		Relation	rel = table_open(sink_oid, NoLock);
+/* The stream's catalog row, as the checked arguments define it. */
+static int32
+insert_stream(const StreamArgs *a, const StmSourceDef *source, const char *event_time,
+			  const StmSinkTarget *target)
+{
+	StmStreamDef def = {0};
 
-		if (rel->rd_rel->relkind != RELKIND_RELATION &&
-			rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("sink \"%s\" is not a table", sink_name)));
-		stm_query_check_sink(qi, rel, name, qi->agg && strcmp(output_mode, "update") == 0);
-		table_close(rel, NoLock);
-	}
-	else
-	{
-		Oid			nspid = RangeVarGetCreationNamespace(sink_rv);
-		char	   *qualified = quote_qualified_identifier(get_namespace_name(nspid), sink_rv->relname);
+	def.name = a->name;
+	def.source = source->name;
+	def.query = a->query;
+	def.sink = target->relid;
+	def.sink_function = a->sink_function;
+	def.sink_name = target->named ? target->named->name : NULL;
+	def.output_mode = a->output_mode;
+	def.has_watermark = a->has_watermark;
+	def.watermark_delay = a->watermark;
+	def.event_time = (char *) event_time;
+	def.trigger = a->trigger;
+	def.keep_late_rows = a->keep_late_rows;
+	def.has_idle_timeout = a->has_idle_timeout;
+	def.idle_timeout = a->idle_timeout;
+	def.dedup_keys = a->dedup_keys;
+	def.dedup_within_watermark = a->dedup_within_watermark;
+	def.enabled = a->start;
+	def.search_path = pstrdup(GetConfigOption("search_path", false, false));
+	def.owner = GetUserId();
+	def.parallel_workers = a->parallel_workers;
+	return stm_catalog_insert_stream(&def);
+}
 
-		stm_api_exec(stm_sink_table_ddl(stm_sink_output(qi, stm_catalog_parse_output_mode(output_mode)),
-										qualified,
-										strcmp(output_mode, "append") != 0),
-					 0, NULL, NULL, NULL, SPI_OK_UTILITY);
-		CommandCounterIncrement();
-		sink_oid = get_relname_relid(sink_rv->relname, nspid);
-	}
+/*
+ * streaming.create_stream (SPEC 3): the arguments read once, then each
+ * check in turn before anything is made; then the sink (unless it exists),
+ * the catalog row and the state tables; the worker is asked for at commit.
+ */
+Datum
+streaming_create_stream(PG_FUNCTION_ARGS)
+{
+	StreamArgs	a = {0};
+	StmQueryInfo *qi;
+	StmSourceDef *source;
+	char	   *event_time;
+	StmSinkOutput *output;
+	StmSinkTarget target;
+	const StmSinkRoutine *sink_kind;
+	int32		stream_id;
 
-	for (int i = 0; i < 18; i++)
-		nulls[i] = ' ';
-	values[17] = Int32GetDatum(parallel_workers);
-	values[0] = CStringGetTextDatum(name);
-	values[1] = CStringGetTextDatum(src->name);
-	values[2] = CStringGetTextDatum(query);
-	values[3] = ObjectIdGetDatum(sink_oid);
-	if (!OidIsValid(sink_oid))
-		nulls[3] = 'n';
-	values[12] = PG_ARGISNULL(9) ? (Datum) 0 : PG_GETARG_DATUM(9);
-	nulls[12] = PG_ARGISNULL(9) ? 'n' : ' ';
-	values[13] = PG_ARGISNULL(6) ? (Datum) 0 : PG_GETARG_DATUM(6);
-	nulls[13] = PG_ARGISNULL(6) ? 'n' : ' ';
-	values[14] = BoolGetDatum(PG_GETARG_BOOL(7));
-	values[4] = CStringGetTextDatum(output_mode);
-	if (PG_ARGISNULL(4))
-		nulls[5] = 'n';
-	else
-		values[5] = PG_GETARG_DATUM(4);
-	if (event_time)
-		values[6] = CStringGetTextDatum(event_time);
-	else
-		nulls[6] = 'n';
-	values[7] = CStringGetTextDatum(trigger);
-	values[8] = CStringGetTextDatum(late_rows);
-	if (PG_ARGISNULL(11))
-		nulls[9] = 'n';
-	else
-		values[9] = PG_GETARG_DATUM(11);
-	values[10] = BoolGetDatum(start);
-	values[11] = CStringGetTextDatum(GetConfigOption("search_path", false, false));
+	(void) stm_catalog_check_version(ERROR);
+	read_stream_args(fcinfo, &a);
+	check_new_name(&a);
+	check_keywords(&a);
+	check_time_arguments(&a);
+	if (a.start)
+		stm_api_require_workers(a.name);
+	qi = analyse_query(&a, &source);
+	event_time = check_query_shape(&a, qi, source);
+	check_event_time_column(event_time, source);
+	check_dedup_keys(&a, source);
+	output = stm_sink_output(qi, a.output_mode);
+	sink_kind = check_sink(&a, &target, output);
 
-	values[15] = ObjectIdGetDatum(GetUserId());
-	if (named_sink)
-		values[16] = CStringGetTextDatum(named_sink->name);
-	else
-		nulls[16] = 'n';
-	scope = stm_catalog_begin();
-	SPI_connect();
-	if (SPI_execute_with_args("INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
-							  "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, search_path, "
-							  "sink_function, dedup_keys, dedup_within_watermark, owner, sink_name, parallel_workers) "
-							  "VALUES ($1, $2, $3, $4::oid::regclass, $5, $6, $7, $8, $9, $10, $11, "
-							  "CASE WHEN $11 THEN 'running' ELSE 'stopped' END, $12, $13::oid::regprocedure, $14, $15, "
-							  "$16::oid::regrole, $17, $18) RETURNING id",
-							  18, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not insert into streaming.stream_defs");
-	{
-		bool		isnull;
-
-		stream_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-
+	/* everything checked: make it */
+	if (sink_kind->create_output)
+		sink_kind->create_output(&target, output);
+	stream_id = insert_stream(&a, source, event_time, &target);
 	if (qi->agg)
 		stm_aggstate_create(stream_id, qi->agg, GetUserId());
-	if (!PG_ARGISNULL(6))
-	{
-		check_dedup_keys(src->view, PG_GETARG_ARRAYTYPE_P(6));
+	if (a.has_dedup_keys)
 		stm_dedup_create(stream_id, GetUserId());
-	}
-	if (start)
+	if (a.start)
 		stm_api_want_on_commit(stream_id, GetUserId());
 	PG_RETURN_VOID();
 }
@@ -506,11 +527,9 @@ streaming_alter_stream(PG_FUNCTION_ARGS)
 		if (n > 0)
 		{
 			/* the query as the batches analyse it: its creator's search_path */
-			int			nest = NewGUCNestLevel();
+			int			nest;
 
-			(void) set_config_option("search_path", def->search_path, PGC_USERSET,
-									 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-			qi = stm_query_analyze(def->query);
+			qi = stm_query_analyze_stored(def, &nest);
 			AtEOXact_GUC(true, nest);
 		}
 		stm_parallel_check_arg(name, n, stm_source_routine(src->kind), qi, def->has_dedup,

@@ -735,7 +735,7 @@ sink_begin(BatchContext *bc, StmRuntime *rt)
 	else if (!bc->join)
 		bc->projector = stm_query_compile(qi);
 	if (def->has_dedup)
-		bc->dedup = stm_dedup_begin(def->id, in->desc, stm_catalog_dedup_keys(def->id),
+		bc->dedup = stm_dedup_begin(def->id, in->desc, def->dedup_keys,
 									def->has_watermark ? in->event_time_att : -1,
 									previous_watermark(def), def->dedup_within_watermark,
 									def->watermark_delay.time +

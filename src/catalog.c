@@ -33,6 +33,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -88,6 +89,18 @@ stm_catalog_parse_output_mode(const char *name)
 		return STM_OUTPUT_APPEND;
 	elog(ERROR, "unrecognized output_mode \"%s\" in streaming.stream_defs", name);
 	return STM_OUTPUT_APPEND;	/* keep compiler quiet */
+}
+
+static const char *const output_mode_names[] = {
+	[STM_OUTPUT_APPEND] = "append",
+	[STM_OUTPUT_UPDATE] = "update",
+	[STM_OUTPUT_COMPLETE] = "complete",
+};
+
+const char *
+stm_catalog_output_mode_name(StmOutputMode mode)
+{
+	return output_mode_names[mode];
 }
 
 static const char *const status_names[] = {
@@ -171,7 +184,7 @@ get_bool(CatalogRow *row, const char *name)
 	"event_time, trigger, search_path, owner::oid AS owner, enabled, status, " \
 	"last_batch_id, watermark, failures, positions_initialized, no_data_batch_due, " \
 	"sink_function::oid AS sink_function, dedup_keys IS NOT NULL AS has_dedup, " \
-	"dedup_within_watermark, late_rows, " \
+	"dedup_keys, dedup_within_watermark, late_rows, idle_timeout, " \
 	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error, " \
 	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name) AS sink_kind, " \
 	"parallel_workers"
@@ -211,8 +224,22 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->no_data_batch_due = get_bool(&row, "no_data_batch_due");
 	s->sink_function = get_oid(&row, "sink_function");
 	s->has_dedup = get_bool(&row, "has_dedup");
+	d = get_value(&row, "dedup_keys", &isnull);
+	if (!isnull)
+	{
+		Datum	   *keys;
+		int			nkeys;
+
+		deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT, &keys, NULL, &nkeys);
+		for (int i = 0; i < nkeys; i++)
+			s->dedup_keys = lappend(s->dedup_keys, TextDatumGetCString(keys[i]));
+	}
 	s->dedup_within_watermark = get_bool(&row, "dedup_within_watermark");
 	s->keep_late_rows = strcmp(get_text(&row, "late_rows"), "keep") == 0;
+	d = get_value(&row, "idle_timeout", &isnull);
+	s->has_idle_timeout = !isnull;
+	if (!isnull)
+		s->idle_timeout = *DatumGetIntervalP(d);
 	d = get_value(&row, "idle_timeout_us", &isnull);
 	s->idle_timeout_us = isnull ? 0 : DatumGetInt64(d);
 	s->idle_clock_at = DatumGetTimestampTz(get_value(&row, "idle_clock_at", &isnull));
@@ -650,13 +677,71 @@ stm_catalog_mark_positions_initialized(int32 stream_id)
 	update_stream(stream_id, "positions_initialized = true");
 }
 
-/* The dedup_keys of a stream, as a list of column names. */
-List *
-stm_catalog_dedup_keys(int32 stream_id)
+static void
+returned_id(void *arg, HeapTuple tuple, TupleDesc desc)
 {
-	Oid			type = INT4OID;
-	Datum		value = Int32GetDatum(stream_id);
+	bool		isnull;
 
-	return stm_catalog_strings("SELECT unnest(dedup_keys) FROM streaming.stream_defs WHERE id = $1",
-							   1, &type, &value);
+	*(int32 *) arg = DatumGetInt32(stm_sql_get_datum(tuple, desc, "id", &isnull));
+}
+
+/* A text[] of the list's strings, or NULL for none. */
+static ArrayType *
+text_array(List *strings)
+{
+	Datum	   *elems;
+	int			n = 0;
+	ListCell   *lc;
+
+	if (strings == NIL)
+		return NULL;
+	elems = palloc(sizeof(Datum) * list_length(strings));
+	foreach(lc, strings)
+		elems[n++] = CStringGetTextDatum(lfirst(lc));
+	return construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT);
+}
+
+/*
+ * A new stream's row (create_stream): its definition as def gives it, the
+ * creator's search_path and the current user as its owner; running when
+ * def->enabled.  Returns its id.
+ */
+int32
+stm_catalog_insert_stream(const StmStreamDef *def)
+{
+	StmSql		q;
+	ArrayType  *keys = text_array(def->dedup_keys);
+	int32		id = -1;
+
+	stm_sql_init(&q, "INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
+				 "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, "
+				 "search_path, sink_function, dedup_keys, dedup_within_watermark, owner, sink_name, "
+				 "parallel_workers) "
+				 "VALUES (:name, :source, :query, :sink::oid::regclass, :output_mode, "
+				 ":watermark_delay, :event_time, :trigger, :late_rows, :idle_timeout, :enabled, "
+				 "CASE WHEN :enabled THEN 'running' ELSE 'stopped' END, :search_path, "
+				 ":sink_function::oid::regprocedure, :dedup_keys, :dedup_within_watermark, "
+				 ":owner::oid::regrole, :sink_name, :parallel_workers) RETURNING id");
+	stm_sql_text(&q, "name", def->name);
+	stm_sql_text(&q, "source", def->source);
+	stm_sql_text(&q, "query", def->query);
+	stm_sql_oid(&q, "sink", def->sink);
+	stm_sql_text(&q, "output_mode", stm_catalog_output_mode_name(def->output_mode));
+	stm_sql_param(&q, "watermark_delay", INTERVALOID, IntervalPGetDatum(&def->watermark_delay),
+				  !def->has_watermark);
+	stm_sql_text(&q, "event_time", def->event_time);
+	stm_sql_text(&q, "trigger", def->trigger);
+	stm_sql_text(&q, "late_rows", def->keep_late_rows ? "keep" : "drop");
+	stm_sql_param(&q, "idle_timeout", INTERVALOID, IntervalPGetDatum(&def->idle_timeout),
+				  !def->has_idle_timeout);
+	stm_sql_bool(&q, "enabled", def->enabled);
+	stm_sql_text(&q, "search_path", def->search_path);
+	stm_sql_oid(&q, "sink_function", def->sink_function);
+	stm_sql_param(&q, "dedup_keys", TEXTARRAYOID, PointerGetDatum(keys), keys == NULL);
+	stm_sql_bool(&q, "dedup_within_watermark", def->dedup_within_watermark);
+	stm_sql_oid(&q, "owner", def->owner);
+	stm_sql_text(&q, "sink_name", def->sink_name);
+	stm_sql_int4(&q, "parallel_workers", def->parallel_workers);
+	(void) stm_catalog_run(&q, SPI_OK_INSERT_RETURNING, returned_id, &id);
+	return id;
 }

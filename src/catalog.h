@@ -52,6 +52,7 @@ typedef struct StmStreamDef
 	Oid			sink;
 	Oid			sink_function;	/* foreachBatch, else InvalidOid */
 	bool		has_dedup;		/* dedup_keys given */
+	List	   *dedup_keys;		/* their names (source columns) */
 	bool		dedup_within_watermark;
 	StmOutputMode output_mode;
 	bool		keep_late_rows; /* late_rows => 'keep' (else 'drop') */
@@ -71,6 +72,8 @@ typedef struct StmStreamDef
 	bool		has_watermark_value;
 	TimestampTz watermark_value;
 	int			failures;
+	bool		has_idle_timeout;
+	Interval	idle_timeout;
 	int64		idle_timeout_us;	/* 0: none */
 	TimestampTz idle_clock_at;	/* the last batch that read records, or the last idle advance */
 	char	   *last_error;		/* NULL when none */
@@ -140,11 +143,12 @@ extern char *stm_catalog_source_option(const char *source, const char *path);
 extern List *stm_catalog_source_option_list(const char *source, const char *sql_expr);
 extern StmOutputMode stm_catalog_parse_output_mode(const char *name);
 extern const char *stm_catalog_status_name(StmStreamStatus status);
+extern const char *stm_catalog_output_mode_name(StmOutputMode mode);
 extern void stm_catalog_set_status(int32 stream_id, StmStreamStatus status,
 								   const char *last_error, bool clear_error,
 								   int failures);
 extern void stm_catalog_disable(int32 stream_id);
-extern List *stm_catalog_dedup_keys(int32 stream_id);
+extern int32 stm_catalog_insert_stream(const StmStreamDef *def);
 extern void stm_catalog_mark_positions_initialized(int32 stream_id);
 extern void stm_catalog_set_source_error(int32 stream_id, const char *error);
 extern void stm_catalog_record_batch(const StmBatchProgress *p, int history);

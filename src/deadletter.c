@@ -60,31 +60,23 @@ make_bytea(const void *data, int len)
 void
 stm_deadletter_write(int32 stream_id, const StmBadRecord *bad)
 {
-	Oid			types[7] = {INT4OID, TEXTOID, BYTEAOID, TEXTOID, TEXTOID, INT8OID, BYTEAOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	StmSql		q;
 
-	values[0] = Int32GetDatum(stream_id);
-	values[1] = CStringGetTextDatum(bad->position);
-	if (bad->raw)
-		values[2] = PointerGetDatum(make_bytea(bad->raw, Min(bad->raw_len, STM_RAW_KEEP)));
-	else
-		nulls[2] = 'n';
-	values[3] = CStringGetTextDatum(bad->detail ?
-									psprintf("%s: %s", bad->message, bad->detail) :
-									bad->message);
-	values[4] = CStringGetTextDatum(unpack_sql_state(bad->sqlerrcode));
-	if (bad->sha256)
-	{
-		values[5] = Int64GetDatum(bad->whole_len);
-		values[6] = PointerGetDatum(make_bytea(bad->sha256, PG_SHA256_DIGEST_LENGTH));
-	}
-	else
-		nulls[5] = nulls[6] = 'n';
-	stm_catalog_exec("INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id, "
-					 "raw_length, raw_sha256) "
-					 "SELECT s.name, s.source, $2::jsonb, $3, $4, $5, s.id, $6, $7 "
-					 "FROM streaming.stream_defs s WHERE s.id = $1",
-					 7, types, values, nulls, SPI_OK_INSERT);
+	stm_sql_init(&q, "INSERT INTO streaming.dead_letters (stream, source, position, raw, error, "
+				 "sqlstate, stream_id, raw_length, raw_sha256) "
+				 "SELECT s.name, s.source, :position, :raw, :error, :sqlstate, s.id, "
+				 ":raw_length, :raw_sha256 FROM streaming.stream_defs s WHERE s.id = :stream_id");
+	stm_sql_int4(&q, "stream_id", stream_id);
+	stm_sql_jsonb(&q, "position", bad->position);
+	stm_sql_param(&q, "raw", BYTEAOID,
+				  bad->raw ? PointerGetDatum(make_bytea(bad->raw, Min(bad->raw_len, STM_RAW_KEEP))) : (Datum) 0,
+				  bad->raw == NULL);
+	stm_sql_text(&q, "error", bad->detail ? psprintf("%s: %s", bad->message, bad->detail) : bad->message);
+	stm_sql_text(&q, "sqlstate", unpack_sql_state(bad->sqlerrcode));
+	stm_sql_param(&q, "raw_length", INT8OID, Int64GetDatum(bad->whole_len), bad->sha256 == NULL);
+	stm_sql_param(&q, "raw_sha256", BYTEAOID,
+				  bad->sha256 ? PointerGetDatum(make_bytea(bad->sha256, PG_SHA256_DIGEST_LENGTH)) : (Datum) 0,
+				  bad->sha256 == NULL);
+	(void) stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
 	STM_FAULT_POINT("after_dead_letter");
 }

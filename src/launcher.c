@@ -33,6 +33,7 @@
 #include "guc.h"
 #include "launcher.h"
 #include "shmem.h"
+#include "sql.h"
 
 #define MAX_RESTART_DELAY_MS (60 * 1000)
 
@@ -259,6 +260,20 @@ streaming_launcher_main(Datum main_arg)
 	}
 }
 
+/* An enabled stream of the database: its slot is wanted. */
+static void
+want_stream(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	bool		isnull;
+	int32		id = DatumGetInt32(stm_sql_get_datum(tuple, desc, "id", &isnull));
+	Oid			owner = DatumGetObjectId(stm_sql_get_datum(tuple, desc, "owner", &isnull));
+
+	if (stm_shmem_want_stream(MyDatabaseId, id, owner) < 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not run stream %d: all streaming.max_workers slots are taken", id)));
+}
+
 /* Put the enabled streams of one database into shared memory, then exit. */
 void
 streaming_discovery_main(Datum main_arg)
@@ -271,22 +286,11 @@ streaming_discovery_main(Datum main_arg)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("streaming", true)))
 	{
-		SPI_connect();
-		if (SPI_execute("SELECT id, owner::oid FROM streaming.stream_defs WHERE enabled",
-						true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read streaming.stream_defs");
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			bool		isnull;
-			int32		id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-			Oid			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		StmSql		q;
 
-			if (stm_shmem_want_stream(MyDatabaseId, id, owner) < 0)
-				ereport(WARNING,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("could not run stream %d: all streaming.max_workers slots are taken", id)));
-		}
-		SPI_finish();
+		/* any version's catalog has these columns: the workers start and wait for an update */
+		stm_sql_init(&q, "SELECT id, owner::oid AS owner FROM streaming.stream_defs WHERE enabled");
+		(void) stm_sql_run(&q, SPI_OK_SELECT, want_stream, NULL);
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();

@@ -57,8 +57,6 @@ typedef struct StmProjector
 extern StmQueryInfo *stm_query_analyze(const char *sql);
 extern StmQueryInfo *stm_query_analyze_stored(const StmStreamDef *def, int *guc_nest);
 extern int	stm_agg_time_key(StmAggQuery *agg, AttrNumber event_time_attno);
-extern void stm_query_check_sink(StmQueryInfo *qi, Relation sink, const char *stream,
-								 bool upserts);
 extern ExprState *stm_query_compile_qual(StmQueryInfo *qi);
 extern StmProjector *stm_query_compile(StmQueryInfo *qi);
 extern List *stm_query_output_targetlist(StmQueryInfo *qi);

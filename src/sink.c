@@ -52,6 +52,15 @@ stm_sink_routine_of_stream(StmStreamDef *def)
 	return stm_sink_routine(stm_sink_kind(def));
 }
 
+/* The kind create_stream's sink is of: as stm_sink_kind for the stream it makes. */
+const StmSinkRoutine *
+stm_sink_routine_of_target(const StmSinkTarget *target)
+{
+	if (target->named)
+		return stm_sink_routine(target->named->kind);
+	return stm_sink_routine(OidIsValid(target->function) ? "function" : "table");
+}
+
 /* The stream's sink, for a runtime: in the current memory context. */
 StmSink *
 stm_sink_open(StmStreamDef *def)
@@ -80,37 +89,3 @@ stm_sink_output(StmQueryInfo *qi, StmOutputMode mode)
 	return out;
 }
 
-/*
- * CREATE TABLE for a sink table of the output's columns; keyed: a unique
- * key on the key columns that treats NULLs as equal (SPEC 3), for upserts.
- */
-char *
-stm_sink_table_ddl(const StmSinkOutput *out, const char *qualified_name, bool keyed)
-{
-	StringInfoData buf;
-	bool		first = true;
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "CREATE TABLE %s (", qualified_name);
-	for (int i = 0; i < out->desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(out->desc, i);
-
-		appendStringInfo(&buf, "%s%s %s", i > 0 ? ", " : "",
-						 quote_identifier(NameStr(att->attname)),
-						 format_type_extended(att->atttypid, att->atttypmod,
-											  FORMAT_TYPE_TYPEMOD_GIVEN |
-											  FORMAT_TYPE_FORCE_QUALIFY));
-	}
-	for (int i = 0; keyed && i < out->desc->natts; i++)
-		if (out->is_key[i])
-		{
-			appendStringInfo(&buf, "%s%s", first ? ", UNIQUE NULLS NOT DISTINCT (" : ", ",
-							 quote_identifier(NameStr(TupleDescAttr(out->desc, i)->attname)));
-			first = false;
-		}
-	if (!first)
-		appendStringInfoChar(&buf, ')');
-	appendStringInfoChar(&buf, ')');
-	return buf.data;
-}

@@ -8,7 +8,10 @@
  *
  * Every row a callback gets is in the stream query's output order, described
  * by StmSinkOutput; each kind maps it to what it writes (a table's columns,
- * a message).  One batch, in the batch's transaction, as the stream's owner:
+ * a message).  create_stream asks the kind whether it can take the output
+ * (check_output) and to make what is missing (create_output), so that it
+ * names no kind itself.  One batch, in the batch's transaction, as the
+ * stream's owner:
  *
  *     open            once per runtime (a worker's life, a run_batch); the
  *                     sink lives in the memory context it was opened in
@@ -33,7 +36,7 @@
  * Tables and sink functions are sinks by the stream's own definition; other
  * kinds (a Kafka sink) are named objects of streaming.sinks, made by a
  * create function of their own (validate), which a stream names as its
- * sink (check_output); their rows may wait outside the stream's tables
+ * sink; their rows may wait outside the stream's tables
  * until they are delivered (pending, discard).
  */
 #ifndef STM_SINK_H
@@ -80,6 +83,19 @@ typedef struct StmSinkBatch
 } StmSinkBatch;
 
 /*
+ * create_stream's sink: what the stream names (a named sink, a sink
+ * function, or a table), and what the kind's check resolves it to.
+ */
+typedef struct StmSinkTarget
+{
+	const char *stream;			/* the stream's name */
+	const char *sink;			/* the sink argument; NULL: the default (a table named as the stream) */
+	StmSinkDef *named;			/* a named sink (streaming.sinks), else NULL */
+	Oid			function;		/* the sink_function, else InvalidOid */
+	Oid			relid;			/* the table the stream writes (InvalidOid: none, or to be made) */
+} StmSinkTarget;
+
+/*
  * What deliver found: whether the stream must wait, and why.  Zero, false
  * and NULLs: nothing holds it back.
  */
@@ -96,6 +112,16 @@ struct StmSinkRoutine
 	const char *kind;
 	const char *display_name;	/* the kind in messages */
 
+	/* ---- create_stream: required ---- */
+
+	/*
+	 * Can the sink take the stream's output?  It checks what the target
+	 * names (a table's columns and key, a function's signature, a named
+	 * sink's key columns) without changing anything, and resolves it (a
+	 * table's relid).  Errors name the column and the stream.
+	 */
+	void		(*check_output) (StmSinkTarget *target, const StmSinkOutput *output);
+
 	/* ---- batches: required ---- */
 
 	StmSink    *(*open) (StmStreamDef *def);
@@ -106,6 +132,14 @@ struct StmSinkRoutine
 	void		(*delete_key) (StmSinkBatch *batch, Datum *values, bool *nulls);
 	void		(*truncate) (StmSinkBatch *batch);
 	void		(*end_batch) (StmSinkBatch *batch);
+
+	/* ---- create_stream: optional ---- */
+
+	/*
+	 * After every check passed: make what the stream writes into and does
+	 * not exist yet (the table sink's table), setting target->relid.
+	 */
+	void		(*create_output) (StmSinkTarget *target, const StmSinkOutput *output);
 
 	/* ---- batches: optional, set the pointer to NULL if not provided ---- */
 
@@ -149,13 +183,6 @@ struct StmSinkRoutine
 	Jsonb	   *(*validate) (Jsonb *options, Oid role);
 
 	/*
-	 * create_stream: can the sink take the stream's output?  Errors name
-	 * the column and the stream.
-	 */
-	void		(*check_output) (StmSinkDef *sink, const StmSinkOutput *output,
-								 const char *stream);
-
-	/*
 	 * Rows of the stream that committed batches wrote and the sink has not
 	 * delivered yet (read in a fresh snapshot), counted up to limit
 	 * (process_available asks every 20 ms whether there are any), and
@@ -175,7 +202,7 @@ extern const char *stm_sink_kind(StmStreamDef *def);
 extern StmSink *stm_sink_open(StmStreamDef *def);
 extern StmSinkOutput *stm_sink_output(StmQueryInfo *qi, StmOutputMode mode);
 extern const StmSinkRoutine *stm_sink_routine_of_stream(StmStreamDef *def);
-extern char *stm_sink_table_ddl(const StmSinkOutput *out, const char *qualified_name, bool keyed);
+extern const StmSinkRoutine *stm_sink_routine_of_target(const StmSinkTarget *target);
 
 /* api_sink.c: the create and drop functions of every named kind */
 extern Datum stm_api_create_sink(FunctionCallInfo fcinfo, const StmSinkRoutine *routine);

@@ -8,11 +8,15 @@
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/acl.h"
 #include "utils/lsyscache.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
 
 #include "catalog.h"
 #include "sink_table.h"
@@ -49,12 +53,9 @@ create_batch_table(const StmSinkOutput *output, int64 batch_id)
 	GetUserIdAndSecContext(&userid, &sec_context);
 	SetUserIdAndSecContext(userid, sec_context & ~SECURITY_RESTRICTED_OPERATION);
 	nest = stm_catalog_pin_search_path();
-	SPI_connect();
-	if (SPI_execute(stm_sink_table_ddl(output, psprintf("pg_temp.%s", quote_identifier(name)),
-									   output->mode == STM_OUTPUT_UPDATE),
-					false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not create the batch table");
-	SPI_finish();
+	stm_spi_exec(stm_sink_table_ddl(output, psprintf("pg_temp.%s", quote_identifier(name)),
+									output->mode == STM_OUTPUT_UPDATE),
+				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 	stm_catalog_unpin_search_path(nest);
 	SetUserIdAndSecContext(userid, sec_context);
 	CommandCounterIncrement();
@@ -80,15 +81,41 @@ function_end_batch(StmSinkBatch *batch)
 	stm_table_sink_end(batch);
 	values[0] = Int64GetDatum(batch->batch_id);
 	values[1] = ObjectIdGetDatum(get_relname_relid(table, LookupExplicitNamespace("pg_temp", false)));
-	SPI_connect();
-	if (SPI_execute_with_args(psprintf("SELECT %s($1, $2)",
-									   quote_qualified_identifier(get_namespace_name(get_func_namespace(fs->function)),
-																  get_func_name(fs->function))),
-							  2, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not call the sink function of stream \"%s\"", fs->base.stream_name);
-	if (SPI_execute(psprintf("DROP TABLE pg_temp.%s", quote_identifier(table)), false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not drop the batch table");
-	SPI_finish();
+	/* the user's function, under the stream's search_path (the batch's) */
+	stm_spi_exec(psprintf("SELECT %s($1, $2)",
+						  quote_qualified_identifier(get_namespace_name(get_func_namespace(fs->function)),
+													 get_func_name(fs->function))),
+				 2, types, values, NULL, SPI_OK_SELECT);
+	stm_spi_exec(psprintf("DROP TABLE pg_temp.%s", quote_identifier(table)), 0, NULL, NULL, NULL,
+				 SPI_OK_UTILITY);
+}
+
+/*
+ * create_stream: the sink function must be a function of (batch_id bigint,
+ * batch regclass) that the caller may execute (create_stream refused a
+ * sink table besides it).
+ */
+static void
+function_check_output(StmSinkTarget *target, const StmSinkOutput *output)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(target->function));
+	Form_pg_proc proc;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for function %u", target->function);
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	if (proc->pronargs != 2 || proc->proargtypes.values[0] != INT8OID ||
+		proc->proargtypes.values[1] != REGCLASSOID || proc->prokind != PROKIND_FUNCTION)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sink_function %s must be a function of (batch_id bigint, batch regclass)",
+						format_procedure(target->function))));
+	ReleaseSysCache(tup);
+	if (pg_proc_aclcheck(target->function, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for function %s", format_procedure(target->function))));
+	target->relid = InvalidOid;
 }
 
 static StmSink *
@@ -107,6 +134,7 @@ open_function_sink(StmStreamDef *def)
 const StmSinkRoutine stm_function_sink_routine = {
 	.kind = "function",
 	.display_name = "sink function",
+	.check_output = function_check_output,
 	.open = open_function_sink,
 	.begin_batch = function_begin_batch,
 	.insert = stm_table_sink_insert,

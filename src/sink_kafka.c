@@ -446,14 +446,15 @@ message_columns(const char *sink, List *key_columns, SinkFormat format,
 
 /* create_stream: can the sink take the stream's output? */
 static void
-kafka_sink_check_output(StmSinkDef *sink, const StmSinkOutput *output, const char *stream)
+kafka_sink_check_output(StmSinkTarget *target, const StmSinkOutput *output)
 {
+	StmSinkDef *sink = target->named;
 	int			nkey;
 	int		   *key_att;
 	int			value_att;
 
 	message_columns(sink->name, stm_option_elements(sink->options, "key_columns"),
-					format_of(stm_option_text(sink->options, "format")), output, stream,
+					format_of(stm_option_text(sink->options, "format")), output, target->stream,
 					&nkey, &key_att, &value_att);
 }
 

@@ -25,21 +25,27 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/genam.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "optimizer/optimizer.h"
+#include "parser/parse_relation.h"
 #include "parser/parse_coerce.h"
 #include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/regproc.h"
 #include "utils/rls.h"
 
+#include "api.h"
 #include "sink_table.h"
 
 #define STM_SINK_BUFFER 1000
@@ -533,6 +539,195 @@ stm_table_sink_end(StmSinkBatch *batch)
 	CommandCounterIncrement();
 }
 
+/* ---- create_stream ------------------------------------------------------ */
+
+/*
+ * CREATE TABLE for a sink table of the output's columns; keyed: a unique
+ * key on the key columns that treats NULLs as equal (SPEC 3), for upserts.
+ */
+char *
+stm_sink_table_ddl(const StmSinkOutput *out, const char *qualified_name, bool keyed)
+{
+	StringInfoData buf;
+	bool		first = true;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "CREATE TABLE %s (", qualified_name);
+	for (int i = 0; i < out->desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(out->desc, i);
+
+		appendStringInfo(&buf, "%s%s %s", i > 0 ? ", " : "",
+						 quote_identifier(NameStr(att->attname)),
+						 format_type_extended(att->atttypid, att->atttypmod,
+											  FORMAT_TYPE_TYPEMOD_GIVEN |
+											  FORMAT_TYPE_FORCE_QUALIFY));
+	}
+	for (int i = 0; keyed && i < out->desc->natts; i++)
+		if (out->is_key[i])
+		{
+			appendStringInfo(&buf, "%s%s", first ? ", UNIQUE NULLS NOT DISTINCT (" : ", ",
+							 quote_identifier(NameStr(TupleDescAttr(out->desc, i)->attname)));
+			first = false;
+		}
+	if (!first)
+		appendStringInfoChar(&buf, ')');
+	appendStringInfoChar(&buf, ')');
+	return buf.data;
+}
+
+/* The sink table's name: the sink argument (SQL naming a table), or the stream's name. */
+static RangeVar *
+sink_relation(const StmSinkTarget *target)
+{
+	RangeVar   *rv;
+
+	if (target->sink == NULL)
+		return makeRangeVar(NULL, pstrdup(target->stream), -1);
+	STM_ARG_ERRCONTEXT_BEGIN("sink", target->sink);
+	rv = makeRangeVarFromNameList(stringToQualifiedNameList(target->sink));
+	STM_ARG_ERRCONTEXT_END();
+	return rv;
+}
+
+/*
+ * Update mode upserts on the window and group columns: an existing sink
+ * needs a unique index on exactly those columns that treats NULLs as equal
+ * (NULL is one group, as in GROUP BY).  A primary key, or a unique index on
+ * columns that are all NOT NULL, serves too: a NULL group then fails its
+ * batch on the NOT NULL constraint instead of adding a row per batch.
+ */
+static void
+check_sink_key(const StmSinkOutput *output, Relation sink)
+{
+	Bitmapset  *wanted = NULL;
+	bool		all_not_null = true;
+	StringInfoData names;
+	List	   *indexes = RelationGetIndexList(sink);
+	ListCell   *lc;
+
+	initStringInfo(&names);
+	for (int i = 0; i < output->desc->natts; i++)
+		if (output->is_key[i])
+		{
+			const char *name = NameStr(TupleDescAttr(output->desc, i)->attname);
+			AttrNumber	attno = attnameAttNum(sink, name, false);
+
+			wanted = bms_add_member(wanted, attno);
+			all_not_null &= TupleDescAttr(RelationGetDescr(sink), attno - 1)->attnotnull;
+			appendStringInfo(&names, "%s%s", names.len ? ", " : "", quote_identifier(name));
+		}
+	if (wanted == NULL)
+		return;					/* one group: rewritten as in complete mode */
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = index->rd_index;
+		Bitmapset  *cols = NULL;
+		bool		usable = form->indisunique && form->indimmediate &&
+			(form->indnullsnotdistinct || all_not_null) &&
+			RelationGetIndexPredicate(index) == NIL;
+
+		for (int k = 0; usable && k < form->indnkeyatts; k++)
+			cols = bms_add_member(cols, form->indkey.values[k]);
+		index_close(index, AccessShareLock);
+		if (usable && bms_equal(cols, wanted))
+			return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+			 errmsg("sink table \"%s\" needs a unique index on (%s) that treats NULLs as equal",
+					RelationGetRelationName(sink), names.data),
+			 errdetail("In update mode each batch upserts the groups it changed, keyed by the window and group columns; NULL is one group, as in GROUP BY."),
+			 errhint("ALTER TABLE %s ADD UNIQUE NULLS NOT DISTINCT (%s), or let create_stream create the sink.",
+					 quote_identifier(RelationGetRelationName(sink)), names.data)));
+}
+
+/*
+ * An existing sink must have a column for every output column, of a type the
+ * output can be assigned to.  Extra sink columns get their defaults.
+ */
+static void
+check_sink_columns(const StmSinkOutput *output, Relation sink, const char *stream)
+{
+	TupleDesc	desc = RelationGetDescr(sink);
+
+	for (int i = 0; i < output->desc->natts; i++)
+	{
+		Form_pg_attribute out = TupleDescAttr(output->desc, i);
+		int			attno = -1;
+
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), NameStr(out->attname)) == 0)
+			{
+				attno = a;
+				break;
+			}
+		}
+		if (attno < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("sink table \"%s\" of stream \"%s\" has no column \"%s\"",
+							RelationGetRelationName(sink), stream, NameStr(out->attname)),
+					 errhint("The sink needs a column for every column of the stream query.")));
+		if (!can_coerce_type(1, &out->atttypid, &TupleDescAttr(desc, attno)->atttypid,
+							 COERCION_ASSIGNMENT))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column \"%s\" of sink table \"%s\" is of type %s, but the stream query gives %s",
+							NameStr(out->attname), RelationGetRelationName(sink),
+							format_type_be(TupleDescAttr(desc, attno)->atttypid),
+							format_type_be(out->atttypid))));
+	}
+}
+
+/*
+ * create_stream: the sink table, if it exists, must be a table with a
+ * column for every output column (and in update mode the output's key);
+ * it is locked until the transaction ends.  One that does not exist is
+ * made by table_create_output.
+ */
+static void
+table_check_output(StmSinkTarget *target, const StmSinkOutput *output)
+{
+	Relation	rel;
+
+	target->relid = RangeVarGetRelid(sink_relation(target), RowExclusiveLock, true);
+	if (!OidIsValid(target->relid))
+		return;
+	rel = table_open(target->relid, NoLock);
+	if (rel->rd_rel->relkind != RELKIND_RELATION &&
+		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("sink \"%s\" is not a table", target->sink ? target->sink : target->stream)));
+	check_sink_columns(output, rel, target->stream);
+	if (output->mode == STM_OUTPUT_UPDATE)
+		check_sink_key(output, rel);
+	table_close(rel, NoLock);
+}
+
+/* A new sink table of the output's columns, keyed in update and complete mode (SPEC 3). */
+static void
+table_create_output(StmSinkTarget *target, const StmSinkOutput *output)
+{
+	RangeVar   *rv = sink_relation(target);
+	Oid			nspid;
+
+	if (OidIsValid(target->relid))
+		return;
+	nspid = RangeVarGetCreationNamespace(rv);
+	stm_api_exec(stm_sink_table_ddl(output,
+									quote_qualified_identifier(get_namespace_name(nspid), rv->relname),
+									output->mode != STM_OUTPUT_APPEND),
+				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+	CommandCounterIncrement();
+	target->relid = get_relname_relid(rv->relname, nspid);
+}
+
 static StmSink *
 open_table_sink(StmStreamDef *def)
 {
@@ -549,6 +744,8 @@ open_table_sink(StmStreamDef *def)
 const StmSinkRoutine stm_table_sink_routine = {
 	.kind = "table",
 	.display_name = "table",
+	.check_output = table_check_output,
+	.create_output = table_create_output,
 	.open = open_table_sink,
 	.begin_batch = table_begin_batch,
 	.insert = stm_table_sink_insert,

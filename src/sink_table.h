@@ -14,5 +14,6 @@ extern void stm_table_sink_upsert(StmSinkBatch *batch, Datum *values, bool *null
 extern void stm_table_sink_delete_key(StmSinkBatch *batch, Datum *values, bool *nulls);
 extern void stm_table_sink_truncate(StmSinkBatch *batch);
 extern void stm_table_sink_end(StmSinkBatch *batch);
+extern char *stm_sink_table_ddl(const StmSinkOutput *out, const char *qualified_name, bool keyed);
 
 #endif

@@ -140,7 +140,10 @@ stm_sql_init(StmSql *q, const char *sql)
 	q->nparams = 0;
 }
 
-/* Bind a parameter of the statement by name: it becomes $n, n in binding order. */
+/*
+ * Bind a parameter of the statement by name: it becomes $n, n in binding
+ * order.  A NULL name binds $n of a statement written with numbers.
+ */
 void
 stm_sql_param(StmSql *q, const char *name, Oid type, Datum value, bool isnull)
 {
@@ -248,7 +251,8 @@ numbered_sql(const StmSql *q)
 			while (ident_char(p[len]))
 				len++;
 			for (int i = 0; i < q->nparams && found < 0; i++)
-				if (strlen(q->names[i]) == len - 1 && strncmp(q->names[i], p + 1, len - 1) == 0)
+				if (q->names[i] && strlen(q->names[i]) == len - 1 &&
+					strncmp(q->names[i], p + 1, len - 1) == 0)
 					found = i;
 			if (found >= 0)
 			{
@@ -261,7 +265,7 @@ numbered_sql(const StmSql *q)
 		appendStringInfoChar(&buf, *p++);
 	}
 	for (int i = 0; i < q->nparams; i++)
-		if (!used[i])
+		if (!used[i] && q->names[i] != NULL)
 			elog(ERROR, "parameter \"%s\" does not occur in: %s", q->names[i], q->sql);
 	return buf.data;
 }

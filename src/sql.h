@@ -15,6 +15,7 @@
  * so that no caller numbers parameters or fills positional arrays.  The
  * names become $1, $2, ... in the order they were bound ("::" casts are
  * left alone); a name bound but missing from the statement is an error.
+ * A statement written with $1, $2 binds its parameters with NULL names.
  */
 #ifndef STM_SQL_H
 #define STM_SQL_H

@@ -46,16 +46,15 @@ stm_statetable_create(const char *relname, const char *columns,
 	ObjectAddress ext_addr;
 
 	scope = stm_catalog_begin();
-	SPI_connect();
-	if (SPI_execute(psprintf("CREATE TABLE %s (%s)", table, columns), false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("CREATE INDEX ON %s (%s)", table, index_column), false, 0) != SPI_OK_UTILITY ||
-		(index2_columns &&
-		 SPI_execute(psprintf("CREATE INDEX ON %s (%s)", table, index2_columns), false, 0) != SPI_OK_UTILITY) ||
-		SPI_execute(psprintf("GRANT SELECT ON %s TO %s", table,
-							 quote_identifier(GetUserNameFromId(owner, false))),
-					false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not create %s", table);
-	SPI_finish();
+	stm_spi_exec(psprintf("CREATE TABLE %s (%s)", table, columns), 0, NULL, NULL, NULL, SPI_OK_UTILITY);
+	stm_spi_exec(psprintf("CREATE INDEX ON %s (%s)", table, index_column), 0, NULL, NULL, NULL,
+				 SPI_OK_UTILITY);
+	if (index2_columns)
+		stm_spi_exec(psprintf("CREATE INDEX ON %s (%s)", table, index2_columns), 0, NULL, NULL, NULL,
+					 SPI_OK_UTILITY);
+	stm_spi_exec(psprintf("GRANT SELECT ON %s TO %s", table,
+						  quote_identifier(GetUserNameFromId(owner, false))),
+				 0, NULL, NULL, NULL, SPI_OK_UTILITY);
 	stm_catalog_end(scope);
 
 	CommandCounterIncrement();

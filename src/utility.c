@@ -173,23 +173,8 @@ owned_list(const char *sql, Oid role)
 {
 	Oid			type = OIDOID;
 	Datum		value = ObjectIdGetDatum(role);
-	List	   *result = NIL;
-	StmCatalogScope scope = stm_catalog_begin();
-	MemoryContext cxt = CurrentMemoryContext;
 
-	SPI_connect();
-	if (SPI_execute_with_args(sql, 1, &type, &value, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the streaming catalog");
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		MemoryContext old = MemoryContextSwitchTo(cxt);
-
-		result = lappend(result, pstrdup(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1)));
-		MemoryContextSwitchTo(old);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return result;
+	return stm_catalog_strings(sql, 1, &type, &value);
 }
 
 /*
@@ -245,20 +230,18 @@ reassign_owned(ReassignOwnedStmt *stmt)
 		return;
 	foreach(lc, roles)
 	{
-		Oid			types[2] = {OIDOID, OIDOID};
-		Datum		values[2] = {ObjectIdGetDatum(lfirst_oid(lc)), ObjectIdGetDatum(newrole)};
-		StmCatalogScope scope = stm_catalog_begin();
+		static const char *const tables[] = {"stream_defs", "sources", "sinks"};
 
-		SPI_connect();
-		if (SPI_execute_with_args("UPDATE streaming.stream_defs SET owner = $2::oid::regrole WHERE owner = $1",
-								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
-			SPI_execute_with_args("UPDATE streaming.sources SET owner = $2::oid::regrole WHERE owner = $1",
-								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
-			SPI_execute_with_args("UPDATE streaming.sinks SET owner = $2::oid::regrole WHERE owner = $1",
-								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "could not update the streaming catalog");
-		SPI_finish();
-		stm_catalog_end(scope);
+		for (int t = 0; t < lengthof(tables); t++)
+		{
+			StmSql		q;
+
+			stm_sql_init(&q, psprintf("UPDATE streaming.%s SET owner = :new_owner::oid::regrole "
+									  "WHERE owner = :old_owner", tables[t]));
+			stm_sql_oid(&q, "old_owner", lfirst_oid(lc));
+			stm_sql_oid(&q, "new_owner", newrole);
+			(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
+		}
 		stm_shmem_reassign_owner(MyDatabaseId, lfirst_oid(lc), newrole);
 	}
 }
