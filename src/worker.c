@@ -288,21 +288,39 @@ finish_stream(int32 stream_id)
 	stm_catalog_disable(stream_id);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
-	release_slot();
 }
 
-void
-streaming_worker_main(Datum main_arg)
+/* What the loop does after a step. */
+typedef enum WorkerNext
+{
+	WORKER_GO_ON,				/* the next step */
+	WORKER_DONE,				/* the stream is done (finished, failed, disabled): the slot goes */
+	WORKER_EXIT					/* exit, the slot kept (told to stop, no longer wanted) */
+} WorkerNext;
+
+/* A worker's state between its steps. */
+typedef struct Worker
+{
+	int32		stream_id;
+	MemoryContext cxt;			/* the worker's life */
+	MemoryContext def_cxt;		/* the definition, read again each batch */
+	StmRuntime *rt;
+	StmStreamDef *def;			/* the last batch's, NULL before the first */
+	bool		batches_done;	/* once / available_now: the sink delivers the rest */
+} Worker;
+
+/*
+ * The worker's start: its slot claimed (another worker has it: exit),
+ * connected as the bootstrap superuser (batches take the owner's
+ * identity), its memory and runtime made, and the stream's lock taken for
+ * its life (a run_batch in progress holds it for its transaction).
+ */
+static void
+worker_start(Worker *w, Datum main_arg)
 {
 	StmWorkerSlot *slot;
 	Oid			dboid;
-	int32		stream_id;
-	MemoryContext worker_cxt;
-	MemoryContext def_cxt;
-	StmRuntime *rt;
-	StmStreamDef *volatile def = NULL;	/* read in PG_CATCH: volatile */
 	TimestampTz lock_deadline;
-	bool		batches_done = false;	/* once / available_now: the sink delivers the rest */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -318,244 +336,258 @@ streaming_worker_main(Datum main_arg)
 	}
 	my_generation = slot->generation;
 	dboid = slot->dboid;
-	stream_id = slot->stream_id;
+	w->stream_id = slot->stream_id;
 	slot->pid = MyProcPid;
 	LWLockRelease(stm_shared->lock);
 	before_shmem_exit(clear_slot_pid, (Datum) 0);
 
-	/* as the bootstrap superuser: batches take the owner's identity */
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
-	worker_cxt = AllocSetContextCreate(TopMemoryContext, "streaming worker",
-									   ALLOCSET_DEFAULT_SIZES);
-	def_cxt = AllocSetContextCreate(worker_cxt, "streaming definition",
-									ALLOCSET_SMALL_SIZES);
-	MemoryContextSwitchTo(worker_cxt);
-	rt = stm_runtime_create(stream_id);
-	rt->parallel_allowed = true;
+	w->cxt = AllocSetContextCreate(TopMemoryContext, "streaming worker", ALLOCSET_DEFAULT_SIZES);
+	w->def_cxt = AllocSetContextCreate(w->cxt, "streaming definition", ALLOCSET_SMALL_SIZES);
+	MemoryContextSwitchTo(w->cxt);
+	w->rt = stm_runtime_create(w->stream_id);
+	w->rt->parallel_allowed = true;
+	w->def = NULL;
+	w->batches_done = false;
 
-	/* a run_batch in progress holds the lock for its transaction */
 	lock_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
-	while (!stm_lock_stream(stream_id, true))
+	while (!stm_lock_stream(w->stream_id, true))
 	{
 		if (ShutdownRequestPending)
 			proc_exit(0);
 		if (GetCurrentTimestamp() > lock_deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_IN_USE),
-					 errmsg("stream with id %d is locked by another session", stream_id)));
+					 errmsg("stream with id %d is locked by another session", w->stream_id)));
 		sleep_ms(100);
 		CHECK_FOR_INTERRUPTS();
 	}
+}
 
-	while (!ShutdownRequestPending)
+/*
+ * The sink's turn (deliver_rows), for the loop: *wait_ms is how long to
+ * wait before retrying an error; the stream is done when it failed.
+ */
+static WorkerNext
+deliver_step(Worker *w, bool busy, int64 *wait_ms)
+{
+	bool		stop;
+
+	deliver_rows(w->rt, w->def, w->cxt, busy, wait_ms, &stop);
+	return stop ? WORKER_DONE : WORKER_GO_ON;
+}
+
+/*
+ * No batch while the sink holds all it may, or after the last one of a
+ * once / available_now stream: the sink delivers, and such a stream is
+ * finished once its sink has nothing left.
+ */
+static WorkerNext
+drain_step(Worker *w)
+{
+	int64		wait_ms;
+
+	if (deliver_step(w, false, &wait_ms) == WORKER_DONE)
+		return WORKER_DONE;
+	if (w->batches_done && sink_status.pending == 0 && sink_problem() == NULL)
 	{
-		int64		batch_id = -1;
-		TimestampTz batch_start = GetCurrentTimestamp();
-		int64		wait_ms;
-		StmStreamStatus status;
-		int64		deliver_wait;
-		bool		stop;
-
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		if (!still_wanted())
-			break;
-		if (!catalog_ready())
-		{
-			sleep_ms(stm_guc_naptime_ms);
-			continue;
-		}
-		/*
-		 * No batch while the sink holds all it may, or after the last one
-		 * of a once / available_now stream: the sink delivers, and such a
-		 * stream is finished once its sink has nothing left.
-		 */
-		if ((sink_status.full || batches_done) && def != NULL)
-		{
-			deliver_rows(rt, def, worker_cxt, false, &wait_ms, &stop);
-			if (stop)
-			{
-				release_slot();
-				break;
-			}
-			if (batches_done && sink_status.pending == 0 && sink_problem() == NULL)
-			{
-				finish_stream(stream_id);
-				break;
-			}
-			if (sink_status.full || batches_done)
-			{
-				sleep_ms(Max(wait_ms, stm_guc_naptime_ms));
-				continue;
-			}
-		}
-
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		PG_TRY();
-		{
-			MemoryContext txcxt;
-
-			/* the definition is re-read each batch: stop/alter take effect */
-			def = NULL;
-			MemoryContextReset(def_cxt);
-			txcxt = MemoryContextSwitchTo(def_cxt);
-			def = stm_catalog_get_stream_by_id(stream_id, false);
-			MemoryContextSwitchTo(txcxt);
-			if (def == NULL || !def->enabled)
-			{
-				PopActiveSnapshot();
-				CommitTransactionCommand();
-				release_slot();
-				break;
-			}
-			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", def->name));
-			rt->bounded = (def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
-			batch_id = stm_batch_run(rt);
-			/*
-			 * The batch wrote source_error.  Status follows what the plan
-			 * could read (SPEC 4), never whether it found records: waiting
-			 * when no part of the source can be read, running when some
-			 * can (what is held back is in source_error), and waiting while
-			 * the sink cannot deliver (a batch's progress row cleared the
-			 * sink's last_error: shown again in the same transaction;
-			 * source_error the batch wrote says the sink's problem too,
-			 * stm_runtime_source_error)
-			 */
-			status = stm_runtime_unreadable(rt) ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
-			if (sink_problem() != NULL)
-				show_sink_status(rt, batch_id >= 0);
-			else if (def->status != status)
-				stm_catalog_set_status(stream_id, status, NULL, false, -1);
-			if (batch_id >= 0)
-				STM_FAULT_POINT("before_commit");
-			PopActiveSnapshot();
-			CommitTransactionCommand();
-			if (batch_id >= 0)
-				STM_FAULT_POINT("after_commit");
-			report_source_trouble(def, stm_runtime_source_problem(rt));
-			/* what the source does only once the batch is committed */
-			if (batch_id >= 0)
-				stm_runtime_after_commit(rt);
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(worker_cxt);
-			edata = CopyErrorData();
-			/* a broker that cannot be reached: once, as a WARNING (below) */
-			if (def == NULL ||
-				ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_CONNECTION_EXCEPTION)
-				EmitErrorReport();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			pgstat_report_activity(STATE_IDLE, NULL);
-			if (def == NULL)
-				proc_exit(1);
-			if (ShutdownRequestPending && edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
-			{
-				/* stopping: nothing failed */
-				ereport(LOG,
-						(errmsg("stream \"%s\" stopped during a batch: the batch was rolled back",
-								def->name)));
-				break;
-			}
-			if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION)
-				report_source_trouble(def, edata->detail ?
-									  psprintf("%s: %s", edata->message, edata->detail) :
-									  edata->message);
-			wait_ms = record_failure(def, edata, &stop);
-			FreeErrorData(edata);
-			if (stop)
-			{
-				release_slot();
-				break;
-			}
-			/* a batch that waits for the sink's room: the sink delivers meanwhile */
-			deliver_rows(rt, def, worker_cxt, false, &deliver_wait, &stop);
-			if (stop)
-			{
-				release_slot();
-				break;
-			}
-			sleep_ms(wait_ms);
-			continue;
-		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(worker_cxt);
-		pgstat_report_activity(STATE_IDLE, NULL);
-
-		/* the worker runs: nothing to explain in streams any more */
-		LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
-		if (batch_id >= 0)
-			slot->crashes = 0;
-		slot->problem[0] = '\0';
-		LWLockRelease(stm_shared->lock);
-
-		if (batch_id < 0)
-			wait_ms = stm_guc_naptime_ms;
-		else
-			wait_ms = def->trigger_interval_ms -
-				(GetCurrentTimestamp() - batch_start) / 1000;
-
-		/*
-		 * The sink's turn: what committed batches left for it; when the next
-		 * batch follows at once, it need not wait for confirmations
-		 */
-		deliver_rows(rt, def, worker_cxt,
-					 batch_id >= 0 && wait_ms <= 0 && def->trigger_kind == STM_TRIGGER_INTERVAL,
-					 &deliver_wait, &stop);
-		if (stop)
-		{
-			release_slot();
-			break;
-		}
-
-		/* once / available_now: the stream is done when it has nothing left */
-		if (def->trigger_kind == STM_TRIGGER_ONCE ||
-			(def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW && batch_id < 0))
-		{
-			/* finished once the sink has delivered everything, too */
-			if (sink_status.pending == 0 && sink_problem() == NULL)
-			{
-				finish_stream(stream_id);
-				break;
-			}
-			batches_done = true;
-		}
-
-		if (batch_id >= 0)
-			wait_ms = def->trigger_interval_ms -
-				(GetCurrentTimestamp() - batch_start) / 1000;
-
-		/*
-		 * nothing to read: sleep until the source has records (its
-		 * wake-up), at most naptime, unless the sink retries later than that
-		 */
-		if (batch_id < 0 && deliver_wait <= wait_ms)
-		{
-			if (!ShutdownRequestPending)
-				(void) stm_runtime_wait(rt, wait_ms);
-			continue;
-		}
-		sleep_ms(Max(wait_ms, deliver_wait));
+		finish_stream(w->stream_id);
+		return WORKER_DONE;
 	}
+	/* still full (or done): wait; else the next batch runs at once */
+	if (sink_status.full || w->batches_done)
+		sleep_ms(Max(wait_ms, stm_guc_naptime_ms));
+	return WORKER_GO_ON;
+}
 
-	/*
-	 * Stopping: the sink delivers what it can within its timeout and
-	 * leaves the rest for the next start; then the runtime lets go of its
-	 * clients.
-	 */
+/*
+ * A batch that failed, in its transaction's catch: rolled back, its error
+ * recorded (a broker that cannot be reached once, as a WARNING), and the
+ * sink given its turn (a batch that waits for the sink's room: the sink
+ * delivers meanwhile); *wait_ms is the retry's delay.  A worker told to
+ * stop during the batch just exits.
+ */
+static WorkerNext
+batch_failed(Worker *w, int64 *wait_ms)
+{
+	ErrorData  *edata;
+	bool		connection;
+	bool		stop;
+	int64		deliver_wait;
+
+	MemoryContextSwitchTo(w->cxt);
+	edata = CopyErrorData();
+	connection = ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;
+	if (w->def == NULL || !connection)
+		EmitErrorReport();
+	FlushErrorState();
+	AbortCurrentTransaction();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	if (w->def == NULL)
+		proc_exit(1);			/* before the definition was read: the launcher starts again */
+	if (ShutdownRequestPending && edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
+	{
+		/* stopping: nothing failed */
+		ereport(LOG,
+				(errmsg("stream \"%s\" stopped during a batch: the batch was rolled back",
+						w->def->name)));
+		return WORKER_EXIT;
+	}
+	if (connection)
+		report_source_trouble(w->def, edata->detail ?
+							  psprintf("%s: %s", edata->message, edata->detail) :
+							  edata->message);
+	*wait_ms = record_failure(w->def, edata, &stop);
+	FreeErrorData(edata);
+	if (stop)
+		return WORKER_DONE;
+	return deliver_step(w, false, &deliver_wait);
+}
+
+/*
+ * One batch in a transaction of its own, as the stream's owner
+ * (stm_batch_run); *batch_id is -1 when there was nothing to read.  The
+ * definition is read again first, so that stop and alter take effect; a
+ * stream that is gone or disabled is done.  Status follows what the plan
+ * could read (SPEC 4), never whether it found records: waiting when no
+ * part of the source can be read, running when some can (what is held
+ * back is in source_error, which the batch wrote), and waiting while the
+ * sink cannot deliver (a batch's progress row cleared the sink's
+ * last_error: shown again in the same transaction).
+ */
+static WorkerNext
+run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
+{
+	volatile WorkerNext next = WORKER_GO_ON;
+
+	*batch_id = -1;
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
 	PG_TRY();
 	{
-		sink_status = stm_runtime_deliver(rt, false);
-		stm_runtime_close(rt);
+		StmStreamStatus status;
+
+		w->def = NULL;
+		MemoryContextReset(w->def_cxt);
+		MemoryContextSwitchTo(w->def_cxt);
+		w->def = stm_catalog_get_stream_by_id(w->stream_id, false);
+		MemoryContextSwitchTo(w->cxt);
+		if (w->def == NULL || !w->def->enabled)
+			next = WORKER_DONE;
+		else
+		{
+			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", w->def->name));
+			w->rt->bounded = (w->def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
+			*batch_id = stm_batch_run(w->rt);
+			status = stm_runtime_unreadable(w->rt) ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
+			if (sink_problem() != NULL)
+				show_sink_status(w->rt, *batch_id >= 0);
+			else if (w->def->status != status)
+				stm_catalog_set_status(w->stream_id, status, NULL, false, -1);
+			if (*batch_id >= 0)
+				STM_FAULT_POINT("before_commit");
+		}
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		if (next == WORKER_GO_ON)
+		{
+			if (*batch_id >= 0)
+				STM_FAULT_POINT("after_commit");
+			report_source_trouble(w->def, stm_runtime_source_problem(w->rt));
+			/* what the sources and sink do only once the batch is committed */
+			if (*batch_id >= 0)
+				stm_runtime_after_commit(w->rt);
+		}
+	}
+	PG_CATCH();
+	{
+		*batch_id = -2;
+		next = batch_failed(w, wait_ms);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(w->cxt);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return next;
+}
+
+/* A batch ran (or found nothing): nothing to explain in streams any more. */
+static void
+clear_slot_problem(bool ran_batch)
+{
+	StmWorkerSlot *slot = &stm_shared->slots[my_slot];
+
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	if (ran_batch)
+		slot->crashes = 0;
+	slot->problem[0] = '\0';
+	LWLockRelease(stm_shared->lock);
+}
+
+/* How long until the trigger's next batch is due, from batch_start. */
+static int64
+until_next_trigger(Worker *w, TimestampTz batch_start)
+{
+	return w->def->trigger_interval_ms - (GetCurrentTimestamp() - batch_start) / 1000;
+}
+
+/*
+ * After a batch (or a plan that found nothing): the sink's turn (when the
+ * next batch follows at once, it need not wait for confirmations); a once
+ * / available_now stream is finished when it has nothing left, its sink's
+ * rows delivered; then the wait for the next batch: until the sources
+ * have records (their wake-up), at most naptime, when there was nothing
+ * to read, else until the trigger is due.
+ */
+static WorkerNext
+settle_step(Worker *w, int64 batch_id, TimestampTz batch_start)
+{
+	StmStreamDef *def = w->def;
+	int64		wait_ms = batch_id < 0 ? stm_guc_naptime_ms : until_next_trigger(w, batch_start);
+	int64		deliver_wait;
+
+	clear_slot_problem(batch_id >= 0);
+	if (deliver_step(w, batch_id >= 0 && wait_ms <= 0 && def->trigger_kind == STM_TRIGGER_INTERVAL,
+					 &deliver_wait) == WORKER_DONE)
+		return WORKER_DONE;
+	if (def->trigger_kind == STM_TRIGGER_ONCE ||
+		(def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW && batch_id < 0))
+	{
+		if (sink_status.pending == 0 && sink_problem() == NULL)
+		{
+			finish_stream(w->stream_id);
+			return WORKER_DONE;
+		}
+		w->batches_done = true;
+	}
+	if (batch_id >= 0)
+		wait_ms = until_next_trigger(w, batch_start);
+	/* nothing to read: sleep until the sources have records, unless the sink retries later */
+	if (batch_id < 0 && deliver_wait <= wait_ms)
+	{
+		if (!ShutdownRequestPending)
+			(void) stm_runtime_wait(w->rt, wait_ms);
+	}
+	else
+		sleep_ms(Max(wait_ms, deliver_wait));
+	return WORKER_GO_ON;
+}
+
+/*
+ * The one way out: a stream that is done gives its slot up (the launcher
+ * does not start it again); the sink delivers what it can within its
+ * timeout and leaves the rest for the next start; the runtime lets go of
+ * its clients.
+ */
+static void
+worker_exit(Worker *w, WorkerNext why)
+{
+	if (why == WORKER_DONE)
+		release_slot();
+	PG_TRY();
+	{
+		sink_status = stm_runtime_deliver(w->rt, false);
+		stm_runtime_close(w->rt);
 	}
 	PG_CATCH();
 	{
@@ -565,4 +597,45 @@ streaming_worker_main(Datum main_arg)
 	}
 	PG_END_TRY();
 	proc_exit(0);
+}
+
+/*
+ * A stream's worker: named steps in a loop (see src/README.md, "Worker
+ * states"), until the stream is done or the worker is told to stop.
+ */
+void
+streaming_worker_main(Datum main_arg)
+{
+	Worker		w;
+	WorkerNext	next = WORKER_GO_ON;
+
+	worker_start(&w, main_arg);
+	while (next == WORKER_GO_ON && !ShutdownRequestPending)
+	{
+		TimestampTz batch_start = GetCurrentTimestamp();
+		int64		batch_id;
+		int64		wait_ms = 0;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!still_wanted())
+			next = WORKER_EXIT;
+		else if (!catalog_ready())
+			sleep_ms(stm_guc_naptime_ms);
+		else if (w.def != NULL && (sink_status.full || w.batches_done))
+			next = drain_step(&w);
+		else
+		{
+			next = run_step(&w, &batch_id, &wait_ms);
+			if (next == WORKER_GO_ON && batch_id == -2)
+				sleep_ms(wait_ms);	/* a failed batch is retried after its delay */
+			else if (next == WORKER_GO_ON)
+				next = settle_step(&w, batch_id, batch_start);
+		}
+	}
+	worker_exit(&w, next == WORKER_GO_ON ? WORKER_EXIT : next);
 }
