@@ -27,6 +27,7 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "storage/proc.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
@@ -613,6 +614,51 @@ stm_catalog_last_trigger(int32 stream_id, TimestampTz since)
 	return !isnull && DatumGetTimestampTz(d) > since ? DatumGetTimestampTz(d) : since;
 }
 
+/*
+ * The trigger on streaming.stream_defs that makes a restored stream stopped
+ * (SPEC 1): a row inserted enabled, or running or waiting, is a restore's
+ * (create_stream inserts a stream stopped, then starts it), and a restore
+ * must not consume or produce by surprise, as logical replication restores
+ * its subscriptions disabled.  A WARNING names the stream (pg_dump's
+ * scripts set client_min_messages to warning).
+ */
+PG_FUNCTION_INFO_V1(streaming_restore_stopped);
+
+Datum
+streaming_restore_stopped(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	int			cols[2];
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	bool		isnull;
+	bool		enabled;
+	char	   *status;
+	char	   *name;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		elog(ERROR, "streaming.restore_stopped() must be a BEFORE INSERT row trigger");
+	tuple = trigdata->tg_trigtuple;
+	desc = RelationGetDescr(trigdata->tg_relation);
+	cols[0] = SPI_fnumber(desc, "enabled");
+	cols[1] = SPI_fnumber(desc, "status");
+	enabled = DatumGetBool(heap_getattr(tuple, cols[0], desc, &isnull)) && !isnull;
+	status = SPI_getvalue(tuple, desc, cols[1]);
+	if (!enabled && status != NULL && strcmp(status, "running") != 0 && strcmp(status, "waiting") != 0)
+		return PointerGetDatum(tuple);
+	name = SPI_getvalue(tuple, desc, SPI_fnumber(desc, "name"));
+	ereport(WARNING,
+			(errmsg("stream \"%s\" is restored stopped", name),
+			 errdetail("A restored stream neither reads its source nor writes its sink until it is started."),
+			 errhint("Start it with streaming.start(%s) where it should run.", quote_literal_cstr(name))));
+	values[0] = BoolGetDatum(false);
+	values[1] = CStringGetTextDatum("stopped");
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, 2, cols, values, nulls));
+}
+
 /* Only the owner (or a member of the owning role, or a superuser) may act. */
 void
 stm_catalog_check_owner(const char *what, const char *name, Oid owner)
@@ -702,9 +748,8 @@ text_array(List *strings)
 }
 
 /*
- * A new stream's row (create_stream): its definition as def gives it, the
- * creator's search_path and the current user as its owner; running when
- * def->enabled.  Returns its id.
+ * A new stream's row (create_stream): its definition as def gives it;
+ * started when def->enabled.  Returns its id.
  */
 int32
 stm_catalog_insert_stream(const StmStreamDef *def)
@@ -718,8 +763,8 @@ stm_catalog_insert_stream(const StmStreamDef *def)
 				 "search_path, sink_function, dedup_keys, dedup_within_watermark, owner, sink_name, "
 				 "parallel_workers) "
 				 "VALUES (:name, :source, :query, :sink::oid::regclass, :output_mode, "
-				 ":watermark_delay, :event_time, :trigger, :late_rows, :idle_timeout, :enabled, "
-				 "CASE WHEN :enabled THEN 'running' ELSE 'stopped' END, :search_path, "
+				 ":watermark_delay, :event_time, :trigger, :late_rows, :idle_timeout, false, "
+				 "'stopped', :search_path, "
 				 ":sink_function::oid::regprocedure, :dedup_keys, :dedup_within_watermark, "
 				 ":owner::oid::regrole, :sink_name, :parallel_workers) RETURNING id");
 	stm_sql_text(&q, "name", def->name);
@@ -734,7 +779,6 @@ stm_catalog_insert_stream(const StmStreamDef *def)
 	stm_sql_text(&q, "late_rows", def->keep_late_rows ? "keep" : "drop");
 	stm_sql_param(&q, "idle_timeout", INTERVALOID, IntervalPGetDatum(&def->idle_timeout),
 				  !def->has_idle_timeout);
-	stm_sql_bool(&q, "enabled", def->enabled);
 	stm_sql_text(&q, "search_path", def->search_path);
 	stm_sql_oid(&q, "sink_function", def->sink_function);
 	stm_sql_param(&q, "dedup_keys", TEXTARRAYOID, PointerGetDatum(keys), keys == NULL);
@@ -743,5 +787,8 @@ stm_catalog_insert_stream(const StmStreamDef *def)
 	stm_sql_text(&q, "sink_name", def->sink_name);
 	stm_sql_int4(&q, "parallel_workers", def->parallel_workers);
 	(void) stm_catalog_run(&q, SPI_OK_INSERT_RETURNING, returned_id, &id);
+	/* inserted stopped: a row inserted running is a restore's (restore_stopped) */
+	if (def->enabled)
+		update_stream(id, "enabled = true, status = 'running'");
 	return id;
 }

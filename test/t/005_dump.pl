@@ -4,7 +4,9 @@
 # database holds the sources, the streams, their committed positions and
 # their history together with the sinks.  Restored into another database,
 # a stream goes on from exactly where the dump left it: the records it had
-# read are not read again, the new ones are read once.
+# read are not read again, the new ones are read once.  A stream that ran
+# when it was dumped is restored stopped (a WARNING says so), and runs
+# only once it is started; then it goes on exactly once.
 use strict;
 use warnings;
 
@@ -72,6 +74,50 @@ is( $node->safe_psql('restored',
 		"SELECT count(*) FROM orders_all"),
 	$orders->count, 'the restored sink holds every record produced');
 
+#
+# a stream that runs when it is dumped is restored stopped
+#
+create_orders_stream($node, 'orders_live', 'orders_src', start => 'true');
+$node->safe_psql('postgres', "SELECT streaming.process_available('orders_live', '60s')");
+check_sink($node, 'orders_live', $orders, 'the running stream, before the dump');
+my $live_dump = $node->basedir . '/live.sql';
+$node->command_ok([ 'pg_dump', '-d', $node->connstr('postgres'), '-f', $live_dump ],
+	'pg_dump while a stream runs');
+$node->safe_psql('postgres', 'CREATE DATABASE restored_live');
+my ($rc, $out, $err) = $node->psql('restored_live', "\\i $live_dump",
+	extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
+is($rc, 0, 'the dump of a running stream restores');
+like($err, qr/WARNING:  stream "orders_live" is restored stopped\n.*HINT:  Start it with streaming\.start\('orders_live'\) where it should run\./s,
+	'the restore says the stream is restored stopped');
+is( $node->safe_psql('restored_live',
+		"SELECT status, worker_pid IS NULL FROM streaming.streams WHERE name = 'orders_live'"),
+	'stopped|t', 'the restored stream is stopped and has no worker');
+is( $node->safe_psql('restored_live', 'SELECT enabled FROM streaming.stream_defs WHERE name = \'orders_live\''),
+	'f', 'and it is not enabled, so no restart brings it up');
+$node->restart;
+is( $node->safe_psql('restored_live',
+		"SELECT status, worker_pid IS NULL FROM streaming.streams WHERE name = 'orders_live'"),
+	'stopped|t', 'after a server restart it is still stopped');
+is($node->safe_psql('postgres', "SELECT status FROM streaming.streams WHERE name = 'orders_live'"),
+	'running', 'the original stream runs on');
+$kafka->produce_orders($topic, $orders, 500);
+$node->safe_psql('postgres', "SELECT streaming.process_available('orders_live', '60s')");
+check_sink($node, 'orders_live', $orders, 'the original stream, after the restore');
+is($node->safe_psql('restored_live', 'SELECT count(*) FROM orders_live'),
+	$orders->count - 500, 'the stopped restored stream read nothing new');
+$node->safe_psql('restored_live', "SELECT streaming.start('orders_live')");
+$node->safe_psql('restored_live', "SELECT streaming.process_available('orders_live', '60s')");
+my $stats_sql = "SELECT count(*), coalesce(sum(amount), 0.00), coalesce(sum(order_id), 0), "
+  . "count(DISTINCT (kafka_partition, kafka_offset)), count(DISTINCT order_id), "
+  . "coalesce(md5(string_agg(order_id::text, ',' ORDER BY order_id)), '') FROM orders_live";
+is($node->safe_psql('restored_live', $stats_sql), $orders->expected_stats,
+	'started, the restored stream reads on from its dumped positions: every record once');
+is($node->safe_psql('restored_live', "SELECT status FROM streaming.streams WHERE name = 'orders_live'"),
+	'running', 'and it runs');
+$node->safe_psql('restored_live', "SELECT streaming.stop('orders_live')");
+$node->safe_psql('postgres', "SELECT streaming.stop('orders_live')");
+
 $node->stop;
 $kafka->stop;
 done_testing();
+
