@@ -627,6 +627,7 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	bc->src->problem = NULL;
 	bc->src->unreadable = false;
 	ctx.max_records = max_records;
+	ctx.chunk_size = 1000;		/* records fetch hands over at once: one subtransaction parses them */
 	total = bc->src->routine->plan(bc->src, &ctx);
 	/* what keeps the source from being read whole: source_error, now or with the batch */
 	if (rt->problem)
