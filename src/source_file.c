@@ -26,10 +26,10 @@
  * Reading.  fetch reads the batch's files one after the other, in chunks of
  * at most the batch's chunk size in records (StmPlanContext.chunk_size) and
  * about FILE_CHUNK_BYTES, so a file of any size needs the memory of one
- * chunk, never of the file.  Before and after
- * reading, the file's size and mtime must be those the plan saw; else the
- * batch fails with a class 08 error (the stream waits and retries, and the
- * next plan takes the file once it has settled again).
+ * chunk, never of the file.  Before and after reading, the file's size and
+ * mtime must be those the plan saw; else the batch fails with a class 08
+ * error (the stream waits and retries, and the next plan takes the file
+ * once it has settled again).
  *
  * CSV goes through PostgreSQL's own COPY parser: BeginCopyFrom with a
  * data_source_cb that reads the file, then NextCopyFromRawFields for the
@@ -1283,9 +1283,8 @@ file_fetch(StmSource *src, StmChunkFn fn, void *arg)
  * Parallel helpers: the batch's files split by file, file i of the batch
  * to share i % nshares, as lines "size mtime name" (what read_file checks
  * the file against; in the name '%' and newline are written %25 and %0A)
- * after the batch's chunk size.
- * A helper reads whole files; the leader still plans, stores the files
- * read and cleans up after the commit.
+ * after the batch's chunk size.  A helper reads whole files; the leader
+ * still plans, stores the files read and cleans up after the commit.
  */
 static char *
 file_share_bounds(StmSource *src, int share, int nshares)

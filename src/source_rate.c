@@ -25,16 +25,15 @@
  *
  * Positions: streaming.positions holds, per partition p (positions.c: the
  * part is the source's name and p), the number of values of p the stream
- * has taken: value v is offset
- * v / num_partitions of partition v % num_partitions, as a Kafka record is
- * an offset of its partition.  A batch takes the values [from, to) in
- * order, so the stored offsets always sum to the next value, and the
- * source_lag view counts rows: the end position (high_watermark) is the
- * number of the partition's values that were due when the last batch was
- * planned.  The
- * start time is streaming.stream_defs.source_started_at, written with the
- * first batch's positions in its transaction; it never moves afterwards,
- * and reset forgets it with the positions.
+ * has taken: value v is offset v / num_partitions of partition
+ * v % num_partitions, as a Kafka record is an offset of its partition.  A
+ * batch takes the values [from, to) in order, so the stored offsets always
+ * sum to the next value, and the source_lag view counts rows: the end
+ * position (high_watermark) is the number of the partition's values that
+ * were due when the last batch was planned.  The start time is
+ * streaming.stream_defs.source_started_at, written with the first batch's
+ * positions in its transaction; it never moves afterwards, and reset
+ * forgets it with the positions.
  */
 #include "postgres.h"
 
