@@ -492,6 +492,19 @@ stm_outbox_discard(int32 stream_id)
 
 /* ---- writing a batch ----------------------------------------------------- */
 
+/* Let the stage go: what it held is read from the outbox when its turn comes. */
+static void
+drop_stage(StmOutbox *ob)
+{
+	MemoryContextReset(ob->stage_cxt);
+	ob->stage = NULL;
+	ob->nstage = ob->stage_alloc = 0;
+	ob->stage_next = 0;
+	ob->stage_started = false;
+	ob->stage_bytes = 0;
+	ob->stage_ready = false;
+}
+
 /*
  * The batch's writer: the stage starts again, and the outbox is opened,
  * and its INSERT checked, as the extension's owner.
@@ -507,14 +520,8 @@ stm_outbox_begin_batch(StmOutboxSink *sink, int64 batch_id, EState *estate)
 	w->batch_id = batch_id;
 	w->start_rows = ob->outbox_rows;
 	ob->batch_rows = 0;
-	MemoryContextReset(ob->stage_cxt);
-	ob->stage = NULL;
-	ob->nstage = ob->stage_alloc = 0;
-	ob->stage_next = 0;
-	ob->stage_started = false;
-	ob->stage_bytes = 0;
+	drop_stage(ob);
 	ob->stage_batch = batch_id;
-	ob->stage_ready = false;
 	ob->staging = true;
 	initStringInfo(&w->chunk);
 	appendStringInfoSpaces(&w->chunk, VARHDRSZ);	/* the row's varlena header */
@@ -893,19 +900,6 @@ produce_round(StmOutboxSink *sink, int limit)
 	if (nread < limit && res == CHUNK_DONE)
 		ob->outbox_rows = produced_before + nread;
 	return res == CHUNK_STOPPED || nread >= limit;
-}
-
-/* Let the stage go: what it held is read from the outbox when its turn comes. */
-static void
-drop_stage(StmOutbox *ob)
-{
-	MemoryContextReset(ob->stage_cxt);
-	ob->stage = NULL;
-	ob->nstage = ob->stage_alloc = 0;
-	ob->stage_next = 0;
-	ob->stage_started = false;
-	ob->stage_bytes = 0;
-	ob->stage_ready = false;
 }
 
 /*

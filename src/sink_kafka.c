@@ -394,6 +394,7 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	kb->base.batch_id = batch_id;
 	kb->base.estate = estate;
 	kb->base.deferred = true;
+	kb->outbox = stm_outbox_begin_batch(&ks->base, batch_id, estate);
 	kb->stream_name = CStringGetTextDatum(sink->stream_name);
 
 	message_columns(ks->base.name, ks->key_columns, ks->format, output, sink->stream_name,
@@ -429,7 +430,6 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	/* a first block that one message fits in survives each reset: no malloc per row */
 	kb->row_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming Kafka message",
 										64 * 1024, 64 * 1024, 8 * 1024 * 1024);
-	kb->outbox = stm_outbox_begin_batch(&ks->base, batch_id, estate);
 	return &kb->base;
 }
 
