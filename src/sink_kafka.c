@@ -729,10 +729,10 @@ kafka_sink_end_batch(StmSinkBatch *batch)
 /*
  * librdkafka's delivery report of each message, in rd_kafka_poll on our
  * thread: handed to the outbox, which only records it.  Reports of every
- * message, not only of failures: a round (and its chunks) is known to be
- * done as soon as its own messages are, while later ones are still being
- * sent, and the messages are freed by the thread that made them.  A
- * delivery clears the last error (opaque: error_cb's buffer).
+ * message, not only of failures: the outbox needs each one's outcome, and
+ * learns it while later messages are still being sent; the messages are
+ * freed by the thread that made them.  A delivery clears the last error
+ * (opaque: error_cb's buffer).
  */
 static void
 dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
