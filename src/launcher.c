@@ -17,6 +17,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -204,8 +205,8 @@ streaming_launcher_main(Datum main_arg)
 							 "the worker exited %d time(s) without finishing a batch (see the server log); it restarts in %d ms",
 							 slot->crashes, delay);
 					ereport(LOG,
-							(errmsg("streaming worker for stream %d exited, restarting in %d ms",
-									slot->stream_id, delay)));
+							(errmsg("streaming worker for stream \"%s\" of database \"%s\" exited, restarting in %d ms",
+									slot->name, slot->dbname, delay)));
 				}
 				LWLockRelease(stm_shared->lock);
 			}
@@ -219,7 +220,7 @@ streaming_launcher_main(Datum main_arg)
 				{
 					char		name[BGW_MAXLEN];
 
-					snprintf(name, sizeof(name), "streaming worker for stream %d", slot->stream_id);
+					snprintf(name, sizeof(name), "streaming worker for stream \"%s\"", slot->name);
 					LWLockRelease(stm_shared->lock);
 					if (register_dynamic("streaming_worker_main", name, Int32GetDatum(i), &handles[i]))
 					{
@@ -241,8 +242,11 @@ streaming_launcher_main(Datum main_arg)
 						if (!warned_full)
 							ereport(WARNING,
 									(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-									 errmsg("could not start background worker for stream %d", slot->stream_id),
-									 errhint("Raise max_worker_processes.")));
+									 errmsg("could not start background worker for stream \"%s\" of database \"%s\"",
+											slot->name, slot->dbname),
+									 errdetail("max_worker_processes is %d; every background worker slot is taken.",
+											   max_worker_processes),
+									 errhint("Raise max_worker_processes: each running stream takes one, and each of its parallel helpers another.")));
 						warned_full = true;
 					}
 					LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
@@ -271,8 +275,10 @@ streaming_discovery_main(Datum main_arg)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (OidIsValid(get_extension_oid("streaming", true)))
 	{
+		char	   *dbname = get_database_name(MyDatabaseId);
+
 		SPI_connect();
-		if (SPI_execute("SELECT id, owner::oid FROM streaming.stream_defs WHERE enabled",
+		if (SPI_execute("SELECT id, owner::oid, name FROM streaming.stream_defs WHERE enabled",
 						true, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not read streaming.stream_defs");
 		for (uint64 i = 0; i < SPI_processed; i++)
@@ -280,11 +286,13 @@ streaming_discovery_main(Datum main_arg)
 			bool		isnull;
 			int32		id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 			Oid			owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+			char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
 
-			if (stm_shmem_want_stream(MyDatabaseId, id, owner) < 0)
+			if (stm_shmem_want_stream(MyDatabaseId, id, owner, name, dbname) < 0)
 				ereport(WARNING,
 						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("could not run stream %d: all streaming.max_workers slots are taken", id)));
+						 errmsg("could not run stream \"%s\": all streaming.max_workers slots are taken", name),
+						 errhint("Raise streaming.max_workers (it takes a restart).")));
 		}
 		SPI_finish();
 	}

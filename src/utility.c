@@ -118,7 +118,8 @@ check_drop_role(DropRoleStmt *stmt)
 		RoleSpec   *spec = lfirst(lc);
 		Oid			role;
 		char	   *owned;
-		int32		elsewhere;
+		char		stream[NAMEDATALEN];
+		char		dbname[NAMEDATALEN];
 
 		if (spec->roletype != ROLESPEC_CSTRING)
 			continue;			/* PostgreSQL refuses CURRENT_USER and the like */
@@ -134,13 +135,12 @@ check_drop_role(DropRoleStmt *stmt)
 					 errdetail("It owns %s.", owned),
 					 errhint("Drop them with streaming.drop_stream(), streaming.drop_source() and streaming.drop_kafka_sink(), "
 							 "or use REASSIGN OWNED BY or DROP OWNED BY first.")));
-		elsewhere = stm_shmem_stream_of_owner_elsewhere(MyDatabaseId, role);
-		if (elsewhere >= 0)
+		if (stm_shmem_stream_of_owner_elsewhere(MyDatabaseId, role, stream, dbname))
 			ereport(ERROR,
 					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
 					 errmsg("role \"%s\" cannot be dropped because it owns streams in another database",
 							spec->rolename),
-					 errdetail("Stream with id %d of another database runs as this role.", elsewhere),
+					 errdetail("Stream \"%s\" of database \"%s\" runs as this role.", stream, dbname),
 					 errhint("Use REASSIGN OWNED BY or DROP OWNED BY in that database first.")));
 	}
 }
