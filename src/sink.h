@@ -149,6 +149,13 @@ struct StmSinkRoutine
 	Jsonb	   *(*validate) (Jsonb *options, Oid role);
 
 	/*
+	 * Once the sink is created (optional), with its stored options: WARN
+	 * about what they name that cannot be reached or is missing now, as a
+	 * source's probe.
+	 */
+	void		(*probe) (const char *name, Jsonb *options);
+
+	/*
 	 * create_stream: can the sink take the stream's output?  Errors name
 	 * the column and the stream.
 	 */

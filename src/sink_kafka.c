@@ -84,6 +84,7 @@
 #include "catalog.h"
 #include "guc.h"
 #include "kafka_conf.h"
+#include "kafka_probe.h"
 #include "options.h"
 #include "outbox.h"
 #include "sink.h"
@@ -2046,6 +2047,7 @@ const StmSinkRoutine stm_kafka_sink_routine = {
 	.deliver = kafka_sink_deliver,
 	.close = kafka_sink_close,
 	.validate = kafka_sink_validate,
+	.probe = stm_kafka_probe_sink,
 	.check_output = kafka_sink_check_output,
 	.pending = kafka_sink_pending,
 	.discard = kafka_sink_discard,
