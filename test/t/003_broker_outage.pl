@@ -118,15 +118,14 @@ is(stream_row($node, 'orders_out')->{source_error},
 #
 # Outage in the middle of a backlog, read 2,000 records per batch.  The
 # backlog is all there before the stream plans its next batch, and the
-# stream is held (hold_streams) once it has read 6,000 of it until the
-# brokers are down: whatever the speed of the machine, of producing or of
-# the stream, they go down in the middle of the backlog.
+# stream is held (hold_streams, rehold_streams) once it has read 6,000 of
+# it until the brokers are down: whatever the speed of the machine, of
+# producing or of the stream, they go down in the middle of the backlog.
 #
 my $before = $orders->count;
 my $hold = hold_streams($node, "name = 'orders_out'");
 $kafka->produce_orders($topic, $orders, 24_000);
-release_streams($hold);
-$hold = hold_streams($node, "name = 'orders_out'", "(SELECT count(*) FROM orders_out) >= $before + 6000");
+rehold_streams($hold, "name = 'orders_out'", "(SELECT count(*) FROM orders_out) >= $before + 6000");
 my $read = $hold->query_safe('SELECT count(*) FROM orders_out');
 ok($read >= $before + 6000 && $read < $orders->count,
 	"the stream works through the backlog, and the brokers go down before it is consumed ($read of "

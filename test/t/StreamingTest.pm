@@ -47,7 +47,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
-  wait_for query_retry set_fault hold_streams release_streams stream_row sink_stats check_sink check_offsets check_progress
+  wait_for query_retry set_fault hold_streams rehold_streams release_streams stream_row sink_stats check_sink check_offsets check_progress
   orders_table compare_rows topic_table
   diag_stream psql_error test_seed parallel_workers_list ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
@@ -240,26 +240,39 @@ sub wait_for
 	die "timed out waiting: $what\n";
 }
 
-# hold_streams(NODE, WHERE, UNTIL): a session that holds the catalog rows
-# of the streams WHERE (a condition on streaming.stream_defs) FOR UPDATE, as
-# a batch locks its stream's row first thing (src/README.md, offset
+# hold_streams(NODE, WHERE): a session that holds the catalog rows of the
+# streams WHERE (a condition on streaming.stream_defs) FOR UPDATE, as a
+# batch locks its stream's row first thing (src/README.md, offset
 # protocol): their workers wait before their next batch until
-# release_streams(SESSION).  With UNTIL (an SQL condition) the rows are
-# taken once UNTIL holds, polled in the same statement (each statement of a
-# DO block sees what was committed), so that no batch but one in flight
-# commits after UNTIL was seen.
+# release_streams(SESSION).
+# rehold_streams(SESSION, WHERE, UNTIL): let them go, and hold them again
+# once UNTIL (an SQL condition) holds, in the same session (no new
+# connection in between, which a loaded machine makes slow) and polled in
+# the statement that takes the rows (each statement of a DO block sees what
+# was committed), so that no batch but one in flight commits after UNTIL
+# was seen.
 sub hold_streams
 {
-	my ($node, $where, $until) = @_;
-	my $hold = $node->background_psql('postgres');
-	my $lock = "PERFORM FROM streaming.stream_defs WHERE $where FOR UPDATE;";
+	my ($node, $where) = @_;
+	# the session's own timeout after rehold's, which says what it waited for
+	my $hold = $node->background_psql('postgres',
+		timeout => 2 * $PostgreSQL::Test::Utils::timeout_default);
 
-	$hold->query_safe('BEGIN');
-	$hold->query_safe(
-		defined $until
-		? "DO \$\$ BEGIN WHILE NOT ($until) LOOP PERFORM pg_sleep(0.01); END LOOP; $lock END \$\$"
-		: "DO \$\$ BEGIN $lock END \$\$");
+	$hold->query_safe("BEGIN; DO \$\$ BEGIN PERFORM FROM streaming.stream_defs WHERE $where FOR UPDATE; END \$\$");
 	return $hold;
+}
+
+sub rehold_streams
+{
+	my ($hold, $where, $until) = @_;
+
+	$hold->query_safe(
+		"COMMIT; BEGIN; DO \$\$ BEGIN WHILE NOT ($until) LOOP "
+		  . "IF clock_timestamp() > now() + interval '$PostgreSQL::Test::Utils::timeout_default seconds' THEN "
+		  . "RAISE EXCEPTION 'timed out waiting for: %', " . quote_literal($until) . "; END IF; "
+		  . "PERFORM pg_sleep(0.01); END LOOP; "
+		  . "PERFORM FROM streaming.stream_defs WHERE $where FOR UPDATE; END \$\$");
+	return;
 }
 
 sub release_streams
