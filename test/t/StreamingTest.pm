@@ -164,6 +164,12 @@ sub create_orders_stream
 }
 
 # stream_row(NODE, NAME): the stream's row of streaming.streams, as a hash.
+# Read right after process_available (nothing produced since), its status,
+# lag, last_error and source_error are what the batch that committed the
+# last positions wrote in its transaction, and stay so while the source can
+# be read; read at any other moment while a worker runs, or for a stream
+# with a Kafka sink (the worker shows its sink's state after delivering, in
+# a transaction of its own), wait_for the state meant instead.
 sub stream_row
 {
 	my ($node, $name) = @_;
