@@ -291,6 +291,50 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 }
 
 /*
+ * What the source holds now (its available()), or NULL while it cannot be
+ * asked, with *why: a part it cannot read, or a broker that does not answer
+ * (an error of class 08, from a subtransaction, so that the caller can ask
+ * again).  Other errors are raised.
+ */
+static void *
+source_available(StmSource *src, int32 stream_id, char **why)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	void	   *available = NULL;
+
+	*why = NULL;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		src->problem = NULL;
+		available = src->routine->available(src, stream_id);
+		if (src->problem)
+			*why = pstrdup(src->problem);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_CONNECTION_EXCEPTION)
+			ReThrowError(edata);
+		*why = edata->detail ? psprintf("%s: %s", edata->message, edata->detail) : edata->message;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return *why ? NULL : available;
+}
+
+/*
  * Wait until the stream's worker has committed every record that was in the
  * source when the call started (Spark's processAllAvailable), and its sink
  * has delivered what those batches wrote (an outbox).  A stream with
@@ -330,15 +374,16 @@ streaming_process_available(PG_FUNCTION_ARGS)
 		src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
 	while (src != NULL)
 	{
-		src->problem = NULL;
-		available = src->routine->available(src, def->id);
-		if (src->problem == NULL)
+		char	   *why;
+
+		available = source_available(src, def->id, &why);
+		if (why == NULL)
 			break;
 		if (GetCurrentTimestamp() > deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("timed out waiting for source \"%s\" to be readable", src->name),
-					 src->problem ? errdetail("%s", src->problem) : 0));
+					 errdetail("%s", why)));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 200, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
