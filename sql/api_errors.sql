@@ -31,7 +31,7 @@ SELECT (SELECT string_agg(name, ', ' ORDER BY name) FROM streaming.sources) AS s
        (SELECT string_agg(name, ', ' ORDER BY name) FROM streaming.stream_defs) AS streams,
        (SELECT string_agg(relname, ', ' ORDER BY relname) FROM pg_class
         WHERE relnamespace = 'public'::regnamespace AND relname LIKE 'bad%') AS relations,
-       (SELECT count(*) FROM streaming.offsets) AS offsets;
+       (SELECT count(*) FROM streaming.positions) AS positions;
 SELECT * FROM ae_leftovers;
 
 --

@@ -361,7 +361,7 @@ SELECT fs_try($$SELECT streaming.run_batch('fs_reset_s')$$);
 -- dropping the streams takes their files' rows with them
 SELECT streaming.drop_stream(name, drop_sink => true) FROM streaming.stream_defs ORDER BY name;
 SELECT count(*) FROM streaming.files;
-SELECT count(*) FROM streaming.offsets;
+SELECT count(*) FROM streaming.positions;
 SELECT streaming.drop_source(name) FROM streaming.sources ORDER BY name;
 DROP VIEW fs_files, fs_lag, fs_dead;
 DROP FUNCTION fs_try(text);

@@ -297,6 +297,9 @@ SELECT last_batch_id, outbox_rows FROM streaming.streams WHERE name = 'ksk_small
 SELECT streaming.stop('ksk_small_st');
 SELECT stream, stm_strip(position::text) AS position, length(raw) AS raw_bytes, stm_strip(error) AS error, sqlstate
 FROM streaming.dead_letters WHERE stream = 'ksk_small_st';
+-- with the whole message's length and SHA-256
+SELECT raw_length, raw_sha256 = sha256(raw) AS sha256_of_message
+FROM streaming.dead_letters WHERE stream = 'ksk_small_st';
 SELECT batch_id, num_output_rows, num_delivered_rows, num_rejected_rows FROM streaming.progress WHERE stream = 'ksk_small_st';
 SELECT seq, value FROM ksk_read('ksk_small' || :'run') ORDER BY seq;
 

@@ -363,5 +363,5 @@ DROP TABLE ks_json_st;
 DROP VIEW ks_progress;
 DROP FUNCTION stm_error(text), stm_strip(text);
 DROP FUNCTION stm_produce(text, text), stm_check(text[]), stm_sessions(text, interval);
-SELECT count(*) FROM streaming.offsets;
+SELECT count(*) FROM streaming.positions;
 SELECT count(*) FROM streaming.batches;

@@ -190,8 +190,8 @@ SELECT max(value) AS old_max FROM rs_all \gset
 SELECT rs_start('rs_all') AS old_start \gset
 SELECT streaming.reset('rs_all');
 SELECT rs_start('rs_all') IS NULL AS start_forgotten,
-       (SELECT count(*) FROM streaming.offsets o JOIN streaming.stream_defs d ON d.id = o.stream_id
-        WHERE d.name = 'rs_all') AS offsets;
+       (SELECT count(*) FROM streaming.positions p JOIN streaming.stream_defs d ON d.id = p.stream_id
+        WHERE d.name = 'rs_all') AS positions;
 SELECT rs_run_until('rs_all', format('count(*) FILTER (WHERE ts >= %L) >= 100', now()));
 SELECT rs_start('rs_all') > :'old_start' AS new_start;
 WITH old AS (SELECT value, partition, ts - :'old_start' AS since FROM rs_all WHERE ts < rs_start('rs_all')),
@@ -387,4 +387,4 @@ DROP VIEW rs_leftovers, rs_win_expected;
 DROP TABLE rs_collected;
 DROP FUNCTION rs_collect, rs_check, rs_wait_since_start, rs_run_until, rs_next, rs_due, rs_us, rs_start;
 SELECT count(*) FROM streaming.sources;
-SELECT count(*) FROM streaming.offsets;
+SELECT count(*) FROM streaming.positions;

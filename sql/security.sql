@@ -96,7 +96,7 @@ SET ROLE regress_sec_mallory;
 -- sees none of alice's rows, in any table or view of the extension
 SELECT (SELECT count(*) FROM streaming.sources) AS sources,
        (SELECT count(*) FROM streaming.stream_defs) AS stream_defs,
-       (SELECT count(*) FROM streaming.offsets) AS offsets,
+       (SELECT count(*) FROM streaming.positions) AS positions,
        (SELECT count(*) FROM streaming.batches) AS batches,
        (SELECT count(*) FROM streaming.dead_letters) AS dead_letters,
        (SELECT count(*) FROM streaming.late_rows) AS late_rows,
@@ -115,9 +115,9 @@ UPDATE streaming.stream_defs SET query = 'SELECT 1';
 INSERT INTO streaming.stream_defs (name, source, query, output_mode, trigger, late_rows, search_path)
     VALUES ('evil', 'sec_src', 'SELECT 1', 'append', '0', 'drop', 'public');
 DELETE FROM streaming.stream_defs;
-UPDATE streaming.offsets SET next_offset = 0;
-INSERT INTO streaming.offsets VALUES (1, 't', 0, 0, 0);
-DELETE FROM streaming.offsets;
+UPDATE streaming.positions SET position = 0;
+INSERT INTO streaming.positions VALUES (1, 't', 0, 0, 0);
+DELETE FROM streaming.positions;
 UPDATE streaming.batches SET num_input_rows = 0;
 DELETE FROM streaming.batches;
 INSERT INTO streaming.dead_letters (stream, stream_id, source, position, error, sqlstate)

@@ -118,7 +118,7 @@ SELECT to_regclass('st_audit') AS sink;
 SELECT streaming.drop_stream('st_proj', drop_sink => true);
 SELECT to_regclass('st_proj') AS sink;
 SELECT count(*) FROM streaming.streams WHERE name IN ('st_proj', 'st_audit_st');
-SELECT count(*) FROM streaming.offsets;
+SELECT count(*) FROM streaming.positions;
 SELECT count(*) FROM streaming.batches;
 DROP TABLE st_audit;
 

@@ -64,15 +64,26 @@ CREATE TABLE streaming.stream_defs (
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
 
-/* Source positions: the next Kafka offset to read, per stream and partition. */
-CREATE TABLE streaming.offsets (
+/*
+ * Source positions (src/positions.c), of every kind of source: per stream,
+ * where it reads next in each part of its source.  A part is named by a text
+ * and numbered within it: a Kafka partition (the topic, the partition), a
+ * rate source's partition (the source's name, the partition), a file
+ * waiting to be read (its name, 0).  position and end_position are in the
+ * part's own unit (an offset, a byte, a count of values, an LSN), so that
+ * streaming.source_lag computes every kind's lag as their difference, from
+ * the row alone; what else a kind must keep to resume a part is its detail.
+ */
+CREATE TABLE streaming.positions (
     stream_id       integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE,
-    topic           text NOT NULL,
-    partition       integer NOT NULL,
-    next_offset     bigint NOT NULL,
-    high_watermark  bigint,
-    PRIMARY KEY (stream_id, topic, partition)
+    part            text NOT NULL,      -- a topic, a source's name, a file's name
+    part_no         integer NOT NULL,   -- the partition within part; 0 when it has none
+    position        bigint NOT NULL,    -- where the stream reads next (Kafka: the next offset)
+    end_position    bigint,             -- how far the part went when last planned (Kafka: the high watermark)
+    detail          jsonb,              -- anything else the kind keeps about the part
+    PRIMARY KEY (stream_id, part, part_no)
 );
+COMMENT ON TABLE streaming.positions IS 'Where each stream reads next in each part of its source (a Kafka partition, a rate source''s partition, a file waiting to be read), written in the batch''s transaction; read it through streaming.source_lag.';
 
 /* One row per committed batch; the newest streaming.progress_history are kept. */
 CREATE TABLE streaming.batches (
@@ -168,7 +179,7 @@ SELECT pg_catalog.pg_extension_config_dump('streaming.late_rows_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.sources', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.stream_defs', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.stream_defs_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('streaming.offsets', '');
+SELECT pg_catalog.pg_extension_config_dump('streaming.positions', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.batches', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('streaming.dead_letters_id_seq', '');
@@ -206,13 +217,13 @@ CREATE POLICY owner_only ON streaming.sources FOR SELECT
 CREATE POLICY owner_only ON streaming.stream_defs FOR SELECT
     USING (pg_has_role(current_user, owner, 'USAGE'));
 -- positions, history, dead letters and late rows follow the visibility of their stream
-ALTER TABLE streaming.offsets ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streaming.positions ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.batches ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.dead_letters ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streaming.late_rows ENABLE ROW LEVEL SECURITY;
 CREATE POLICY stream_owner_only ON streaming.late_rows FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
-CREATE POLICY stream_owner_only ON streaming.offsets FOR SELECT
+CREATE POLICY stream_owner_only ON streaming.positions FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
 CREATE POLICY stream_owner_only ON streaming.batches FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
@@ -226,7 +237,7 @@ CREATE POLICY owner_only ON streaming.sinks FOR SELECT
 CREATE POLICY stream_owner_only ON streaming.outbox_chunks FOR SELECT
     USING (stream_id IN (SELECT id FROM streaming.stream_defs));
 GRANT USAGE ON SCHEMA streaming TO PUBLIC;
-GRANT SELECT ON streaming.sources, streaming.stream_defs, streaming.offsets,
+GRANT SELECT ON streaming.sources, streaming.stream_defs, streaming.positions,
     streaming.batches, streaming.dead_letters, streaming.late_rows TO PUBLIC;
 GRANT SELECT ON streaming.sinks, streaming.outbox_chunks, streaming.outbox TO PUBLIC;
 -- the sequences are the owner's alone (explicitly, as in an upgraded install)
@@ -238,8 +249,8 @@ REVOKE ALL ON SEQUENCE streaming.stream_defs_id_seq, streaming.dead_letters_id_s
  * read it (written in that batch's transaction), and the files it will never
  * read (batch_id NULL: older than max_file_age when the stream first saw
  * them).  A file is read once: a name listed here is never read again.  The
- * files waiting to be read are in streaming.offsets (topic = the file name,
- * high_watermark = its size), so that source_lag lists them.
+ * files waiting to be read are in streaming.positions (part = the file name,
+ * at position 0 of end_position = its size), so that source_lag lists them.
  */
 CREATE TABLE streaming.files (
     stream_id       integer NOT NULL REFERENCES streaming.stream_defs (id) ON DELETE CASCADE,
@@ -446,11 +457,12 @@ AS 'MODULE_PATHNAME', 'streaming_worker_pids'
 LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION streaming.worker_pids IS 'The caller''s streams that should run: their worker (NULL while none) and why none runs.';
 
+-- every kind's parts alike: a part's lag is its end position minus its position
 CREATE VIEW streaming.source_lag WITH (security_invoker = true) AS
-SELECT s.name AS stream, o.topic, o.partition,
-       o.next_offset AS committed_offset, o.high_watermark,
-       greatest(coalesce(o.high_watermark, o.next_offset) - o.next_offset, 0) AS lag
-FROM streaming.offsets o JOIN streaming.stream_defs s ON s.id = o.stream_id;
+SELECT s.name AS stream, p.part AS topic, p.part_no AS partition,
+       p.position AS committed_offset, p.end_position AS high_watermark,
+       greatest(coalesce(p.end_position, p.position) - p.position, 0) AS lag
+FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id;
 
 CREATE VIEW streaming.streams WITH (security_invoker = true) AS
 SELECT s.name, s.source, coalesce(s.sink_name, s.sink::text) AS sink, s.output_mode, s.trigger,

@@ -29,6 +29,7 @@
 #include "batch.h"
 #include "catalog.h"
 #include "dedup.h"
+#include "positions.h"
 #include "shmem.h"
 #include "sink.h"
 #include "source.h"
@@ -220,7 +221,7 @@ streaming_reset(PG_FUNCTION_ARGS)
 				 errmsg("stream \"%s\" is running", name),
 				 errhint("Stop it first with streaming.stop().")));
 	(void) stm_catalog_get_stream_by_id(def->id, true);
-	stm_catalog_exec("DELETE FROM streaming.offsets WHERE stream_id = $1", 1, &type, &value, NULL, SPI_OK_DELETE);
+	stm_positions_forget(def->id);
 	/* positions a source kind keeps elsewhere (the file source's files) */
 	routine = stm_source_routine(stm_catalog_get_source_of_stream(def)->kind);
 	if (routine->reset_positions)

@@ -577,6 +577,7 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	ctx.last_trigger = stm_catalog_last_trigger(def->id, rt->started_at);
 	ctx.batch_start = bc->started;
 	ctx.max_records = max_records;
+	ctx.chunk_size = 1000;		/* records fetch hands over at once: one subtransaction parses them */
 	foreach(lc, bc->inputs)
 	{
 		BatchInput *in = lfirst(lc);

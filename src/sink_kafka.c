@@ -1,21 +1,20 @@
 /*
- * sink_kafka.c: the Kafka sink (SPEC 6.1), through an outbox.
+ * sink_kafka.c: the Kafka sink (SPEC 6.1), through the outbox (outbox.c).
  *
  * create_kafka_sink stores a named sink (streaming.sinks).  A stream that
  * names it as its sink writes its output rows, in the batch's transaction,
- * as messages into the outbox: chunks of consecutive messages, a row of
- * streaming.outbox_chunks each (outbox.c), seq counting from 0 in each
- * batch in the order the batch wrote them; the view streaming.outbox shows
- * a message to a row, with its headers.  Nothing reaches Kafka before the
- * commit.  After it, the stream's own worker (deliver) reads the outbox in
- * (batch_id, seq) order, produces every message with an idempotent
- * producer (enable.idempotence, acks=all, and retries until delivered:
- * message.timeout.ms = 0) and deletes the chunks whose messages Kafka
- * confirmed, in a transaction that also counts them in their batch's
- * progress row.  A crash or an outage in between leaves the chunks in the
- * outbox, and their messages are produced again, in the same order, with
- * the same key, value and headers (streaming-stream, streaming-batch-id,
- * streaming-seq): at-least-once, and repeats can be recognised.
+ * as messages into the outbox; nothing reaches Kafka before the commit.
+ * After it, the outbox delivers them in (batch_id, seq) order through this
+ * file's transport, an idempotent producer (enable.idempotence, acks=all,
+ * and retries until delivered: message.timeout.ms = 0) whose delivery
+ * reports tell the outbox what became of each message.  A crash or an
+ * outage leaves the messages in the outbox, and they are produced again, in
+ * the same order, with the same key, value and headers (streaming-stream,
+ * streaming-batch-id, streaming-seq): at-least-once, and repeats can be
+ * recognised.
+ *
+ * What is the Kafka sink's own: its arguments, the messages, and the
+ * producer.
  *
  * Messages: the key from key_columns (one column: its text form, a bytea
  * column its bytes; several: a JSON object by column name; default: the
@@ -28,78 +27,45 @@
  * a bytea); delete_key (a session merged away) is a tombstone, a NULL
  * value on the key.
  *
- * Invariants:
- * - a stream's outbox never holds more than streaming.outbox_max_rows rows:
- *   capacity bounds the batch's input by the room left (and half the
- *   bound, so batches and deliveries overlap), and a batch that
- *   writes more anyway fails (53000 while rows wait: the stream waits and
- *   runs it again after the delivery; 54000 when the outbox was empty: it
- *   can never fit);
- * - per partition, messages reach Kafka in outbox order: the idempotent
- *   producer keeps its order through retries, messages never time out, and
- *   after a failed delivery everything not delivered is produced again from
- *   the outbox's first row;
- * - a chunk leaves the outbox only once each of its messages was reported
- *   delivered (librdkafka's delivery report) or refused by Kafka as too large:
- *   such a message goes to dead_letters with its outbox position, counted
- *   in the batch's num_rejected_rows, and the rest go on;
- * - no call into PostgreSQL from librdkafka's threads: its callbacks run in
- *   rd_kafka_poll on ours and only record what they are told; the
- *   configuration is never logged (it holds credentials).
+ * The producer (StmOutboxTransport): made at the first delivery, after the
+ * stored kafka_options were checked again; per partition it keeps the
+ * outbox's order through retries, and messages never time out in it, so
+ * while the brokers are down they stay in flight and are not produced
+ * twice.  A message Kafka refuses as too large is reported so, and the
+ * outbox makes it a dead letter.  No call into PostgreSQL from librdkafka's
+ * threads: its callbacks run in rd_kafka_poll on ours and only record what
+ * they are told; the configuration is never logged (it holds credentials).
  */
 #include "postgres.h"
 
 #include <malloc.h>
 
-#include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/stratnum.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/transam.h"
-#include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/jsonapi.h"
-#include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/ipc.h"
-#include "storage/pmsignal.h"
 #include "utils/acl.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
-#include "utils/fmgroids.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/rel.h"
-#include "utils/relcache.h"
-#include "utils/snapmgr.h"
-#include "utils/timestamp.h"
 
 #include "api.h"
 #include "catalog.h"
-#include "deadletter.h"
 #include "guc.h"
 #include "kafka_conf.h"
 #include "options.h"
 #include "outbox.h"
 #include "sink.h"
 #include "sink_kafka.h"
-#include "sink_table.h"
 #include "source.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_kafka_sink);
 PG_FUNCTION_INFO_V1(streaming_drop_kafka_sink);
-
-#define OUTBOX_NATTS 5			/* stream_id, batch_id, first_seq, nmsgs, messages */
-#define ROUND_ROWS 10000		/* messages produced together, and confirmed in one transaction */
-#define POLL_MS 10
-#define STATUS_LEN 1024
-#define STAGE_BYTES ((Size) stm_guc_batch_memory_kb * 1024 / 4)	/* messages kept for delivery */
 
 typedef enum SinkFormat
 {
@@ -109,114 +75,21 @@ typedef enum SinkFormat
 	SINK_BYTES
 } SinkFormat;
 
-/* What became of a produced message. */
-typedef enum MsgState
-{
-	MSG_IN_FLIGHT,
-	MSG_DELIVERED,
-	MSG_TOO_LARGE,				/* refused as too large: a dead letter */
-	MSG_FAILED					/* stays in the outbox, produced again later */
-} MsgState;
-
-typedef struct Round Round;
-
-/* One produced message; librdkafka's per-message opaque. */
-typedef struct OutMsg
-{
-	Round	   *round;
-	int64		batch_id;
-	int64		seq;
-	int64		chunk_seq;		/* its outbox chunk: first_seq and nmsgs */
-	int			chunk_n;
-	MsgState	state;
-	rd_kafka_resp_err_t err;
-} OutMsg;
-
-/* Outbox rows read in one go and produced together, oldest first. */
-struct Round
-{
-	int			alloc;			/* room for so many */
-	int			n;				/* produced */
-	int			ndone;			/* reported */
-	OutMsg	   *msgs;
-};
-
-/* A chunk of the last batch, as it went into the outbox (its messages' bytes). */
-typedef struct StagedChunk
-{
-	int64		first_seq;
-	int			nmsgs;
-	char	   *data;
-	int			len;
-} StagedChunk;
-
 /* An open Kafka sink: one per runtime (a worker's life, a run_batch). */
 typedef struct KafkaSink
 {
-	StmSink		base;			/* first: what batch.c reads */
-	MemoryContext cxt;
-	char	   *name;			/* the sink's */
+	StmOutboxSink base;			/* first: the outbox's, and what batch.c reads */
 	Oid			sink_owner;
 	char	   *bootstrap;
 	char	   *topic;
 	SinkFormat	format;
 	List	   *key_columns;	/* names; NIL: the default */
 	List	   *kafka_options;	/* StmOptionPair */
-	Oid			outbox_relid;
-	TupleDesc	outbox_desc;
-
-	/* the outbox */
-	int64		outbox_rows;	/* rows of committed batches in it (in flight too) */
-	int64		batch_rows;		/* rows the batch in progress wrote */
-
-	/*
-	 * The last batch's chunks as it wrote them (a prefix of them, up to
-	 * STAGE_BYTES): after its commit they are produced from here, and the
-	 * outbox is read only for what is not (a crash, an outage, a large
-	 * batch).
-	 */
-	MemoryContext stage_cxt;
-	int64		stage_batch;
-	StagedChunk *stage;
-	int			nstage;
-	int			stage_next;		/* the first chunk not produced yet (in part) */
-	int			stage_alloc;
-	Size		stage_bytes;
-	bool		staging;		/* the batch in progress is being kept */
-	bool		stage_ready;	/* its batch committed, with stage_rows rows */
-	bool		stage_started;	/* some of it was produced */
-	int64		stage_rows;
 
 	/* the producer, made by the first delivery */
 	rd_kafka_t *rk;
 	rd_kafka_topic_t *rkt;
 	char		error[STM_KAFKA_ERROR_LEN];	/* librdkafka's last error (error_cb) */
-	bool		topic_ok;		/* the topic's metadata was fine since the last failure */
-	List	   *rounds;			/* Round, in flight, oldest first */
-	int64		in_flight;		/* messages of those rounds not finalized yet */
-	int64		max_in_flight;	/* at most (their OutMsgs: a quarter of batch_memory) */
-	bool		queue_full;		/* the last try to produce found no room */
-	bool		have_cursor;	/* rows up to the cursor are produced */
-	int64		cursor_batch;
-	int64		cursor_seq;
-	int64		cursor_chunk;	/* the chunk of cursor_seq */
-	bool		failed;			/* a delivery failed: produce nothing new until the
-								 * rounds drain, then start again from the outbox */
-
-	/*
-	 * The chunk whose messages finish_rounds is counting: it leaves the
-	 * outbox once all of them, from its first, were done in a row.
-	 */
-	int64		carry_batch;
-	int64		carry_chunk;	/* its first_seq; -1: none */
-	int			carry_n;
-	int			carry_seen;
-	int			carry_delivered;
-	bool		carry_ok;		/* none of them failed */
-	List	   *carry_rejected; /* seqs of those refused as too large */
-	rd_kafka_resp_err_t fail_err;
-	char		waiting[STATUS_LEN];
-	char		error_msg[STATUS_LEN];
 } KafkaSink;
 
 /*
@@ -240,15 +113,13 @@ typedef struct JsonCol
 	char	   *prefix;			/* {"name": or ,"name": */
 } JsonCol;
 
+
 /* One batch's writer. */
 typedef struct KafkaSinkBatch
 {
 	StmSinkBatch base;			/* first */
-	StmSinkBatch *outbox;		/* the table writer of streaming.outbox */
-	StmSinkOutput outbox_output;
+	StmOutboxWriter *outbox;	/* the batch's messages go there */
 	MemoryContext row_cxt;		/* one message's encoding, reset after each */
-	int64		seq;
-	int64		start_rows;		/* the outbox's rows when the batch began */
 	int			nkey;			/* key columns (outputs) */
 	int		   *key_att;
 	int			value_att;		/* text, bytes: the value's column */
@@ -258,9 +129,6 @@ typedef struct KafkaSinkBatch
 	TupleDesc	key_desc;		/* several key columns: them, blessed */
 	FmgrInfo   *out_funcs;		/* per output: its type's output function */
 	Datum		stream_name;	/* for row_to_json's fallback */
-	StringInfoData chunk;		/* the outbox chunk being filled */
-	int64		chunk_seq;		/* its first message's seq */
-	int			chunk_n;		/* its messages */
 } KafkaSinkBatch;
 
 /* ---- options ----------------------------------------------------------- */
@@ -458,101 +326,35 @@ kafka_sink_check_output(StmSinkTarget *target, const StmSinkOutput *output)
 					&nkey, &key_att, &value_att);
 }
 
-/* ---- the outbox --------------------------------------------------------- */
-
-/* Messages of the stream in the outbox, in a fresh snapshot. */
-static int64
-outbox_count(int32 stream_id)
-{
-	Oid			type = INT4OID;
-	Datum		arg = Int32GetDatum(stream_id);
-	int64		n = 0;
-	StmCatalogScope scope = stm_catalog_begin();
-
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT sum(nmsgs)::bigint FROM streaming.outbox_chunks WHERE stream_id = $1",
-							  1, &type, &arg, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.outbox_chunks");
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-		n = isnull ? 0 : DatumGetInt64(d);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return n;
-}
-
-/*
- * The stream's messages in the outbox, up to limit (or a chunk's more), by
- * its primary key in a fresh snapshot: a sum over the table would read it
- * whole, dead rows of delivered batches too, while process_available polls.
- */
-static int64
-kafka_sink_pending(int32 stream_id, int64 limit)
-{
-	Relation	rel = table_open(get_relname_relid("outbox_chunks", get_namespace_oid("streaming", false)),
-								 AccessShareLock);
-	Relation	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	ScanKeyData key;
-	IndexScanDesc scan;
-	int64		n = 0;
-
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stream_id));
-	scan = index_beginscan(rel, idx, snap, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-	while (n < limit && index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		bool		isnull;
-
-		n += DatumGetInt32(slot_getattr(slot, 4, &isnull));
-	}
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
-	index_close(idx, AccessShareLock);
-	table_close(rel, AccessShareLock);
-	return n;
-}
-
-/* drop_stream: what is left of the stream's messages goes. */
-static void
-kafka_sink_discard(int32 stream_id)
-{
-	Oid			type = INT4OID;
-	Datum		arg = Int32GetDatum(stream_id);
-
-	stm_catalog_exec("DELETE FROM streaming.outbox_chunks WHERE stream_id = $1", 1, &type, &arg, NULL,
-					 SPI_OK_DELETE);
-}
 
 /* ---- batches ------------------------------------------------------------ */
 
-static void destroy_producer(KafkaSink *ks);
+static const StmOutboxTransport kafka_transport;
 static JsonCol *json_columns(TupleDesc desc);
 
+/* "key": "value" of JSON, for a dead letter's position */
 static void
-kafka_sink_reset_cb(void *arg)
+append_json_member(StringInfo buf, const char *key, const char *value)
 {
-	destroy_producer((KafkaSink *) arg);
+	if (buf->len > 0)
+		appendStringInfoString(buf, ", ");
+	escape_json(buf, key);
+	appendStringInfoString(buf, ": ");
+	escape_json(buf, value);
 }
 
 /*
- * open: the sink's definition, read once per runtime, and the outbox's
- * rows.  The stream's owner must (still) have the privileges of the sink's
- * owner: a stream writes with the sink's settings and credentials.
+ * open: the sink's definition, read once per runtime, and its outbox.  The
+ * stream's owner must (still) have the privileges of the sink's owner: a
+ * stream writes with the sink's settings and credentials.
  */
 static StmSink *
 kafka_sink_open(StmStreamDef *def)
 {
 	KafkaSink  *ks = palloc0(sizeof(KafkaSink));
-	MemoryContextCallback *cb = palloc0(sizeof(MemoryContextCallback));
 	StmSinkDef *sd = stm_catalog_get_sink_of_stream(def);
 	Jsonb	   *o = sd->options;
+	StringInfoData position;
 
 	if (!has_privs_of_role(def->owner, sd->owner))
 		ereport(ERROR,
@@ -561,62 +363,23 @@ kafka_sink_open(StmStreamDef *def)
 						GetUserNameFromId(def->owner, false), sd->name),
 				 errdetail("Stream \"%s\" writes to it, but its owner no longer has the privileges of the sink's owner \"%s\".",
 						   def->name, GetUserNameFromId(sd->owner, false))));
-	ks->base.routine = &stm_kafka_sink_routine;
-	ks->base.stream_id = def->id;
-	ks->base.stream_name = pstrdup(def->name);
-	ks->base.owner = def->owner;
-	ks->cxt = CurrentMemoryContext;
-	ks->name = sd->name;
 	ks->sink_owner = sd->owner;
 	ks->bootstrap = stm_option_text(o, "bootstrap_servers");
 	ks->topic = stm_option_text(o, "topic");
 	ks->format = format_of(stm_option_text(o, "format"));
 	ks->key_columns = stm_option_elements(o, "key_columns");
 	ks->kafka_options = stm_option_pairs(o, "kafka_options");
-	ks->outbox_relid = get_relname_relid("outbox_chunks", get_namespace_oid("streaming", false));
-	if (!OidIsValid(ks->outbox_relid))
-		elog(ERROR, "streaming.outbox_chunks is missing");
-	ks->outbox_desc = CreateTemplateTupleDesc(OUTBOX_NATTS);
-	TupleDescInitEntry(ks->outbox_desc, 1, "stream_id", INT4OID, -1, 0);
-	TupleDescInitEntry(ks->outbox_desc, 2, "batch_id", INT8OID, -1, 0);
-	TupleDescInitEntry(ks->outbox_desc, 3, "first_seq", INT8OID, -1, 0);
-	TupleDescInitEntry(ks->outbox_desc, 4, "nmsgs", INT4OID, -1, 0);
-	TupleDescInitEntry(ks->outbox_desc, 5, "messages", BYTEAOID, -1, 0);
-	ks->carry_chunk = -1;
-	ks->outbox_rows = outbox_count(def->id);
-	ks->stage_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming Kafka sink stage",
-										  ALLOCSET_DEFAULT_SIZES);
-	cb->func = kafka_sink_reset_cb;
-	cb->arg = ks;
-	MemoryContextRegisterResetCallback(CurrentMemoryContext, cb);
-	return &ks->base;
-}
 
-/*
- * Before a batch: the outbox's room.  The runtime knows the outbox's rows
- * exactly: they were counted when it opened the sink, and since then only
- * its own batches added rows (after_commit) and its own deliveries deleted
- * them (a stream runs in one place at a time).
- */
-static int64
-kafka_sink_capacity(StmSink *sink, const char **why)
-{
-	KafkaSink  *ks = (KafkaSink *) sink;
-
-	if (ks->outbox_rows >= stm_guc_outbox_max_rows)
-	{
-		*why = psprintf("the Kafka sink \"%s\" is behind: the outbox holds " INT64_FORMAT
-						" rows of the stream (streaming.outbox_max_rows = %d)",
-						ks->name, ks->outbox_rows, stm_guc_outbox_max_rows);
-		return 0;
-	}
-
-	/*
-	 * At most half the outbox: the batch after it finds room while this
-	 * one's messages are still in flight, so it runs as they are sent
-	 * (deliver's busy) instead of waiting for their delivery
-	 */
-	return Min(stm_guc_outbox_max_rows - ks->outbox_rows, Max(stm_guc_outbox_max_rows / 2, 1));
+	ks->base.name = sd->name;
+	ks->base.destination = psprintf("Kafka topic \"%s\" of sink \"%s\"", ks->topic, sd->name);
+	initStringInfo(&position);
+	append_json_member(&position, "sink", sd->name);
+	append_json_member(&position, "topic", ks->topic);
+	ks->base.position = position.data;
+	ks->base.timeout_setting = "streaming.kafka_timeout";
+	ks->base.timeout_ms = &stm_guc_kafka_timeout_ms;
+	stm_outbox_open(&ks->base, def, &stm_kafka_sink_routine, &kafka_transport);
+	return &ks->base.base;
 }
 
 /* The batch's writer: the outbox's, and what encodes the messages. */
@@ -626,29 +389,16 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	KafkaSink  *ks = (KafkaSink *) sink;
 	KafkaSinkBatch *kb = palloc0(sizeof(KafkaSinkBatch));
 	TupleDesc	desc = output->desc;
-	StmCatalogScope scope;
 
 	kb->base.sink = sink;
 	kb->base.output = output;
 	kb->base.batch_id = batch_id;
 	kb->base.estate = estate;
 	kb->base.deferred = true;
-	ks->batch_rows = 0;
-	MemoryContextReset(ks->stage_cxt);
-	ks->stage = NULL;
-	ks->nstage = ks->stage_alloc = 0;
-	ks->stage_next = 0;
-	ks->stage_started = false;
-	ks->stage_bytes = 0;
-	ks->stage_batch = batch_id;
-	ks->stage_ready = false;
-	ks->staging = true;
-	kb->start_rows = ks->outbox_rows;
-	kb->stream_name = CStringGetTextDatum(ks->base.stream_name);
-	initStringInfo(&kb->chunk);
-	appendStringInfoSpaces(&kb->chunk, VARHDRSZ);	/* the row's varlena header */
+	kb->outbox = stm_outbox_begin_batch(&ks->base, batch_id, estate);
+	kb->stream_name = CStringGetTextDatum(sink->stream_name);
 
-	message_columns(ks->name, ks->key_columns, ks->format, output, ks->base.stream_name,
+	message_columns(ks->base.name, ks->key_columns, ks->format, output, sink->stream_name,
 					&kb->nkey, &kb->key_att, &kb->value_att);
 	kb->out_funcs = palloc0(sizeof(FmgrInfo) * Max(desc->natts, 1));
 	for (int i = 0; i < desc->natts; i++)
@@ -681,18 +431,9 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 	/* a first block that one message fits in survives each reset: no malloc per row */
 	kb->row_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming Kafka message",
 										64 * 1024, 64 * 1024, 8 * 1024 * 1024);
-
-	/* the outbox is the extension owner's: opened, and its INSERT checked, as that role */
-	kb->outbox_output.desc = ks->outbox_desc;
-	kb->outbox_output.is_key = palloc0(sizeof(bool) * OUTBOX_NATTS);
-	kb->outbox_output.mode = STM_OUTPUT_APPEND;
-	scope = stm_catalog_begin();
-	kb->outbox = stm_table_sink_begin(sink, ks->outbox_relid, &kb->outbox_output, batch_id, estate);
-	stm_catalog_end(scope);
 	return &kb->base;
 }
 
-/* One column as a key or a text value: its text form, a bytea's bytes. */
 static Datum
 column_bytes(KafkaSinkBatch *kb, int att, Datum value)
 {
@@ -930,102 +671,19 @@ encode_value(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool *isnull)
 	return (Datum) 0;			/* keep compiler quiet */
 }
 
-/*
- * The outbox has no room for another row of this batch: the batch rolls
- * back.  While rows wait for delivery the stream waits and runs it again
- * (53000); a batch that alone writes more than the outbox may hold never
- * fits.
- */
-static void
-outbox_full(KafkaSinkBatch *kb)
-{
-	KafkaSink  *ks = (KafkaSink *) kb->base.sink;
-
-	if (kb->start_rows > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("the Kafka sink \"%s\" is behind: batch " INT64_FORMAT " of stream \"%s\" writes more rows than its outbox has room for",
-						ks->name, kb->base.batch_id, ks->base.stream_name),
-				 errdetail(INT64_FORMAT " rows wait for delivery (streaming.outbox_max_rows = %d); the batch runs again once they are delivered.",
-						   kb->start_rows, stm_guc_outbox_max_rows)));
-	ereport(ERROR,
-			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			 errmsg("batch " INT64_FORMAT " of stream \"%s\" writes more than streaming.outbox_max_rows (%d) rows to its Kafka sink \"%s\"",
-					kb->base.batch_id, ks->base.stream_name, stm_guc_outbox_max_rows, ks->name),
-			 errhint("Raise streaming.outbox_max_rows, or make batches smaller (the source's max_offsets_per_trigger).")));
-}
-
-/* Keep a chunk of the batch for its delivery, while the stage has room. */
-static void
-stage_chunk(KafkaSink *ks, int64 first_seq, int nmsgs, const char *data, int len)
-{
-	StagedChunk *c;
-
-	if (ks->stage_bytes + len + sizeof(StagedChunk) > STAGE_BYTES)
-	{
-		ks->staging = false;	/* the rest is read from the outbox */
-		return;
-	}
-	if (ks->nstage == ks->stage_alloc)
-	{
-		ks->stage_alloc = Max(64, ks->stage_alloc * 2);
-		ks->stage = ks->stage ?
-			repalloc(ks->stage, sizeof(StagedChunk) * ks->stage_alloc) :
-			MemoryContextAlloc(ks->stage_cxt, sizeof(StagedChunk) * ks->stage_alloc);
-	}
-	c = &ks->stage[ks->nstage++];
-	c->first_seq = first_seq;
-	c->nmsgs = nmsgs;
-	c->len = len;
-	c->data = MemoryContextAlloc(ks->stage_cxt, Max(len, 1));
-	memcpy(c->data, data, len);
-	ks->stage_bytes += len + sizeof(StagedChunk);
-}
-
-/*
- * The chunk being filled goes into the outbox as one row (the buffer starts
- * with room for its varlena header: the row is made from it in place), and
- * into the stage while it has room.
- */
-static void
-flush_chunk(KafkaSinkBatch *kb)
-{
-	KafkaSink  *ks = (KafkaSink *) kb->base.sink;
-	Datum		row[OUTBOX_NATTS];
-	bool		rownulls[OUTBOX_NATTS] = {false, false, false, false, false};
-
-	if (kb->chunk_n == 0)
-		return;
-	SET_VARSIZE(kb->chunk.data, kb->chunk.len);
-	row[0] = Int32GetDatum(ks->base.stream_id);
-	row[1] = Int64GetDatum(kb->base.batch_id);
-	row[2] = Int64GetDatum(kb->chunk_seq);
-	row[3] = Int32GetDatum(kb->chunk_n);
-	row[4] = PointerGetDatum(kb->chunk.data);
-	stm_table_sink_insert(kb->outbox, row, rownulls);
-	if (ks->staging)
-		stage_chunk(ks, kb->chunk_seq, kb->chunk_n, kb->chunk.data + VARHDRSZ,
-					kb->chunk.len - VARHDRSZ);
-	kb->chunk.len = VARHDRSZ;
-	kb->chunk_n = 0;
-}
 
 /* One message into the outbox: the row's key and value (none: a tombstone). */
 static void
 write_message(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool tombstone)
 {
-	KafkaSink  *ks = (KafkaSink *) kb->base.sink;
 	bool		keynull;
 	bool		valuenull = true;
 	Datum		key;
 	Datum		value = (Datum) 0;
 	bytea	   *k;
 	bytea	   *v;
-	int			len;
 	MemoryContext old;
 
-	if (ks->outbox_rows + ks->batch_rows >= stm_guc_outbox_max_rows)
-		outbox_full(kb);
 	old = MemoryContextSwitchTo(kb->row_cxt);
 	key = encode_key(kb, values, nulls, &keynull);
 	if (!tombstone)
@@ -1033,20 +691,11 @@ write_message(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool tombstone)
 	k = keynull ? NULL : DatumGetByteaPP(key);
 	v = valuenull ? NULL : DatumGetByteaPP(value);
 	MemoryContextSwitchTo(old);
-	len = 8 + (k ? VARSIZE_ANY_EXHDR(k) : 0) + (v ? VARSIZE_ANY_EXHDR(v) : 0);
-	if (kb->chunk_n > 0 && kb->chunk.len - VARHDRSZ + len > STM_OUTBOX_CHUNK_BYTES)
-		flush_chunk(kb);
-	if (kb->chunk_n == 0)
-		kb->chunk_seq = kb->seq;
-	stm_outbox_append(&kb->chunk, k ? VARDATA_ANY(k) : NULL, k ? VARSIZE_ANY_EXHDR(k) : 0,
-					  v ? VARDATA_ANY(v) : NULL, v ? VARSIZE_ANY_EXHDR(v) : 0);
+	stm_outbox_write(kb->outbox, k ? VARDATA_ANY(k) : NULL, k ? VARSIZE_ANY_EXHDR(k) : 0,
+					 v ? VARDATA_ANY(v) : NULL, v ? VARSIZE_ANY_EXHDR(v) : 0);
 	MemoryContextReset(kb->row_cxt);
-	kb->chunk_n++;
-	kb->seq++;
-	ks->batch_rows++;
 }
 
-/* insert and upsert: a message on the row's key (update mode: the group's) */
 static void
 kafka_sink_insert(StmSinkBatch *batch, Datum *values, bool *nulls)
 {
@@ -1066,99 +715,42 @@ kafka_sink_truncate(StmSinkBatch *batch)
 {
 }
 
+
 static void
 kafka_sink_end_batch(StmSinkBatch *batch)
 {
 	KafkaSinkBatch *kb = (KafkaSinkBatch *) batch;
 
-	flush_chunk(kb);
-	stm_table_sink_end(kb->outbox);
+	stm_outbox_end_batch(kb->outbox);
 	MemoryContextDelete(kb->row_cxt);
-	pfree(kb->chunk.data);
 }
 
-/* The batch committed: its rows are the outbox's. */
-static void
-kafka_sink_after_commit(StmSink *sink)
-{
-	KafkaSink  *ks = (KafkaSink *) sink;
-
-	ks->outbox_rows += ks->batch_rows;
-	ks->stage_rows = ks->batch_rows;
-	ks->stage_ready = ks->nstage > 0;
-	ks->staging = false;
-	ks->batch_rows = 0;
-}
-
-/* ---- delivery ----------------------------------------------------------- */
-
-/*
- * The stream's outbox messages that were produced and are still in the
- * outbox: those in flight, and those of a chunk done in part (carry_*),
- * which leaves the outbox with its last message.
- */
-static int64
-produced_rows(KafkaSink *ks)
-{
-	return ks->in_flight + (ks->carry_chunk >= 0 ? ks->carry_seen : 0);
-}
+/* ---- the producer: the outbox's transport ------------------------------- */
 
 /*
  * librdkafka's delivery report of each message, in rd_kafka_poll on our
- * thread: recorded only.  Reports of every message, not only of failures:
- * a round (and its chunks) is known to be done as soon as its own messages
- * are, while later ones are still being sent, and the messages are freed
- * by the thread that made them.
+ * thread: handed to the outbox, which only records it.  Reports of every
+ * message, not only of failures: the outbox needs each one's outcome, and
+ * learns it while later messages are still being sent; the messages are
+ * freed by the thread that made them.  A delivery clears the last error
+ * (opaque: error_cb's buffer).
  */
 static void
 dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
-	OutMsg	   *msg = m->_private;
+	StmOutboxOutcome outcome;
 
-	if (msg == NULL || msg->state != MSG_IN_FLIGHT)
-		return;
-	msg->err = m->err;
 	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-		msg->state = MSG_DELIVERED;
+	{
+		outcome = STM_OUTBOX_DELIVERED;
+		((char *) opaque)[0] = '\0';
+	}
 	else if (m->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
 			 m->err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE)
-		msg->state = MSG_TOO_LARGE;
+		outcome = STM_OUTBOX_TOO_LARGE;
 	else
-		msg->state = MSG_FAILED;
-	msg->round->ndone++;
-}
-
-/*
- * The producer goes: what it still holds is purged (its rows stay in the
- * outbox, to be produced again), then it is destroyed.  A purged message is
- * reported as failed; one whose report was not served counts as failed too.
- */
-static void
-destroy_producer(KafkaSink *ks)
-{
-	ListCell   *lc;
-	if (ks->rk == NULL)
-		return;
-	rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	/* serves the purged messages' reports */
-	(void) rd_kafka_flush(ks->rk, 1000);
-	rd_kafka_topic_destroy(ks->rkt);
-	rd_kafka_destroy(ks->rk);
-	ks->rk = NULL;
-	ks->rkt = NULL;
-	foreach(lc, ks->rounds)
-	{
-		Round	   *r = lfirst(lc);
-
-		for (int i = 0; i < r->n; i++)
-			if (r->msgs[i].state == MSG_IN_FLIGHT)
-			{
-				r->msgs[i].state = MSG_FAILED;
-				r->msgs[i].err = RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
-				r->ndone++;
-			}
-	}
-	ks->topic_ok = false;
+		outcome = STM_OUTBOX_FAILED;
+	stm_outbox_report(m->_private, outcome, (int) m->err);
 }
 
 /*
@@ -1169,23 +761,22 @@ destroy_producer(KafkaSink *ks)
  * overrides them.
  */
 static void
-ensure_producer(KafkaSink *ks)
+kafka_connect(StmOutboxSink *sink, int64 max_in_flight)
 {
+	KafkaSink  *ks = (KafkaSink *) sink;
 	rd_kafka_conf_t *conf;
 	char		errstr[512];
 	ListCell   *lc;
 
-	if (ks->rk)
-		return;
-	if (!has_privs_of_role(ks->base.owner, ks->sink_owner))
+	if (!has_privs_of_role(sink->base.owner, ks->sink_owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("role \"%s\" may not write to Kafka sink \"%s\"",
-						GetUserNameFromId(ks->base.owner, false), ks->name),
+						GetUserNameFromId(sink->base.owner, false), sink->name),
 				 errdetail("Stream \"%s\" writes to it, but its owner no longer has the privileges of the sink's owner.",
-						   ks->base.stream_name)));
-	stm_kafka_recheck_options("sink", ks->name, ks->kafka_options, ks->sink_owner,
-							  ks->base.owner, STM_KAFKA_PRODUCER);
+						   sink->base.stream_name)));
+	stm_kafka_recheck_options("sink", sink->name, ks->kafka_options, ks->sink_owner,
+							  sink->base.owner, STM_KAFKA_PRODUCER);
 	foreach(lc, ks->kafka_options)
 		check_fixed_option(((StmOptionPair *) lfirst(lc))->key);
 
@@ -1213,10 +804,8 @@ ensure_producer(KafkaSink *ks)
 	stm_kafka_conf_set(conf, "message.timeout.ms", "0");
 	/* a report of every message (dr_msg_cb) */
 	stm_kafka_conf_set(conf, "delivery.report.only.error", "false");
-	/* what is in flight is tracked in OutMsgs: a quarter of batch_memory for them */
-	ks->max_in_flight = Min(Max((int64) stm_guc_batch_memory_kb * 1024 / 4 / (int64) sizeof(OutMsg),
-								2 * ROUND_ROWS), 10000000);
-	stm_kafka_conf_set(conf, "queue.buffering.max.messages", psprintf(INT64_FORMAT, ks->max_in_flight));
+	/* the outbox tracks what is in flight: at most so many */
+	stm_kafka_conf_set(conf, "queue.buffering.max.messages", psprintf(INT64_FORMAT, max_in_flight));
 	stm_kafka_conf_set(conf, "queue.buffering.max.kbytes", psprintf("%d", stm_guc_batch_memory_kb));
 	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
 	ks->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
@@ -1225,7 +814,7 @@ ensure_producer(KafkaSink *ks)
 		rd_kafka_conf_destroy(conf);
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("could not create the Kafka producer of sink \"%s\"", ks->name),
+				 errmsg("could not create the Kafka producer of sink \"%s\"", sink->name),
 				 errdetail("%s", errstr)));
 	}
 	ks->rkt = rd_kafka_topic_new(ks->rk, ks->topic, NULL);
@@ -1235,28 +824,77 @@ ensure_producer(KafkaSink *ks)
 		ks->rk = NULL;
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not open Kafka topic \"%s\" of sink \"%s\"", ks->topic, ks->name),
+				 errmsg("could not open Kafka topic \"%s\" of sink \"%s\"", ks->topic, sink->name),
 				 errdetail("%s", rd_kafka_err2str(rd_kafka_last_error()))));
 	}
-	ks->topic_ok = false;
+}
+
+/*
+ * The producer goes: what it still holds is purged (its rows stay in the
+ * outbox, to be produced again), then it is destroyed.  A purged message is
+ * reported as failed.
+ */
+static void
+kafka_disconnect(StmOutboxSink *sink)
+{
+	KafkaSink  *ks = (KafkaSink *) sink;
+
+	if (ks->rk == NULL)
+		return;
+	rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	/* serves the purged messages' reports */
+	(void) rd_kafka_flush(ks->rk, 1000);
+	rd_kafka_topic_destroy(ks->rkt);
+	rd_kafka_destroy(ks->rk);
+	ks->rk = NULL;
+	ks->rkt = NULL;
 }
 
 /* librdkafka's last error, for a message ("" when it reported none) */
 static const char *
-last_error(KafkaSink *ks)
+kafka_last_error(StmOutboxSink *sink)
 {
+	KafkaSink  *ks = (KafkaSink *) sink;
+
 	return ks->error[0] ? ks->error : "no answer";
 }
 
 /*
- * Is the topic there, and may we write to it?  Asked before anything is
- * produced, and again after a failure: a topic that does not exist or
- * refuses us is a lasting error (last_error), brokers out of reach or a
- * topic still being made are waiting.  Returns true when it is fine.
+ * The stream's last_error for err, the topic's error in its metadata or a
+ * message's in its report (delivery): a missing topic, a refusal, or else
+ * what could not be done.
  */
-static bool
-check_topic(KafkaSink *ks, int timeout_ms, StmSinkStatus *st)
+static void
+topic_error(KafkaSink *ks, rd_kafka_resp_err_t err, bool delivery, char *text, size_t len)
 {
+	if (err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC || err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+		snprintf(text, len,
+				 "Kafka topic \"%s\" of sink \"%s\" does not exist; its rows wait in the outbox",
+				 ks->topic, ks->base.name);
+	else if (err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+			 err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED)
+		snprintf(text, len,
+				 "the Kafka brokers refused sink \"%s\" access to topic \"%s\": %s; its rows wait in the outbox",
+				 ks->base.name, ks->topic, rd_kafka_err2str(err));
+	else if (delivery)
+		snprintf(text, len,
+				 "could not deliver to Kafka topic \"%s\" of sink \"%s\": %s; its rows wait in the outbox",
+				 ks->topic, ks->base.name, rd_kafka_err2str(err));
+	else
+		snprintf(text, len,
+				 "Kafka topic \"%s\" of sink \"%s\" cannot be written: %s; its rows wait in the outbox",
+				 ks->topic, ks->base.name, rd_kafka_err2str(err));
+}
+
+/*
+ * Is the topic there, and may we write to it?  A topic that does not exist
+ * or refuses us is a lasting error, brokers out of reach or a topic still
+ * being made are waiting.
+ */
+static StmOutboxCheck
+kafka_check_topic(StmOutboxSink *sink, int timeout_ms, char *text, size_t len)
+{
+	KafkaSink  *ks = (KafkaSink *) sink;
 	const struct rd_kafka_metadata *md;
 	rd_kafka_resp_err_t err;
 	rd_kafka_resp_err_t terr;
@@ -1264,773 +902,108 @@ check_topic(KafkaSink *ks, int timeout_ms, StmSinkStatus *st)
 	err = rd_kafka_metadata(ks->rk, 0, ks->rkt, &md, Max(timeout_ms, 1));
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
-		snprintf(ks->waiting, STATUS_LEN,
-				 "could not reach the Kafka brokers of sink \"%s\" (%s): %s: %s",
-				 ks->name, ks->bootstrap, rd_kafka_err2str(err), last_error(ks));
-		st->waiting = ks->waiting;
-		return false;
+		snprintf(text, len, "could not reach the Kafka brokers of sink \"%s\" (%s): %s: %s",
+				 sink->name, ks->bootstrap, rd_kafka_err2str(err), kafka_last_error(sink));
+		return STM_OUTBOX_DEST_WAIT;
 	}
 	terr = md->topic_cnt > 0 ? md->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
 	rd_kafka_metadata_destroy(md);
-	switch (terr)
+	if (terr == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return STM_OUTBOX_DEST_OK;
+	if (terr == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
 	{
-		case RD_KAFKA_RESP_ERR_NO_ERROR:
-			ks->topic_ok = true;
-			return true;
-		case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-			snprintf(ks->error_msg, STATUS_LEN,
-					 "Kafka topic \"%s\" of sink \"%s\" does not exist; its rows wait in the outbox",
-					 ks->topic, ks->name);
-			st->error = ks->error_msg;
-			return false;
-		case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-		case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-			snprintf(ks->error_msg, STATUS_LEN,
-					 "the Kafka brokers refused sink \"%s\" access to topic \"%s\": %s; its rows wait in the outbox",
-					 ks->name, ks->topic, rd_kafka_err2str(terr));
-			st->error = ks->error_msg;
-			return false;
-		case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
-			snprintf(ks->waiting, STATUS_LEN,
-					 "Kafka topic \"%s\" of sink \"%s\" is not available yet: %s",
-					 ks->topic, ks->name, rd_kafka_err2str(terr));
-			st->waiting = ks->waiting;
-			return false;
-		default:
-			snprintf(ks->error_msg, STATUS_LEN,
-					 "Kafka topic \"%s\" of sink \"%s\" cannot be written: %s; its rows wait in the outbox",
-					 ks->topic, ks->name, rd_kafka_err2str(terr));
-			st->error = ks->error_msg;
-			return false;
+		snprintf(text, len, "Kafka topic \"%s\" of sink \"%s\" is not available yet: %s",
+				 ks->topic, sink->name, rd_kafka_err2str(terr));
+		return STM_OUTBOX_DEST_WAIT;
 	}
+	topic_error(ks, terr, false, text, len);
+	return STM_OUTBOX_DEST_ERROR;
 }
 
 /* What a failed delivery says, as the stream's last_error. */
 static void
-delivery_failed(KafkaSink *ks, StmSinkStatus *st)
+kafka_describe_failure(StmOutboxSink *sink, int error, char *text, size_t len)
 {
-	rd_kafka_resp_err_t err = ks->fail_err;
+	topic_error((KafkaSink *) sink, (rd_kafka_resp_err_t) error, true, text, len);
+}
 
-	if (err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC || err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
-		snprintf(ks->error_msg, STATUS_LEN,
-				 "Kafka topic \"%s\" of sink \"%s\" does not exist; its rows wait in the outbox",
-				 ks->topic, ks->name);
-	else if (err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
-			 err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED)
-		snprintf(ks->error_msg, STATUS_LEN,
-				 "the Kafka brokers refused sink \"%s\" access to topic \"%s\": %s; its rows wait in the outbox",
-				 ks->name, ks->topic, rd_kafka_err2str(err));
-	else
-		snprintf(ks->error_msg, STATUS_LEN,
-				 "could not deliver to Kafka topic \"%s\" of sink \"%s\": %s; its rows wait in the outbox",
-				 ks->topic, ks->name, rd_kafka_err2str(err));
-	st->error = ks->error_msg;
+/* A dead letter's error: the message's size, the topic, Kafka's answer. */
+static char *
+kafka_describe_refusal(StmOutboxSink *sink, int64 bytes, int error)
+{
+	return psprintf("message of " INT64_FORMAT " bytes (key and value) is too large for Kafka topic %s: %s",
+					bytes, ((KafkaSink *) sink)->topic, rd_kafka_err2str((rd_kafka_resp_err_t) error));
 }
 
 /*
- * A message's headers: streaming-stream, streaming-batch-id, streaming-seq
- * (in the order of the jsonb the view streaming.outbox shows them in).
+ * Produce one message (ref its report's opaque) with its headers:
+ * streaming-stream, streaming-batch-id, streaming-seq (in the order of the
+ * jsonb the view streaming.outbox shows them in), which librdkafka takes
+ * on success only.
  */
-static rd_kafka_headers_t *
-message_headers(KafkaSink *ks, int64 batch_id, int64 seq)
+static StmOutboxOutcome
+kafka_send(StmOutboxSink *sink, const StmOutboxMsg *msg, void *ref, int *error)
 {
+	KafkaSink  *ks = (KafkaSink *) sink;
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(3);
 	char		b[MAXINT8LEN + 1];
 	char		s[MAXINT8LEN + 1];
-
-	pg_lltoa(batch_id, b);
-	pg_lltoa(seq, s);
-	rd_kafka_header_add(hdrs, "streaming-seq", -1, s, -1);
-	rd_kafka_header_add(hdrs, "streaming-stream", -1, ks->base.stream_name, -1);
-	rd_kafka_header_add(hdrs, "streaming-batch-id", -1, b, -1);
-	return hdrs;
-}
-
-/*
- * The stream's outbox chunks in (batch_id, first_seq) order, by the primary
- * key: those of batch (chunk >= 0: with first_seq = chunk, or >= chunk if
- * from), or, batch_gt, those of every batch after batch.  A scan of the
- * extension's own table in C, as catalog scans are: the planner has no say
- * in how far it reads.
- */
-static IndexScanDesc
-outbox_scan(Relation rel, Relation idx, int32 stream_id, int64 batch, bool batch_gt, int64 chunk,
-			bool from)
-{
-	ScanKeyData keys[3];
-	int			n = 0;
-	IndexScanDesc scan;
-
-	ScanKeyInit(&keys[n++], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stream_id));
-	if (batch_gt)
-	{
-		if (batch >= 0)
-			ScanKeyInit(&keys[n++], 2, BTGreaterStrategyNumber, F_INT8GT, Int64GetDatum(batch));
-	}
-	else
-	{
-		ScanKeyInit(&keys[n++], 2, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(batch));
-		if (chunk >= 0)
-			ScanKeyInit(&keys[n++], 3, from ? BTGreaterEqualStrategyNumber : BTEqualStrategyNumber,
-						from ? F_INT8GE : F_INT8EQ, Int64GetDatum(chunk));
-	}
-	scan = index_beginscan(rel, idx, GetActiveSnapshot(), n, 0);
-	index_rescan(scan, keys, n, NULL, 0);
-	return scan;
-}
-
-/*
- * Produce one message (msg its report's opaque) with the given headers,
- * which librdkafka takes on success only.  Returns librdkafka's answer.
- */
-static rd_kafka_resp_err_t
-produce_message(KafkaSink *ks, OutMsg *msg, char *key, size_t keylen,
-				char *value, size_t valuelen, rd_kafka_headers_t *hdrs)
-{
 	rd_kafka_resp_err_t err;
 
+	pg_lltoa(msg->batch_id, b);
+	pg_lltoa(msg->seq, s);
+	rd_kafka_header_add(hdrs, "streaming-seq", -1, s, -1);
+	rd_kafka_header_add(hdrs, "streaming-stream", -1, sink->base.stream_name, -1);
+	rd_kafka_header_add(hdrs, "streaming-batch-id", -1, b, -1);
 	err = rd_kafka_producev(ks->rk,
 							RD_KAFKA_V_RKT(ks->rkt),
 							RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
 							RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-							RD_KAFKA_V_KEY(key, keylen),
-							RD_KAFKA_V_VALUE(value, valuelen),
+							RD_KAFKA_V_KEY((void *) msg->key, msg->keylen),
+							RD_KAFKA_V_VALUE((void *) msg->value, msg->valuelen),
 							RD_KAFKA_V_HEADERS(hdrs),
-							RD_KAFKA_V_OPAQUE(msg),
+							RD_KAFKA_V_OPAQUE(ref),
 							RD_KAFKA_V_END);
-	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-		rd_kafka_headers_destroy(hdrs);
-	return err;
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return STM_OUTBOX_IN_FLIGHT;
+	rd_kafka_headers_destroy(hdrs);
+	*error = (int) err;
+	if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+		return STM_OUTBOX_NO_ROOM;
+	return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? STM_OUTBOX_TOO_LARGE : STM_OUTBOX_FAILED;
 }
 
-/*
- * A message of round about to be produced: (batch_id, seq) in the outbox,
- * in the chunk of chunk_n messages from chunk_seq.
- */
+/* Delivery reports (dr_msg_cb), waiting up to timeout_ms for them. */
 static void
-start_message(Round *round, OutMsg *msg, int64 batch_id, int64 seq, int64 chunk_seq, int chunk_n)
+kafka_poll(StmOutboxSink *sink, int timeout_ms)
 {
-	msg->round = round;
-	msg->batch_id = batch_id;
-	msg->seq = seq;
-	msg->chunk_seq = chunk_seq;
-	msg->chunk_n = chunk_n;
-	msg->state = MSG_IN_FLIGHT;
+	rd_kafka_poll(((KafkaSink *) sink)->rk, timeout_ms);
 }
 
-/*
- * What producing msg answered (err, not a full queue): the message is in
- * the round and the cursor moves past it; a message refused at once as too
- * large is done already, any other refusal stops the delivery (false).
- */
+/* An idempotent producer's fatal error: it cannot go on. */
 static bool
-account_message(KafkaSink *ks, Round *round, OutMsg *msg, rd_kafka_resp_err_t err)
+kafka_fatal_error(StmOutboxSink *sink, char *text, size_t len)
 {
-	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		msg->err = err;
-		msg->state = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? MSG_TOO_LARGE : MSG_FAILED;
-		round->ndone++;
-	}
-	round->n++;
-	ks->in_flight++;
-	ks->have_cursor = true;
-	ks->cursor_batch = msg->batch_id;
-	ks->cursor_seq = msg->seq;
-	ks->cursor_chunk = msg->chunk_seq;
-	if (msg->state == MSG_FAILED)
-	{
-		ks->failed = true;
-		ks->fail_err = err;
+	char		fatal[512];
+
+	if (rd_kafka_fatal_error(((KafkaSink *) sink)->rk, fatal, sizeof(fatal)) == RD_KAFKA_RESP_ERR_NO_ERROR)
 		return false;
-	}
+	snprintf(text, len, "the Kafka producer of sink \"%s\" failed: %s; its rows wait in the outbox",
+			 sink->name, fatal);
 	return true;
 }
 
-/* Messages of one chunk, at the most (each has two lengths of 4 bytes). */
-#define CHUNK_MAX_MSGS (STM_OUTBOX_CHUNK_BYTES / 8 + 1)
-
-/* A new round for at most n messages, at the end of the rounds in flight. */
-static Round *
-new_round(KafkaSink *ks, int n)
-{
-	MemoryContext old = MemoryContextSwitchTo(ks->cxt);
-	Round	   *round = palloc0(sizeof(Round));
-
-	round->msgs = palloc0(sizeof(OutMsg) * n);
-	round->alloc = n;
-	ks->rounds = lappend(ks->rounds, round);	/* before anything is produced */
-	MemoryContextSwitchTo(old);
-	return round;
-}
-
-/* A round that produced nothing goes. */
-static void
-forget_if_empty(KafkaSink *ks, Round *round)
-{
-	if (round->n > 0)
-		return;
-	ks->rounds = list_delete_ptr(ks->rounds, round);
-	pfree(round->msgs);
-	pfree(round);
-}
-
-typedef enum ChunkResult
-{
-	CHUNK_DONE,					/* every message after the cursor produced */
-	CHUNK_STOPPED,				/* the producer's queue or the round is full */
-	CHUNK_FAILED				/* refused: the delivery failed */
-} ChunkResult;
-
-/*
- * Produce, into round, the messages of a chunk of batch_id that come after
- * the cursor (the rest of a chunk produced in part), with their headers;
- * *nread counts them.  The stage and the outbox's rows both go through here.
- */
-static ChunkResult
-produce_chunk(KafkaSink *ks, Round *round, int64 batch_id, int64 first, int nmsgs,
-			  const char *data, int len, int *nread)
-{
-	StmOutboxReader reader;
-	StmOutboxMsg m;
-
-	stm_outbox_reader_init(&reader, data, len);
-	for (int64 seq = first; stm_outbox_next(&reader, &m); seq++)
-	{
-		OutMsg	   *msg;
-		rd_kafka_resp_err_t err;
-
-		if (ks->have_cursor && batch_id == ks->cursor_batch && seq <= ks->cursor_seq)
-			continue;			/* produced already */
-		if (round->n == round->alloc)
-			return CHUNK_STOPPED;	/* the rest in a later round */
-		msg = &round->msgs[round->n];
-		start_message(round, msg, batch_id, seq, first, nmsgs);
-		err = produce_message(ks, msg, (char *) m.key, m.keylen, (char *) m.value, m.valuelen,
-							  message_headers(ks, batch_id, seq));
-		if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-		{
-			ks->queue_full = true;
-			return CHUNK_STOPPED;	/* this one again, later */
-		}
-		(*nread)++;
-		if (!account_message(ks, round, msg, err))
-			return CHUNK_FAILED;
-	}
-	return CHUNK_DONE;
-}
-
-/*
- * Read the next messages after the cursor from the outbox, in order, and
- * produce them; in a transaction of its own.  A round ends at a chunk's end
- * once it has limit messages.  Returns false when the outbox has no more
- * after them.  A full producer queue ends the round early (the rest are
- * read again, from the cursor inside their chunk); a message refused at
- * once as too large is done already; any other refusal stops the delivery
- * (failed).
- */
-static bool
-produce_round(KafkaSink *ks, int limit)
-{
-	Round	   *round = new_round(ks, limit + CHUNK_MAX_MSGS);
-	int			nread = 0;
-	ChunkResult res = CHUNK_DONE;
-	int64		produced_before = produced_rows(ks);
-	Relation	rel;
-	Relation	idx;
-	TupleTableSlot *slot;
-
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	rel = table_open(ks->outbox_relid, AccessShareLock);
-	idx = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
-	slot = table_slot_create(rel, NULL);
-	/* the rest of the cursor's batch, then the batches after it */
-	for (int phase = ks->have_cursor ? 0 : 1; phase < 2 && nread < limit && res == CHUNK_DONE; phase++)
-	{
-		/* from the cursor's chunk on: what is before it was produced */
-		IndexScanDesc scan = outbox_scan(rel, idx, ks->base.stream_id,
-										 ks->have_cursor ? ks->cursor_batch : -1, phase == 1,
-										 phase == 0 ? ks->cursor_chunk : -1, true);
-
-		while (nread < limit && res == CHUNK_DONE &&
-			   index_getnext_slot(scan, ForwardScanDirection, slot))
-		{
-			bytea	   *chunk;
-
-			slot_getallattrs(slot);
-			chunk = DatumGetByteaPP(slot->tts_values[4]);
-			res = produce_chunk(ks, round, DatumGetInt64(slot->tts_values[1]),
-								DatumGetInt64(slot->tts_values[2]), DatumGetInt32(slot->tts_values[3]),
-								VARDATA_ANY(chunk), VARSIZE_ANY_EXHDR(chunk), &nread);
-		}
-		index_endscan(scan);
-	}
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(idx, AccessShareLock);
-	table_close(rel, AccessShareLock);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(ks->cxt);
-
-	forget_if_empty(ks, round);
-	/* everything after the cursor was read: the outbox's messages are known exactly */
-	if (nread < limit && res == CHUNK_DONE)
-		ks->outbox_rows = produced_before + nread;
-	return res == CHUNK_STOPPED || nread >= limit;
-}
-
-/* Let the stage go: what it held is read from the outbox when its turn comes. */
-static void
-drop_stage(KafkaSink *ks)
-{
-	MemoryContextReset(ks->stage_cxt);
-	ks->stage = NULL;
-	ks->nstage = ks->stage_alloc = 0;
-	ks->stage_next = 0;
-	ks->stage_started = false;
-	ks->stage_bytes = 0;
-	ks->stage_ready = false;
-}
-
-/*
- * The last batch's messages, from the stage, once every message before
- * them was produced (they are next in outbox order), in rounds of about
- * ROUND_ROWS.  A full producer queue, or max_in_flight messages in flight,
- * ends the call: the next goes on from there (stage_next, and the cursor
- * inside that chunk).  When the stage cannot be used, it goes, and the
- * messages are read from the outbox.
- */
-static void
-produce_stage(KafkaSink *ks)
-{
-	if (ks->failed ||
-		(!ks->stage_started &&
-		 ((ks->have_cursor && ks->cursor_batch >= ks->stage_batch) ||
-		  ks->outbox_rows - ks->stage_rows != produced_rows(ks))))
-	{
-		drop_stage(ks);
-		return;
-	}
-	ks->stage_started = true;
-	while (ks->stage_next < ks->nstage)
-	{
-		Round	   *round = new_round(ks, ROUND_ROWS + CHUNK_MAX_MSGS);
-		ChunkResult res = CHUNK_DONE;
-		int			nread = 0;
-
-		while (ks->stage_next < ks->nstage && round->n < ROUND_ROWS && res == CHUNK_DONE)
-		{
-			StagedChunk *c = &ks->stage[ks->stage_next];
-
-			res = produce_chunk(ks, round, ks->stage_batch, c->first_seq, c->nmsgs,
-								c->data, c->len, &nread);
-			if (res == CHUNK_DONE)
-				ks->stage_next++;
-		}
-		forget_if_empty(ks, round);
-		if (res == CHUNK_FAILED)
-			break;				/* the stage goes */
-		if (res == CHUNK_STOPPED || ks->in_flight >= ks->max_in_flight)
-		{
-			ks->queue_full = true;
-			return;
-		}
-	}
-	drop_stage(ks);
-}
-
-/* Delete the stream's outbox chunk (batch, first_seq chunk); whether it was there. */
-static bool
-delete_chunk(Relation rel, Relation idx, TupleTableSlot *slot, int32 stream_id, int64 batch,
-			 int64 chunk)
-{
-	IndexScanDesc scan = outbox_scan(rel, idx, stream_id, batch, false, chunk, false);
-	bool		found = false;
-
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		simple_table_tuple_delete(rel, &slot->tts_tid, GetActiveSnapshot());
-		found = true;
-	}
-	index_endscan(scan);
-	return found;
-}
-
-/* Add n rows of batch to its progress row's counter (column). */
-static void
-count_in_progress(int32 stream_id, int64 batch, const char *column, int64 n)
-{
-	Oid			types[3] = {INT4OID, INT8OID, INT8OID};
-	Datum		args[3] = {Int32GetDatum(stream_id), Int64GetDatum(batch), Int64GetDatum(n)};
-
-	stm_catalog_exec(psprintf("UPDATE streaming.batches SET %s = %s + $3 WHERE stream_id = $1 AND batch_id = $2",
-							  column, column),
-					 3, types, args, NULL, SPI_OK_UPDATE);
-}
-
-/* A chunk finish_rounds found done, to delete. */
-typedef struct DoneChunk
-{
-	int64		batch_id;
-	int64		chunk_seq;
-	int			delivered;
-} DoneChunk;
-
-static void
-reset_carry(KafkaSink *ks)
-{
-	ks->carry_chunk = -1;
-	ks->carry_seen = ks->carry_delivered = 0;
-	ks->carry_ok = true;
-	list_free(ks->carry_rejected);
-	ks->carry_rejected = NIL;
-}
-
-/*
- * The rounds at the head that are fully reported: the outbox chunks whose
- * messages are all done leave the outbox, their delivered messages count
- * in their batches' progress rows and the refused ones go to dead_letters
- * (num_rejected_rows); a chunk with a failed message stays (all of it is
- * produced again); one transaction.  Messages are seen in outbox order, so
- * a chunk that straddles rounds is counted on (carry_*) into the next
- * call.  Returns the messages delivered.
- */
-static int64
-finish_rounds(KafkaSink *ks)
-{
-	List	   *done = NIL;
-	List	   *chunks = NIL;
-	int			total = 0;
-	int			nrejected = 0;
-	int			rejected_alloc = 16;
-	Datum	   *rb;
-	Datum	   *rs;
-	int64		delivered = 0;
-	int64		rejected = 0;
-	int64		removed = 0;
-	rd_kafka_resp_err_t reject_err = RD_KAFKA_RESP_ERR_NO_ERROR;
-	ListCell   *lc;
-	MemoryContext old;
-
-	while (ks->rounds != NIL && ((Round *) linitial(ks->rounds))->ndone ==
-		   ((Round *) linitial(ks->rounds))->n)
-	{
-		done = lappend(done, linitial(ks->rounds));
-		total += ((Round *) linitial(ks->rounds))->n;
-		ks->rounds = list_delete_first(ks->rounds);
-	}
-	if (done == NIL)
-		return 0;
-	rb = palloc(sizeof(Datum) * rejected_alloc);
-	rs = palloc(sizeof(Datum) * rejected_alloc);
-
-	/* which chunks are done */
-	old = MemoryContextSwitchTo(ks->cxt);
-	foreach(lc, done)
-	{
-		Round	   *r = lfirst(lc);
-
-		for (int i = 0; i < r->n; i++)
-		{
-			OutMsg	   *m = &r->msgs[i];
-
-			if (!(ks->carry_chunk >= 0 && m->batch_id == ks->carry_batch &&
-				  m->chunk_seq == ks->carry_chunk && m->seq == ks->carry_chunk + ks->carry_seen))
-			{
-				/* a chunk starts; one seen only in part stays in the outbox */
-				reset_carry(ks);
-				ks->carry_batch = m->batch_id;
-				ks->carry_chunk = m->chunk_seq;
-				ks->carry_n = m->chunk_n;
-				ks->carry_seen = (int) (m->seq - m->chunk_seq);
-				ks->carry_ok = m->seq == m->chunk_seq;
-			}
-			ks->carry_seen++;
-			if (m->state == MSG_DELIVERED)
-				ks->carry_delivered++;
-			else if (m->state == MSG_TOO_LARGE)
-			{
-				ks->carry_rejected = lappend(ks->carry_rejected, palloc(sizeof(int64)));
-				*(int64 *) llast(ks->carry_rejected) = m->seq;
-				reject_err = m->err;
-			}
-			else
-			{
-				ks->carry_ok = false;
-				if (!ks->failed)
-				{
-					ks->failed = true;
-					ks->fail_err = m->err;
-				}
-			}
-			if (ks->carry_seen < ks->carry_n)
-				continue;
-			if (ks->carry_ok)
-			{
-				DoneChunk  *c = palloc(sizeof(DoneChunk));
-				ListCell   *rc;
-
-				c->batch_id = ks->carry_batch;
-				c->chunk_seq = ks->carry_chunk;
-				c->delivered = ks->carry_delivered;
-				chunks = lappend(chunks, c);
-				removed += ks->carry_n;
-				foreach(rc, ks->carry_rejected)
-				{
-					if (nrejected == rejected_alloc)
-					{
-						rejected_alloc *= 2;
-						rb = repalloc(rb, sizeof(Datum) * rejected_alloc);
-						rs = repalloc(rs, sizeof(Datum) * rejected_alloc);
-					}
-					rb[nrejected] = Int64GetDatum(ks->carry_batch);
-					rs[nrejected++] = Int64GetDatum(*(int64 *) lfirst(rc));
-				}
-			}
-			reset_carry(ks);
-		}
-	}
-	MemoryContextSwitchTo(old);
-
-	if (chunks != NIL)
-	{
-		Relation	rel;
-		Relation	idx;
-		TupleTableSlot *slot;
-		int64		batch = -1;
-		int64		batch_rows = 0;
-
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-
-		/* refused messages to dead_letters, read before their chunks go */
-		if (nrejected > 0)
-		{
-			Oid			types[6] = {INT4OID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID, TEXTOID, TEXTOID};
-			Datum		args[6];
-			bool		isnull;
-			StmCatalogScope scope = stm_catalog_begin();
-
-			args[0] = Int32GetDatum(ks->base.stream_id);
-			args[1] = PointerGetDatum(construct_array(rb, nrejected, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			args[2] = PointerGetDatum(construct_array(rs, nrejected, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			args[3] = CStringGetTextDatum(ks->name);
-			args[4] = CStringGetTextDatum(ks->topic);
-			args[5] = CStringGetTextDatum(rd_kafka_err2str(reject_err));
-			SPI_connect();
-			if (SPI_execute_with_args(psprintf("WITH r AS (SELECT o.batch_id, o.seq, o.key, o.value FROM streaming.outbox o, "
-											   "unnest($2, $3) AS k(b, s) "
-											   "WHERE o.stream_id = $1 AND o.batch_id = k.b AND o.seq = k.s), "
-											   "l AS (INSERT INTO streaming.dead_letters (stream, source, position, raw, error, sqlstate, stream_id) "
-											   "SELECT s.name, s.source, jsonb_build_object('sink', $4, 'topic', $5, 'batch_id', r.batch_id, 'seq', r.seq), "
-											   "substring(r.value FROM 1 FOR %d), "
-											   "format('message of %%s bytes (key and value) is too large for Kafka topic %%s: %%s', "
-											   "coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0), $5, $6), "
-											   "'54000', $1 FROM r JOIN streaming.stream_defs s ON s.id = $1), "
-											   "c AS (SELECT batch_id, count(*) AS n FROM r GROUP BY batch_id), "
-											   "u AS (UPDATE streaming.batches b SET num_rejected_rows = b.num_rejected_rows + c.n "
-											   "FROM c WHERE b.stream_id = $1 AND b.batch_id = c.batch_id) "
-											   "SELECT coalesce(sum(n), 0)::bigint FROM c", STM_RAW_KEEP),
-									  6, types, args, NULL, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "could not copy a message from streaming.outbox to streaming.dead_letters");
-			rejected = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-			SPI_finish();
-			stm_catalog_end(scope);
-			ereport(WARNING,
-					(errmsg("Kafka topic \"%s\" of sink \"%s\" refused " INT64_FORMAT " messages of stream \"%s\" as too large",
-							ks->topic, ks->name, rejected, ks->base.stream_name),
-					 errdetail("They are in streaming.dead_letters, with their outbox position.")));
-			CommandCounterIncrement();
-		}
-
-		/* the done chunks go; each batch's delivered messages to its progress row */
-		rel = table_open(ks->outbox_relid, RowExclusiveLock);
-		idx = index_open(RelationGetPrimaryKeyIndex(rel), RowExclusiveLock);
-		slot = table_slot_create(rel, NULL);
-		foreach(lc, chunks)
-		{
-			DoneChunk  *c = lfirst(lc);
-
-			if (c->batch_id != batch && batch_rows > 0)
-			{
-				count_in_progress(ks->base.stream_id, batch, "num_delivered_rows", batch_rows);
-				batch_rows = 0;
-			}
-			batch = c->batch_id;
-			if (delete_chunk(rel, idx, slot, ks->base.stream_id, c->batch_id, c->chunk_seq))
-			{
-				batch_rows += c->delivered;
-				delivered += c->delivered;
-			}
-		}
-		if (batch_rows > 0)
-			count_in_progress(ks->base.stream_id, batch, "num_delivered_rows", batch_rows);
-		ExecDropSingleTupleTableSlot(slot);
-		index_close(idx, RowExclusiveLock);
-		table_close(rel, RowExclusiveLock);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		MemoryContextSwitchTo(ks->cxt);
-	}
-
-	ks->outbox_rows = Max(0, ks->outbox_rows - removed);
-	ks->in_flight -= total;
-	foreach(lc, done)
-	{
-		Round	   *r = lfirst(lc);
-
-		pfree(r->msgs);
-		pfree(r);
-	}
-	list_free(done);
-	list_free_deep(chunks);
-	pfree(rb);
-	pfree(rs);
-	return delivered;
-}
-
-/*
- * deliver (sink.h): produce what the outbox holds, in order, and delete
- * what Kafka confirmed, until everything is delivered or
- * streaming.kafka_timeout passed
- * (busy: until everything is sent or librdkafka's queue is full, if the
- * outbox is at most half full: the worker's next batch runs while
- * librdkafka sends and Kafka confirms); outside any transaction.
- * Messages still in flight then stay with the producer (they are not
- * produced twice) and the next call goes on waiting for them.  After a
- * failure, once nothing is in flight, the next call starts again from the
- * outbox's first row.
- */
-static StmSinkStatus
-kafka_sink_deliver(StmSink *sink, bool busy)
-{
-	KafkaSink  *ks = (KafkaSink *) sink;
-	int			timeout_ms = stm_guc_kafka_timeout_ms;
-	StmSinkStatus st = {0, false, NULL, NULL};
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	int64		delivered = 0;
-	bool		more = true;
-	bool		timed_out = false;
-	MemoryContext old = MemoryContextSwitchTo(ks->cxt);
-
-	if (ks->outbox_rows == 0 && ks->in_flight == 0)
-	{
-		MemoryContextSwitchTo(old);
-		return st;				/* nothing waits */
-	}
-	if (ks->rk == NULL)
-	{
-		StartTransactionCommand();
-		ensure_producer(ks);
-		CommitTransactionCommand();
-		MemoryContextSwitchTo(ks->cxt);
-	}
-	if (ks->in_flight == 0 && !ks->topic_ok && !check_topic(ks, timeout_ms, &st))
-	{
-		st.pending = ks->outbox_rows;
-		st.full = ks->outbox_rows >= stm_guc_outbox_max_rows;
-		MemoryContextSwitchTo(old);
-		return st;
-	}
-	for (;;)
-	{
-		char		fatal[512];
-
-		rd_kafka_poll(ks->rk, 0);
-		if (rd_kafka_fatal_error(ks->rk, fatal, sizeof(fatal)) != RD_KAFKA_RESP_ERR_NO_ERROR)
-		{
-			/* the producer cannot go on: a new one next time, from the outbox's first row */
-			ks->failed = true;
-			ks->fail_err = RD_KAFKA_RESP_ERR__FATAL;
-			destroy_producer(ks);
-			delivered += finish_rounds(ks);
-			snprintf(ks->error_msg, STATUS_LEN,
-					 "the Kafka producer of sink \"%s\" failed: %s; its rows wait in the outbox",
-					 ks->name, fatal);
-			st.error = ks->error_msg;
-			ks->failed = false;
-			ks->have_cursor = false;
-			reset_carry(ks);	/* its chunk is produced again, all of it */
-			break;
-		}
-		delivered += finish_rounds(ks);
-		if (delivered > 0)
-			ks->error[0] = '\0';
-		if (ks->failed && ks->in_flight == 0)
-		{
-			/* everything not delivered is produced again, in order, after a check of the topic */
-			delivery_failed(ks, &st);
-			ks->failed = false;
-			ks->have_cursor = false;
-			reset_carry(ks);	/* its chunk is produced again, all of it */
-			ks->topic_ok = false;
-			break;
-		}
-		/*
-		 * produce while the producer has room: the last batch's messages
-		 * from the stage, then the outbox's (never both at once: the stage
-		 * is next in outbox order)
-		 */
-		ks->queue_full = false;
-		if (ks->stage_ready)
-			produce_stage(ks);
-		if (!ks->stage_ready && !ks->failed && more && !ks->queue_full &&
-			ks->outbox_rows > produced_rows(ks))
-		{
-			if (ks->in_flight + ROUND_ROWS + CHUNK_MAX_MSGS > ks->max_in_flight)
-				ks->queue_full = true;
-			else
-				more = produce_round(ks, ROUND_ROWS);
-		}
-		if (ks->in_flight == 0 && (!more || ks->outbox_rows == 0))
-			break;				/* all delivered */
-
-		/*
-		 * busy, and the next batch has room in the outbox: it runs while
-		 * librdkafka sends what it holds; the rest is produced after it
-		 */
-		if (busy && !ks->failed && ks->outbox_rows <= stm_guc_outbox_max_rows / 2 &&
-			(ks->queue_full || !more || ks->outbox_rows <= produced_rows(ks)))
-			break;
-		if (GetCurrentTimestamp() >= deadline)
-		{
-			timed_out = true;
-			break;
-		}
-		if (!PostmasterIsAlive())
-			proc_exit(1);
-		rd_kafka_poll(ks->rk, POLL_MS);
-	}
-	st.pending = ks->outbox_rows;
-	st.full = ks->outbox_rows >= stm_guc_outbox_max_rows;
-	if (st.error == NULL && (st.full || (timed_out && delivered == 0 && ks->in_flight > 0)))
-	{
-		StringInfoData buf;
-
-		initStringInfo(&buf);
-		if (st.full)
-			appendStringInfo(&buf, "the Kafka sink \"%s\" is behind: the outbox holds " INT64_FORMAT
-							 " rows of the stream (streaming.outbox_max_rows = %d), the next batch waits",
-							 ks->name, ks->outbox_rows, stm_guc_outbox_max_rows);
-		if (timed_out && delivered == 0 && ks->in_flight > 0)
-			appendStringInfo(&buf, "%scould not deliver to Kafka topic \"%s\" of sink \"%s\" within streaming.kafka_timeout: %s",
-							 buf.len ? "; " : "", ks->topic, ks->name, last_error(ks));
-		if (!st.full)
-			appendStringInfo(&buf, "; " INT64_FORMAT " rows wait in the outbox", ks->outbox_rows);
-		strlcpy(ks->waiting, buf.data, STATUS_LEN);
-		pfree(buf.data);
-		st.waiting = ks->waiting;
-	}
-	MemoryContextSwitchTo(old);
-	return st;
-}
-
-static void
-kafka_sink_close(StmSink *sink)
-{
-	destroy_producer((KafkaSink *) sink);
-}
+static const StmOutboxTransport kafka_transport = {
+	.connect = kafka_connect,
+	.check_destination = kafka_check_topic,
+	.send = kafka_send,
+	.poll = kafka_poll,
+	.fatal_error = kafka_fatal_error,
+	.disconnect = kafka_disconnect,
+	.describe_failure = kafka_describe_failure,
+	.describe_refusal = kafka_describe_refusal,
+	.last_error = kafka_last_error,
+};
 
 const StmSinkRoutine stm_kafka_sink_routine = {
 	.kind = "kafka",
@@ -2042,14 +1015,14 @@ const StmSinkRoutine stm_kafka_sink_routine = {
 	.delete_key = kafka_sink_delete_key,
 	.truncate = kafka_sink_truncate,
 	.end_batch = kafka_sink_end_batch,
-	.capacity = kafka_sink_capacity,
-	.after_commit = kafka_sink_after_commit,
-	.deliver = kafka_sink_deliver,
-	.close = kafka_sink_close,
+	.capacity = stm_outbox_capacity,
+	.after_commit = stm_outbox_after_commit,
+	.deliver = stm_outbox_deliver,
+	.close = stm_outbox_close,
 	.validate = kafka_sink_validate,
 	.check_output = kafka_sink_check_output,
-	.pending = kafka_sink_pending,
-	.discard = kafka_sink_discard,
+	.pending = stm_outbox_pending,
+	.discard = stm_outbox_discard,
 };
 
 /* streaming.create_kafka_sink(name, bootstrap_servers, topic, ...) */

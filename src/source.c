@@ -2,7 +2,8 @@
  * source.c: what every source kind shares (source.h): finding a kind's
  * routine, opening a source from its catalog row, the declared columns of
  * its view, a row's position as text, parsing a record as the source
- * handed it, the checks of arguments that kinds share.
+ * handed it, the checks of arguments that kinds share, the chunk size at
+ * the head of a parallel helper's share.
  */
 #include "postgres.h"
 
@@ -330,4 +331,32 @@ stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine)
 	}
 	error_context_stack = errcb.previous;
 	return result;
+}
+
+/*
+ * A parallel helper's share (share_bounds) begins with the batch's chunk
+ * size, a line of its own: the helper's source never plans, yet reads in
+ * the chunks the leader's plan was given.
+ */
+void
+stm_source_share_begin(StringInfo buf, int chunk_size)
+{
+	appendStringInfo(buf, "%d\n", chunk_size);
+}
+
+/* The chunk size at the head of a share; returns the rest of it, the kind's bounds. */
+const char *
+stm_source_share_chunk_size(const char *bounds, int *chunk_size)
+{
+	const char *eol = strchr(bounds, '\n');
+	char	   *line;
+
+	if (eol == NULL)
+		elog(ERROR, "malformed share bounds: %s", bounds);
+	line = pnstrdup(bounds, eol - bounds);
+	*chunk_size = pg_strtoint32(line);
+	if (*chunk_size <= 0)
+		elog(ERROR, "malformed share bounds: chunk size %s", line);
+	pfree(line);
+	return eol + 1;
 }

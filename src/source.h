@@ -24,9 +24,10 @@
  * and, outside batches, validate and metadata_columns (create time),
  * available and reached (process_available), reset_positions (reset).
  *
- * Positions are the source's to store (in streaming.offsets, or a table of
- * its own) and always in the batch's own transaction: that is what makes a
- * batch exactly-once.
+ * Positions are the source's to store, through the positions service
+ * (positions.h: streaming.positions, one row per part of the source, of
+ * any kind) or in a table of its own, and always in the batch's own
+ * transaction: that is what makes a batch exactly-once.
  */
 #ifndef STM_SOURCE_H
 #define STM_SOURCE_H
@@ -109,6 +110,9 @@ typedef struct StmPlanContext
 	TimestampTz batch_start;	/* when this batch started (progress.started_at) */
 	int64		max_records;	/* read at most this many records (the sink's
 								 * room, StmSinkRoutine.capacity); -1: no limit */
+	int			chunk_size;		/* the batch's: fetch hands fn at most this many
+								 * records at once (a kind may cut a chunk
+								 * shorter, never longer) */
 } StmPlanContext;
 
 /* A metadata column of a source's view. */
@@ -163,7 +167,9 @@ struct StmSourceRoutine
 
 	/*
 	 * Read exactly what plan bounded, handing chunks of records to fn (also
-	 * where a chunk's records stay valid: until fn returns).  Errors when the
+	 * where a chunk's records stay valid: until fn returns), of at most the
+	 * plan's ctx->chunk_size records (a helper's: set_share_bounds's, whose
+	 * text begins with it, stm_source_share_begin).  Errors when the
 	 * source cannot be read are raised with a class 08 SQLSTATE: the stream
 	 * then waits and retries.
 	 */
@@ -223,7 +229,7 @@ struct StmSourceRoutine
 
 	/*
 	 * streaming.reset(): forget the stream's positions that the kind keeps
-	 * outside streaming.offsets (which reset empties itself), in reset's
+	 * outside streaming.positions (which reset empties itself), in reset's
 	 * transaction.  Called without opening the source.
 	 */
 	void		(*reset_positions) (int32 stream_id);
@@ -233,7 +239,10 @@ struct StmSourceRoutine
 	 * by helpers).  share_bounds, in the leader after plan: share's part
 	 * (of nshares) of the batch's bounds, as a text only the kind reads;
 	 * every part of the source is in exactly one share, and a part stays in
-	 * the same share from batch to batch while the parts stay the same.
+	 * the same share from batch to batch while the parts stay the same.  The
+	 * text begins with the plan's chunk size (stm_source_share_begin, read
+	 * back by stm_source_share_chunk_size): a helper reads in the batch's
+	 * chunks, though its source never plans.
 	 * set_share_bounds, in a helper: read exactly those bounds with the
 	 * next fetch, and nothing else (the helper's source is open as the
 	 * leader's, never plans and never saves positions).
@@ -258,6 +267,8 @@ extern void stm_source_check_positive(Jsonb *options, const char *key);
 extern void stm_source_check_positive_interval(Jsonb *options, const char *key);
 extern void stm_source_check_columns(const char *format, bool has_columns);
 extern void stm_source_check_on_bad_record(const char *on_bad_record);
+extern void stm_source_share_begin(StringInfo buf, int chunk_size);
+extern const char *stm_source_share_chunk_size(const char *bounds, int *chunk_size);
 
 /* api_source.c: the create function of every kind */
 extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);

@@ -17,18 +17,19 @@
  * Positions.  streaming.files lists, per stream, every file read (with the
  * batch that read it) or never to be read (batch_id NULL), written in the
  * batch's transaction (save_positions); the files seen but not yet read are
- * kept in streaming.offsets (topic = the file name, partition 0, offset 0,
- * high watermark = its size), so that source_lag shows one row per pending
- * file with its size as lag, and a file once seen is read even when it gets
+ * kept in streaming.positions (positions.c: the part is the file's name,
+ * at byte 0 of its size), so that source_lag shows one row per pending file
+ * with its size as lag, and a file once seen is read even when it gets
  * older than max_file_age meanwhile.  Those rows change only when the
  * pending files do (an idle poll writes nothing).
  *
  * Reading.  fetch reads the batch's files one after the other, in chunks of
- * at most FILE_CHUNK records (and about FILE_CHUNK_BYTES), so a file of any
- * size needs the memory of one chunk, never of the file.  Before and after
- * reading, the file's size and mtime must be those the plan saw; else the
- * batch fails with a class 08 error (the stream waits and retries, and the
- * next plan takes the file once it has settled again).
+ * at most the batch's chunk size in records (StmPlanContext.chunk_size) and
+ * about FILE_CHUNK_BYTES, so a file of any size needs the memory of one
+ * chunk, never of the file.  Before and after reading, the file's size and
+ * mtime must be those the plan saw; else the batch fails with a class 08
+ * error (the stream waits and retries, and the next plan takes the file
+ * once it has settled again).
  *
  * CSV goes through PostgreSQL's own COPY parser: BeginCopyFrom with a
  * data_source_cb that reads the file, then NextCopyFromRawFields for the
@@ -120,13 +121,18 @@
 #include "fault.h"
 #include "guc.h"
 #include "options.h"
+#include "positions.h"
 #include "source.h"
 #include "source_file.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_file_source);
 
-#define FILE_CHUNK 1000			/* records handed to the batch at a time */
-#define FILE_CHUNK_BYTES (4 * 1024 * 1024)	/* ... or about this much */
+/*
+ * A chunk holds at most the batch's chunk size in records, and is handed
+ * over sooner once its records hold about this much: a different limit,
+ * the chunk's memory, which long lines reach before the count.
+ */
+#define FILE_CHUNK_BYTES (4 * 1024 * 1024)
 #define READ_BUF_SIZE (1024 * 1024) /* json, text: bytes read at a time */
 
 typedef enum FileClean
@@ -179,7 +185,7 @@ typedef struct FileSource
 	List	   *batch;			/* FileEntry: the batch's files, in order */
 	List	   *pending;		/* FileEntry: seen, not read, not in the batch */
 	List	   *skipped;		/* FileEntry: never to be read (max_file_age) */
-	bool		pending_changed;	/* pending differs from streaming.offsets */
+	bool		pending_changed;	/* pending differs from streaming.positions */
 	StringInfoData problem;		/* the files the plan could not open, and why */
 	/* available_now: the settled files of the first plan */
 	HTAB	   *allowed;
@@ -190,10 +196,11 @@ typedef struct FileSource
 	MemoryContext fetch_cxt;	/* the file being read, reset per file */
 	MemoryContext chunk_cxt;	/* the chunk being filled, reset per chunk */
 	Datum		current_name;	/* file_name of the records handed over */
+	int			chunk_size;		/* the batch's (the plan's, a helper's share's) */
 	int			nrecords;
 	Size		chunk_bytes;
-	StmRecord	records[FILE_CHUNK];
-	int64		lines[FILE_CHUNK];	/* file_line of each record */
+	StmRecord  *records;		/* chunk_size of them, while fetching */
+	int64	   *lines;			/* file_line of each record */
 } FileSource;
 
 /* A name kept in a FileSource's sets (file names are at most NAME_MAX bytes). */
@@ -451,6 +458,42 @@ file_open(StmSource *base, bool for_batches)
 
 /* ---- plan ---------------------------------------------------------------- */
 
+/* A pending file's stored size (its end position), by name. */
+typedef struct PendingSize
+{
+	char		name[NAME_MAX + 1];
+	bool		has_size;
+	int64		size;
+} PendingSize;
+
+/* The stored positions (pending files) by name, in the current memory context. */
+static HTAB *
+pending_set(List *stored)
+{
+	HASHCTL		ctl;
+	HTAB	   *set;
+	ListCell   *lc;
+
+	ctl.keysize = NAME_MAX + 1;
+	ctl.entrysize = sizeof(PendingSize);
+	ctl.hcxt = CurrentMemoryContext;
+	set = hash_create("streaming pending files", Max(list_length(stored), 16), &ctl,
+					  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	foreach(lc, stored)
+	{
+		StmPosition *pos = lfirst(lc);
+		PendingSize *e;
+
+		/* a file is a part of one number: 0 */
+		if (pos->part_no != 0 || strlen(pos->part) > NAME_MAX)
+			continue;
+		e = hash_search(set, pos->part, HASH_ENTER, NULL);
+		e->has_size = pos->has_end;
+		e->size = pos->end_position;
+	}
+	return set;
+}
+
 /*
  * Fix the next batch: clean what earlier batches left, list the directory,
  * leave out what the stream has read or will never read, note files too
@@ -467,7 +510,8 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	TimestampTz settled_before = now - (TimestampTz) stm_guc_file_settle_time_ms * 1000;
 	Oid			types[4] = {INT4OID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID};
 	Datum		values[4];
-	int64		stored = 0;
+	List	   *stored;
+	HTAB	   *pending_sizes;
 	int64		unchanged = 0;
 	int64		total = 0;
 	int			nheld = 0;		/* settled files that cannot be opened */
@@ -479,6 +523,7 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	bool		isnull;
 	ListCell   *lc;
 
+	fs->chunk_size = ctx->chunk_size;
 	if (fs->clean != CLEAN_OFF)
 		clean_files(fs, ctx->stream_id);
 
@@ -491,14 +536,16 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	if (fix_allowed)
 		fs->allowed = name_set(fs->cxt, "streaming available_now files");
 
+	/* the pending files as the last plan stored them, and their sizes then */
+	stored = stm_positions_read(ctx->stream_id);
+	pending_sizes = pending_set(stored);
 	values[0] = Int32GetDatum(ctx->stream_id);
 	entry_arrays(list_directory(fs), values + 1);
 	scope = stm_catalog_begin();
 	SPI_connect();
 	spi_cxt = CurrentMemoryContext;
-	if (SPI_execute_with_args(psprintf("SELECT f.name, f.size, f.mtime, o.topic IS NOT NULL, o.high_watermark "
+	if (SPI_execute_with_args(psprintf("SELECT f.name, f.size, f.mtime "
 									   "FROM unnest($2, $3, $4) AS f(name, size, mtime) "
-									   "LEFT JOIN streaming.offsets o ON o.stream_id = $1 AND o.topic = f.name AND o.partition = 0 "
 									   "WHERE NOT EXISTS (SELECT FROM streaming.files p WHERE p.stream_id = $1 AND p.file_name = f.name) "
 									   "ORDER BY f.mtime %s, f.name COLLATE \"C\"",
 									   fs->latest_first ? "DESC" : "ASC"),
@@ -508,8 +555,7 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		seen = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
-		Datum		stored_size = SPI_getbinval(tup, desc, 5, &isnull);
+		PendingSize *seen;
 		FileEntry  *f;
 		bool		settled;
 
@@ -519,13 +565,14 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 		f->name = pstrdup(SPI_getvalue(tup, desc, 1));
 		f->size = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 		f->mtime = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
+		seen = hash_search(pending_sizes, f->name, HASH_FIND, NULL);
 		/* max_file_age counts when the stream first sees a file */
 		if (!seen && fs->max_file_age_ms >= 0 && now - f->mtime > fs->max_file_age_ms * 1000)
 		{
 			fs->skipped = lappend(fs->skipped, f);
 			continue;
 		}
-		if (seen && DatumGetInt64(stored_size) == f->size)
+		if (seen && seen->has_size && seen->size == f->size)
 			unchanged++;
 		settled = f->mtime <= settled_before;
 		if (fix_allowed && settled)
@@ -557,11 +604,11 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	MemoryContextSwitchTo(spi_cxt);
 	SPI_finish();
 	stm_catalog_end(scope);
-	stored = DatumGetInt64(stm_catalog_value("SELECT count(*) FROM streaming.offsets WHERE stream_id = $1",
-											 1, types, values, &isnull));
-	/* what streaming.offsets holds is not the pending files now */
-	fs->pending_changed = stored != unchanged ||
+	/* what streaming.positions holds is not the pending files now */
+	fs->pending_changed = list_length(stored) != unchanged ||
 		unchanged != list_length(fs->pending) + list_length(fs->batch);
+	hash_destroy(pending_sizes);
+	list_free_deep(stored);
 	foreach(lc, fs->skipped)
 		ereport(LOG,
 				(errmsg("file \"%s\" of source \"%s\" is older than max_file_age when first seen: it is never read",
@@ -572,8 +619,9 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 
 /*
  * The files the batch read (batch_id >= 0) and those never to be read in
- * streaming.files; the pending ones, and no others, in streaming.offsets.
- * In the current transaction, as the extension's owner.
+ * streaming.files; the pending ones, and no others, in streaming.positions
+ * (each at byte 0 of its size).  In the current transaction, as the
+ * extension's owner.
  */
 static void
 write_positions(FileSource *fs, int32 stream_id, int64 batch_id)
@@ -583,32 +631,27 @@ write_positions(FileSource *fs, int32 stream_id, int64 batch_id)
 	char		nulls[6] = {' ', ' ', ' ', ' ', batch_id >= 0 ? ' ' : 'n', ' '};
 	List	   *read = batch_id >= 0 ? fs->batch : NIL;
 	List	   *files = list_concat_copy(read, fs->skipped);
-	StmCatalogScope scope;
+	List	   *pending = NIL;
+	ListCell   *lc;
 
 	values[0] = Int32GetDatum(stream_id);
 	values[4] = Int64GetDatum(batch_id);
 	values[5] = Int32GetDatum(list_length(read));
-	scope = stm_catalog_begin();
-	SPI_connect();
 	/* the batch's files (the first $6) with its id, the skipped ones with NULL */
 	entry_arrays(files, values + 1);
-	if (files != NIL &&
-		SPI_execute_with_args("INSERT INTO streaming.files (stream_id, file_name, size, mtime, batch_id) "
-							  "SELECT $1, f.name, f.size, f.mtime, CASE WHEN f.n <= $6 THEN $5 END "
-							  "FROM unnest($2, $3, $4) WITH ORDINALITY AS f(name, size, mtime, n)",
-							  6, types, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not write streaming.files");
-	entry_arrays(fs->pending, values + 1);
-	if (SPI_execute_with_args("DELETE FROM streaming.offsets WHERE stream_id = $1 AND topic <> ALL ($2)",
-							  2, types, values, nulls, false, 0) != SPI_OK_DELETE ||
-		SPI_execute_with_args("INSERT INTO streaming.offsets AS o (stream_id, topic, partition, next_offset, high_watermark) "
-							  "SELECT $1, f.name, 0, 0, f.size FROM unnest($2, $3) AS f(name, size) "
-							  "ON CONFLICT (stream_id, topic, partition) DO UPDATE SET high_watermark = EXCLUDED.high_watermark "
-							  "WHERE o.high_watermark IS DISTINCT FROM EXCLUDED.high_watermark",
-							  3, types, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not write streaming.offsets");
-	SPI_finish();
-	stm_catalog_end(scope);
+	if (files != NIL)
+		stm_catalog_exec("INSERT INTO streaming.files (stream_id, file_name, size, mtime, batch_id) "
+						 "SELECT $1, f.name, f.size, f.mtime, CASE WHEN f.n <= $6 THEN $5 END "
+						 "FROM unnest($2, $3, $4) WITH ORDINALITY AS f(name, size, mtime, n)",
+						 6, types, values, nulls, SPI_OK_INSERT);
+	foreach(lc, fs->pending)
+	{
+		FileEntry  *f = lfirst(lc);
+
+		pending = lappend(pending, stm_position_make(f->name, 0, 0, f->size));
+	}
+	stm_positions_replace(stream_id, pending);
+	list_free_deep(pending);
 }
 
 static void
@@ -675,7 +718,7 @@ hand_chunk(FileSource *fs, StmChunkFn fn, void *arg)
 static bool
 chunk_full(FileSource *fs)
 {
-	return fs->nrecords >= FILE_CHUNK || fs->chunk_bytes >= FILE_CHUNK_BYTES;
+	return fs->nrecords >= fs->chunk_size || fs->chunk_bytes >= FILE_CHUNK_BYTES;
 }
 
 /* The chunk's next record, starting at a line. */
@@ -1219,6 +1262,10 @@ file_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	MemoryContextReset(fs->chunk_cxt);
 	fs->nrecords = 0;
 	fs->chunk_bytes = 0;
+	/* the chunk's arrays, in the batch's memory (an error leaves them to it) */
+	Assert(fs->chunk_size > 0);
+	fs->records = palloc(sizeof(StmRecord) * fs->chunk_size);
+	fs->lines = palloc(sizeof(int64) * fs->chunk_size);
 	oldcxt = MemoryContextSwitchTo(fs->fetch_cxt);
 	foreach(lc, fs->batch)
 	{
@@ -1226,14 +1273,18 @@ file_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		MemoryContextReset(fs->fetch_cxt);
 	}
 	MemoryContextSwitchTo(oldcxt);
+	pfree(fs->records);
+	pfree(fs->lines);
+	fs->records = NULL;
+	fs->lines = NULL;
 }
 
 /*
  * Parallel helpers: the batch's files split by file, file i of the batch
  * to share i % nshares, as lines "size mtime name" (what read_file checks
- * the file against; in the name '%' and newline are written %25 and %0A).
- * A helper reads whole files; the leader still plans, stores the files
- * read and cleans up after the commit.
+ * the file against; in the name '%' and newline are written %25 and %0A)
+ * after the batch's chunk size.  A helper reads whole files; the leader
+ * still plans, stores the files read and cleans up after the commit.
  */
 static char *
 file_share_bounds(StmSource *src, int share, int nshares)
@@ -1243,6 +1294,7 @@ file_share_bounds(StmSource *src, int share, int nshares)
 	ListCell   *lc;
 
 	initStringInfo(&buf);
+	stm_source_share_begin(&buf, fs->chunk_size);
 	foreach(lc, fs->batch)
 	{
 		FileEntry  *f = lfirst(lc);
@@ -1269,7 +1321,7 @@ static void
 file_set_share_bounds(StmSource *src, const char *bounds)
 {
 	FileSource *fs = (FileSource *) src;
-	const char *line = bounds;
+	const char *line = stm_source_share_chunk_size(bounds, &fs->chunk_size);
 	MemoryContext oldcxt;
 
 	MemoryContextReset(fs->plan_cxt);

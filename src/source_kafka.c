@@ -1,12 +1,14 @@
 /*
  * source_kafka.c: the Kafka source.
  *
- * Positions are ours: streaming.offsets holds, per stream and partition, the
- * next offset to read, and is written in the batch's transaction.  The
- * consumer never uses consumer-group offsets: each partition is consumed with
- * librdkafka's explicit per-partition consumption (rd_kafka_consume_start at
- * a given offset), and restarted at the stored offset whenever the local
- * queue is not exactly there (first batch, or after a rolled-back batch).
+ * Positions are ours: streaming.positions holds, per stream and partition
+ * (positions.c: the part is the topic and partition), the next offset to
+ * read and the high watermark the last plan saw, and is written in the
+ * batch's transaction.  The consumer never uses consumer-group offsets:
+ * each partition is consumed with librdkafka's explicit per-partition
+ * consumption (rd_kafka_consume_start at a given offset), and restarted at
+ * the stored offset whenever the local queue is not exactly there (first
+ * batch, or after a rolled-back batch).
  *
  * A batch's bounds are fixed before it reads anything (as Spark does): the
  * end of each partition is its high watermark when the batch is planned, cut
@@ -49,12 +51,12 @@
 #include "postgres.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <unistd.h>
 
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "regex/regex.h"
@@ -71,13 +73,19 @@
 #include "guc.h"
 #include "kafka_conf.h"
 #include "options.h"
+#include "positions.h"
 #include "source.h"
 #include "source_kafka.h"
 #include "interrupts.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_kafka_source);
 
-#define FETCH_CHUNK 1000
+/*
+ * Messages taken off librdkafka's queue per call: only the call's overhead
+ * depends on it (how many records the batch gets at once is its chunk size,
+ * StmPlanContext.chunk_size).
+ */
+#define POP_MAX 1000
 #define STALL_MS 20				/* a batch waiting this long wakes librdkafka's fetchers */
 
 /* One partition the source reads. */
@@ -89,7 +97,7 @@ typedef struct KafkaPartition
 	rd_kafka_topic_t *rkt;
 	int32		leader;			/* broker id, as the last metadata said (-1: none) */
 	bool		held_back;		/* this plan could not get its offsets: it is left out */
-	bool		stored;			/* has a row in streaming.offsets */
+	bool		stored;			/* has a row in streaming.positions */
 	int64		start;			/* this batch reads [start, end) */
 	int64		end;
 	int64		low;			/* log start offset, as last queried */
@@ -153,8 +161,8 @@ typedef struct KafkaSource
 	StringInfoData data_loss;	/* JSON array of losses found by the plan */
 	StringInfoData problem;		/* what the plan could not read, and why */
 	List	   *suspect_leaders;	/* broker ids whose offsets failed last time */
-	StmRecord	records[FETCH_CHUNK];	/* the chunk, as the batch sees it */
-	KafkaPartition *record_parts[FETCH_CHUNK];	/* each record's partition */
+	int			chunk_size;		/* the batch's (the plan's, a helper's share's) */
+	StmRecord  *records;		/* while fetching: the chunk, as the batch sees it */
 } KafkaSource;
 
 #define KAFKA_META_COLUMNS 5	/* without kafka_headers */
@@ -931,12 +939,11 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	int32		stream_id = ctx->stream_id;
 	TimestampTz last_trigger = ctx->last_trigger;
 	ListCell   *lc;
+	List	   *stored;
 	List	   *stored_topics = NIL;
 	int64		total = 0;
-	Oid			argtype = INT4OID;
-	Datum		arg = Int32GetDatum(stream_id);
-	StmCatalogScope scope;
 
+	kc->chunk_size = ctx->chunk_size;
 	resetStringInfo(&kc->data_loss);
 	resetStringInfo(&kc->problem);
 	if (kc->rk)
@@ -949,31 +956,22 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 
 	foreach(lc, kc->partitions)
 		((KafkaPartition *) lfirst(lc))->stored = false;
-	scope = stm_catalog_begin();
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT topic, partition, next_offset FROM streaming.offsets WHERE stream_id = $1",
-							  1, &argtype, &arg, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.offsets");
-	for (uint64 i = 0; i < SPI_processed; i++)
+	/* a part is a topic's partition, its position the next offset */
+	stored = stm_positions_read(stream_id);
+	foreach(lc, stored)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		char	   *topic = SPI_getvalue(tup, desc, 1);
-		int32		part = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		KafkaPartition *p = find_partition(kc, topic, part);
+		StmPosition *pos = lfirst(lc);
+		KafkaPartition *p = find_partition(kc, pos->part, pos->part_no);
 
-		if (!list_member(stored_topics, makeString(topic)))
-			stored_topics = lappend(stored_topics, makeString(topic));
-
+		if (!list_member(stored_topics, makeString(pos->part)))
+			stored_topics = lappend(stored_topics, makeString(pos->part));
 		if (p)
 		{
 			p->stored = true;
-			p->start = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+			p->start = pos->position;
 		}
 	}
-	SPI_finish();
-	stm_catalog_end(scope);
+	list_free_deep(stored);
 
 	query_watermarks(kc);
 	foreach(lc, kc->partitions)
@@ -1351,13 +1349,13 @@ wake_fetchers(KafkaSource *kc)
 static int
 pop_messages(KafkaSource *kc, bool fetching)
 {
-	rd_kafka_message_t *got[FETCH_CHUNK];
+	rd_kafka_message_t *got[POP_MAX];
 	int			total = 0;
 	int64		bytes = 0;
 
 	for (;;)
 	{
-		ssize_t		ngot = rd_kafka_consume_batch_queue(kc->queue, 0, got, FETCH_CHUNK);
+		ssize_t		ngot = rd_kafka_consume_batch_queue(kc->queue, 0, got, POP_MAX);
 
 		if (ngot < 0)
 			ereport(ERROR,
@@ -1380,7 +1378,7 @@ pop_messages(KafkaSource *kc, bool fetching)
 			PG_END_TRY();
 		}
 		total += (int) ngot;
-		if (ngot < FETCH_CHUNK)
+		if (ngot < POP_MAX)
 			break;
 	}
 	return total;
@@ -1491,7 +1489,8 @@ hand_over(KafkaSource *kc, StmChunkFn fn, void *arg, rd_kafka_message_t **msgs, 
 
 /*
  * The held messages of partitions still reading, as far as they go (they
- * come before anything of theirs still queued), into msgs; returns how many.
+ * come before anything of theirs still queued), into msgs, at most a chunk;
+ * returns how many.
  */
 static int
 take_held(KafkaSource *kc, rd_kafka_message_t **msgs)
@@ -1503,7 +1502,7 @@ take_held(KafkaSource *kc, rd_kafka_message_t **msgs)
 	{
 		KafkaPartition *p = lfirst(lc);
 
-		while (reading(p) && has_held(p) && n < FETCH_CHUNK)
+		while (reading(p) && has_held(p) && n < kc->chunk_size)
 		{
 			rd_kafka_message_t *m = p->held[p->held_next];
 
@@ -1520,7 +1519,7 @@ take_held(KafkaSource *kc, rd_kafka_message_t **msgs)
 		/* an end-of-partition event after everything held */
 		if (reading(p) && !has_held(p) && p->eof >= 0)
 			p->next = Max(p->next, p->eof);
-		if (n == FETCH_CHUNK)
+		if (n == kc->chunk_size)
 			break;
 	}
 	return n;
@@ -1538,11 +1537,14 @@ static void
 kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 {
 	KafkaSource *kc = (KafkaSource *) src;
-	rd_kafka_message_t *msgs[FETCH_CHUNK];
+	rd_kafka_message_t **msgs = palloc(sizeof(rd_kafka_message_t *) * kc->chunk_size);
 	TimestampTz progress_at = GetCurrentTimestamp();
 	int			empty_waits = 0;	/* waits in a row that found nothing */
 	ListCell   *lc;
 
+	/* the chunk's arrays, in the batch's memory (an error leaves them to it) */
+	Assert(kc->chunk_size > 0);
+	kc->records = palloc0(sizeof(StmRecord) * kc->chunk_size);
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
@@ -1608,6 +1610,9 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		if (p->end > p->start)
 			p->pos = p->end;
 	}
+	pfree(msgs);
+	pfree(kc->records);
+	kc->records = NULL;
 }
 
 /*
@@ -1654,39 +1659,25 @@ has_position(KafkaPartition *p)
 	return p->stored || !p->held_back;
 }
 
-/* Write every partition's new position (end of this batch). */
+/*
+ * Write every partition's new position (end of this batch) and the high
+ * watermark the plan saw: the part is the topic and partition.
+ */
 static void
 save_positions(KafkaSource *kc, int32 stream_id)
 {
-	Oid			types[5] = {INT4OID, TEXTOID, INT4OID, INT8OID, INT8OID};
+	List	   *positions = NIL;
 	ListCell   *lc;
-	SPIPlanPtr	plan;
-	StmCatalogScope scope = stm_catalog_begin();
 
-	SPI_connect();
-	plan = SPI_prepare("INSERT INTO streaming.offsets AS o (stream_id, topic, partition, next_offset, high_watermark) "
-					   "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (stream_id, topic, partition) "
-					   "DO UPDATE SET next_offset = EXCLUDED.next_offset, high_watermark = EXCLUDED.high_watermark",
-					   5, types);
-	if (plan == NULL)
-		elog(ERROR, "could not prepare offsets upsert");
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
-		Datum		values[5];
 
-		if (!has_position(p))
-			continue;
-		values[0] = Int32GetDatum(stream_id);
-		values[1] = CStringGetTextDatum(p->topic);
-		values[2] = Int32GetDatum(p->partition);
-		values[3] = Int64GetDatum(p->end);
-		values[4] = Int64GetDatum(p->high);
-		if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not write streaming.offsets");
+		if (has_position(p))
+			positions = lappend(positions, stm_position_make(p->topic, p->partition, p->end, p->high));
 	}
-	SPI_finish();
-	stm_catalog_end(scope);
+	stm_positions_write(stream_id, positions);
+	list_free_deep(positions);
 }
 
 /* {"topic":{"0":offset,...},...} of the batch's start or end (Spark's shape) */
@@ -1846,12 +1837,15 @@ kafka_data_loss_json(StmSource *src)
 	return kc->data_loss.len > 0 ? psprintf("[%s]", kc->data_loss.data) : NULL;
 }
 
-/* process_available: every partition's high watermark now, as a JSON array */
+/*
+ * process_available: every partition's high watermark now, as positions to
+ * reach (a List of StmPosition; NIL when every partition is empty).
+ */
 static void *
 kafka_available(StmSource *src, int32 stream_id)
 {
 	KafkaSource *kc = (KafkaSource *) src;
-	StringInfoData targets;
+	List	   *targets = NIL;
 	ListCell   *lc;
 
 	resetStringInfo(&kc->problem);
@@ -1863,38 +1857,21 @@ kafka_available(StmSource *src, int32 stream_id)
 		src->problem = kc->problem.data;
 		return NULL;
 	}
-	initStringInfo(&targets);
-	appendStringInfoChar(&targets, '[');
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
 
-		if (p->high == 0)
-			continue;
-		appendStringInfo(&targets, "%s{\"topic\": ", targets.len > 1 ? ", " : "");
-		escape_json(&targets, p->topic);
-		appendStringInfo(&targets, ", \"partition\": %d, \"offset\": " INT64_FORMAT "}",
-						 p->partition, p->high);
+		if (p->high > 0)
+			targets = lappend(targets, stm_position_make(p->topic, p->partition, p->high, p->high));
 	}
-	appendStringInfoChar(&targets, ']');
-	return targets.data;
+	return targets;
 }
 
 /* Has every partition's committed offset reached what kafka_available saw? */
 static bool
 kafka_reached(StmSource *src, int32 stream_id, void *available)
 {
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		values[2] = {Int32GetDatum(stream_id), CStringGetTextDatum(available)};
-	bool		isnull;
-	Datum		reached;
-
-	reached = stm_catalog_value("SELECT NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($2::jsonb) "
-								"AS t(topic text, partition int, \"offset\" bigint) "
-								"LEFT JOIN streaming.offsets o ON o.stream_id = $1 AND o.topic = t.topic "
-								"AND o.partition = t.partition WHERE coalesce(o.next_offset, -1) < t.\"offset\")",
-								2, types, values, &isnull);
-	return !isnull && DatumGetBool(reached);
+	return stm_positions_reached(stream_id, (List *) available);
 }
 
 /* ---- create time --------------------------------------------------------- */
@@ -2026,8 +2003,9 @@ kafka_validate(Jsonb *o, Oid role)
 /*
  * Parallel helpers: partition i (in the source's order: topic, partition)
  * is share i % nshares's, as lines "start end partition topic" (also those
- * with nothing to read now: the helper fetches ahead for them).  Held-back
- * partitions are left out: the helper reads nothing of them.
+ * with nothing to read now: the helper fetches ahead for them), after the
+ * batch's chunk size.  Held-back partitions are left out: the helper reads
+ * nothing of them.
  */
 static char *
 kafka_share_bounds(StmSource *src, int share, int nshares)
@@ -2037,6 +2015,7 @@ kafka_share_bounds(StmSource *src, int share, int nshares)
 	ListCell   *lc;
 
 	initStringInfo(&buf);
+	stm_source_share_begin(&buf, kc->chunk_size);
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
@@ -2060,7 +2039,7 @@ kafka_set_share_bounds(StmSource *src, const char *bounds)
 {
 	KafkaSource *kc = (KafkaSource *) src;
 	List	   *mine = NIL;
-	const char *line = bounds;
+	const char *line = stm_source_share_chunk_size(bounds, &kc->chunk_size);
 	ListCell   *lc;
 
 	rd_kafka_poll(kc->meta, 0);

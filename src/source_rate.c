@@ -23,16 +23,17 @@
  * ramp-up, common/int128.h), so a replay gives bit-identical rows; the
  * create function refuses parameters for which that would overflow.
  *
- * Positions: streaming.offsets holds, per partition p (topic: the source's
- * name), the number of values of p the stream has taken: value v is offset
- * v / num_partitions of partition v % num_partitions, as a Kafka record is
- * an offset of its partition.  A batch takes the values [from, to) in
- * order, so the stored offsets always sum to the next value, and the
- * source_lag view counts rows: high_watermark is the number of the
- * partition's values that were due when the last batch was planned.  The
- * start time is streaming.stream_defs.source_started_at, written with the
- * first batch's positions in its transaction; it never moves afterwards,
- * and reset forgets it with the positions.
+ * Positions: streaming.positions holds, per partition p (positions.c: the
+ * part is the source's name and p), the number of values of p the stream
+ * has taken: value v is offset v / num_partitions of partition
+ * v % num_partitions, as a Kafka record is an offset of its partition.  A
+ * batch takes the values [from, to) in order, so the stored offsets always
+ * sum to the next value, and the source_lag view counts rows: the end
+ * position (high_watermark) is the number of the partition's values that
+ * were due when the last batch was planned.  The start time is
+ * streaming.stream_defs.source_started_at, written with the first batch's
+ * positions in its transaction; it never moves afterwards, and reset
+ * forgets it with the positions.
  */
 #include "postgres.h"
 
@@ -50,13 +51,13 @@
 #include "api.h"
 #include "catalog.h"
 #include "options.h"
+#include "positions.h"
 #include "source.h"
 #include "source_rate.h"
 #include "interrupts.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_rate_source);
 
-#define RATE_CHUNK 1000				/* values handed to the batch at once */
 #define RATE_MAX_BATCH 100000		/* values one batch takes at most */
 #define RATE_MAX_ROWS_PER_SECOND INT64CONST(1000000000)
 #define RATE_MAX_PARTITIONS 1000
@@ -71,7 +72,6 @@ typedef struct RateSource
 	int64		ramp_us;		/* T, in microseconds */
 	int64		ramp_k;			/* 2 10^6 T */
 	int64		ramp_last;		/* floor(n(T)): the last value due by the ramp-up's end */
-	Datum		topic;			/* the source's name, as a text Datum */
 	/* the batch being planned */
 	TimestampTz start;			/* the stream's start time */
 	bool		start_is_new;	/* this plan fixed it: saved with the positions */
@@ -79,8 +79,7 @@ typedef struct RateSource
 	int64		to;
 	int64		due;			/* values due when the batch started */
 	int64		limit;			/* available_now: never past this; -1: none */
-	int64		values[RATE_CHUNK];	/* the chunk's values, the records' opaque */
-	StmRecord	records[RATE_CHUNK];
+	int			chunk_size;		/* the batch's (StmPlanContext.chunk_size) */
 } RateSource;
 
 /* ---- the schedule -------------------------------------------------------- */
@@ -287,7 +286,6 @@ rate_open(StmSource *base, bool for_batches)
 	(void) interval_us(ramp_up_interval(o), &rs->ramp_us);
 	rs->ramp_k = TWO_MILLION * rs->ramp_us;
 	rs->ramp_last = rs->rows_per_second * rs->ramp_us / TWO_MILLION;
-	rs->topic = CStringGetTextDatum(base->name);
 	rs->limit = -1;
 	return &rs->base;
 }
@@ -300,54 +298,41 @@ rate_open(StmSource *base, bool for_batches)
 static bool
 read_positions(RateSource *rs, int32 stream_id, TimestampTz *start, int64 *offsets, bool *any)
 {
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		values[2] = {Int32GetDatum(stream_id), rs->topic};
-	bool		found = false;
-	StmCatalogScope scope = stm_catalog_begin();
+	Oid			type = INT4OID;
+	Datum		value = Int32GetDatum(stream_id);
+	bool		isnull;
+	Datum		started;
+	List	   *stored;
+	ListCell   *lc;
 
 	*any = false;
 	if (offsets)
 		memset(offsets, 0, sizeof(int64) * rs->num_partitions);
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT source_started_at FROM streaming.stream_defs WHERE id = $1",
-							  1, types, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.stream_defs");
-	if (SPI_processed > 0)
+	started = stm_catalog_value("SELECT source_started_at FROM streaming.stream_defs WHERE id = $1",
+								1, &type, &value, &isnull);
+	if (!isnull)
+		*start = DatumGetTimestampTz(started);
+	stored = stm_positions_read(stream_id);
+	foreach(lc, stored)
 	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		StmPosition *pos = lfirst(lc);
+		int32		p = pos->part_no;
 
-		if (!isnull)
-		{
-			*start = DatumGetTimestampTz(d);
-			found = true;
-		}
-	}
-	if (SPI_execute_with_args("SELECT partition, next_offset FROM streaming.offsets "
-							  "WHERE stream_id = $1 AND topic = $2",
-							  2, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.offsets");
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		bool		isnull;
-		int32		p = DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
-		int64		next = DatumGetInt64(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull));
-
-		if (p < 0 || p >= rs->num_partitions || next < 0)
+		if (strcmp(pos->part, rs->base.name) != 0)
+			continue;
+		if (p < 0 || p >= rs->num_partitions || pos->position < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
 					 errmsg("stored position of rate source \"%s\" partition %d is invalid",
 							rs->base.name, p),
 					 errdetail("The source has %d partitions; the stored offset is " INT64_FORMAT ".",
-							   rs->num_partitions, next)));
+							   rs->num_partitions, pos->position)));
 		if (offsets)
-			offsets[p] = next;
+			offsets[p] = pos->position;
 		*any = true;
 	}
-	SPI_finish();
-	stm_catalog_end(scope);
-	return found;
+	list_free_deep(stored);
+	return !isnull;
 }
 
 /*
@@ -401,6 +386,7 @@ rate_plan(StmSource *src, StmPlanContext *ctx)
 		end = Min(end, rs->limit);
 	}
 	rs->from = next;
+	rs->chunk_size = ctx->chunk_size;
 	rs->to = Max(next, Min(end, next + RATE_MAX_BATCH));
 	if (ctx->max_records >= 0)
 		rs->to = Min(rs->to, next + ctx->max_records);
@@ -425,27 +411,33 @@ rate_positions_json(StmSource *src, bool end)
 	return buf.data;
 }
 
-/* The values [from, to), in chunks; a record's opaque points at its value. */
+/*
+ * The values [from, to), in chunks of the batch's size; a record's opaque
+ * points at its value.
+ */
 static void
 rate_fetch(StmSource *src, StmChunkFn fn, void *arg)
 {
 	RateSource *rs = (RateSource *) src;
+	int64	   *values = palloc(sizeof(int64) * rs->chunk_size);
+	StmRecord  *records = palloc0(sizeof(StmRecord) * rs->chunk_size);
 
+	Assert(rs->chunk_size > 0);
 	for (int64 v = rs->from; v < rs->to;)
 	{
-		int			n = (int) Min(RATE_CHUNK, rs->to - v);
+		int			n = (int) Min(rs->chunk_size, rs->to - v);
 
 		stm_check_for_interrupts();
 		for (int i = 0; i < n; i++)
 		{
-			rs->values[i] = v + i;
-			rs->records[i].data = NULL;
-			rs->records[i].len = 0;
-			rs->records[i].opaque = &rs->values[i];
+			values[i] = v + i;
+			records[i].opaque = &values[i];
 		}
-		fn(arg, rs->records, n);
+		fn(arg, records, n);
 		v += n;
 	}
+	pfree(values);
+	pfree(records);
 }
 
 /* "timestamp", value, partition of the record's value */
@@ -477,41 +469,29 @@ static void
 rate_save_positions(StmSource *src, int32 stream_id, int64 batch_id)
 {
 	RateSource *rs = (RateSource *) src;
-	Oid			types[5] = {INT4OID, TEXTOID, INT4OID, INT8OID, INT8OID};
-	Datum		values[5];
-	SPIPlanPtr	plan;
-	StmCatalogScope scope = stm_catalog_begin();
+	List	   *positions = NIL;
 
-	SPI_connect();
 	if (rs->start_is_new)
 	{
-		Oid			start_types[2] = {INT4OID, TIMESTAMPTZOID};
-		Datum		start_values[2] = {Int32GetDatum(stream_id), TimestampTzGetDatum(rs->start)};
+		Oid			types[2] = {INT4OID, TIMESTAMPTZOID};
+		Datum		values[2] = {Int32GetDatum(stream_id), TimestampTzGetDatum(rs->start)};
+		StmCatalogScope scope = stm_catalog_begin();
 
+		SPI_connect();
 		if (SPI_execute_with_args("UPDATE streaming.stream_defs SET source_started_at = $2 "
 								  "WHERE id = $1 AND source_started_at IS NULL",
-								  2, start_types, start_values, NULL, false, 0) != SPI_OK_UPDATE ||
+								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
 			SPI_processed != 1)
 			elog(ERROR, "could not write the start time of stream %d", stream_id);
+		SPI_finish();
+		stm_catalog_end(scope);
 	}
-	plan = SPI_prepare("INSERT INTO streaming.offsets AS o (stream_id, topic, partition, next_offset, high_watermark) "
-					   "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (stream_id, topic, partition) "
-					   "DO UPDATE SET next_offset = EXCLUDED.next_offset, high_watermark = EXCLUDED.high_watermark",
-					   5, types);
-	if (plan == NULL)
-		elog(ERROR, "could not prepare offsets upsert");
-	values[0] = Int32GetDatum(stream_id);
-	values[1] = rs->topic;
 	for (int32 p = 0; p < rs->num_partitions; p++)
-	{
-		values[2] = Int32GetDatum(p);
-		values[3] = Int64GetDatum(partition_offset(rs, p, rs->to));
-		values[4] = Int64GetDatum(partition_offset(rs, p, rs->due));
-		if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not write streaming.offsets");
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
+		positions = lappend(positions,
+							stm_position_make(rs->base.name, p, partition_offset(rs, p, rs->to),
+											  partition_offset(rs, p, rs->due)));
+	stm_positions_write(stream_id, positions);
+	list_free_deep(positions);
 	rs->start_is_new = false;
 }
 

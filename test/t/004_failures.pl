@@ -72,8 +72,8 @@ is($row->{last_batch_id}, $batch_before, 'no batch was committed');
 is(sink_stats($node, 'orders_chk'), $good_stats,
 	'nothing of the failed batch is in the sink');
 is( $node->safe_psql('postgres',
-		"SELECT sum(o.next_offset) FROM streaming.offsets o JOIN streaming.stream_defs s "
-		  . "ON s.id = o.stream_id WHERE s.name = 'orders_chk'"),
+		"SELECT sum(p.position) FROM streaming.positions p JOIN streaming.stream_defs s "
+		  . "ON s.id = p.stream_id WHERE s.name = 'orders_chk'"),
 	'1000',
 	'the positions did not move past the failed batch');
 is( $node->safe_psql('postgres',

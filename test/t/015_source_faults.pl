@@ -66,7 +66,7 @@ wait_for($node,
 	  . "FROM streaming.streams WHERE name = 'late_out'",
 	't', 'a missing topic: the stream waits and source_error names the topic', 'late_out');
 is($node->safe_psql('postgres',
-		"SELECT count(*) FROM streaming.offsets o JOIN streaming.stream_defs s ON s.id = o.stream_id "
+		"SELECT count(*) FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id "
 		  . "WHERE s.name = 'late_out'"),
 	'0', 'a missing topic: no position is fixed');
 
@@ -130,9 +130,9 @@ for my $i (0 .. $#healthy)
 my $expected_offsets = join ',',
   map { "$_:" . $kafka->{produced}{$topic}{$_} } @healthy;
 wait_for($node,
-	"SELECT string_agg(o.partition || ':' || o.next_offset, ',' ORDER BY o.partition) "
-	  . "FROM streaming.offsets o JOIN streaming.stream_defs s ON s.id = o.stream_id "
-	  . "WHERE s.name = 'orders_out' AND o.partition IN (0, 1, 4, 5)",
+	"SELECT string_agg(p.part_no || ':' || p.position, ',' ORDER BY p.part_no) "
+	  . "FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id "
+	  . "WHERE s.name = 'orders_out' AND p.part_no IN (0, 1, 4, 5)",
 	$expected_offsets, 'one broker down: the partitions of the other leaders are read to their end',
 	'orders_out');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM orders_out'), $orders->count,
@@ -144,9 +144,9 @@ wait_for($node,
 is(stream_row($node, 'orders_out')->{status}, 'running',
 	'one broker down: the stream is running (in part)');
 my $held = $node->safe_psql('postgres',
-	"SELECT string_agg(o.partition || ':' || o.next_offset, ',' ORDER BY o.partition) "
-	  . "FROM streaming.offsets o JOIN streaming.stream_defs s ON s.id = o.stream_id "
-	  . "WHERE s.name = 'orders_out' AND o.partition IN (2, 3)");
+	"SELECT string_agg(p.part_no || ':' || p.position, ',' ORDER BY p.part_no) "
+	  . "FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id "
+	  . "WHERE s.name = 'orders_out' AND p.part_no IN (2, 3)");
 is($held, "2:$kafka->{produced}{$topic}{2},3:$kafka->{produced}{$topic}{3}",
 	'one broker down: the held partitions stay where they were');
 

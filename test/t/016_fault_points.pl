@@ -140,7 +140,7 @@ $node->start;
 $node->wait_for_log(qr/streaming fault point reached: before_commit/, $log_start);
 is( $node->safe_psql('postgres',
 		"SELECT (SELECT count(*) FROM streaming.progress WHERE stream = 'sleepy') || '/' || "
-		  . "(SELECT count(*) FROM streaming.offsets o JOIN streaming.stream_defs s ON s.id = o.stream_id "
+		  . "(SELECT count(*) FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id "
 		  . "WHERE s.name = 'sleepy') || '/' || (SELECT count(*) FROM sleepy)"),
 	'0/0/0',
 	'before_commit:sleep and an immediate stop: after the restart no batch, no offset and no row of it');

@@ -177,6 +177,10 @@ my $dl = $node->safe_psql('postgres',
 	  . "WHERE d.stream = 'rows_kafka'");
 is($dl, "out_sink|t|t|54000|$big", 'the dead letter names the sink and the outbox position, and holds the message');
 note 'dead letter: ' . $node->safe_psql('postgres', "SELECT error FROM streaming.dead_letters WHERE stream = 'rows_kafka'");
+is( $node->safe_psql('postgres',
+		"SELECT raw_length = octet_length(raw) AND raw_length > 0 AND raw_sha256 = sha256(raw) "
+		  . "FROM streaming.dead_letters WHERE stream = 'rows_kafka'"),
+	't', 'the dead letter has the length and SHA-256 of the whole message');
 $kafka->produce_orders($topic, $orders, 200);
 caught_up('after the message too large');
 is($node->safe_psql('postgres', "SELECT sum(num_rejected_rows) FROM streaming.progress WHERE stream = 'rows_kafka'"),

@@ -296,15 +296,15 @@ sub check_offsets
 	  map { "$_|$wm->{$_}[1]" }
 	  grep { $wm->{$_}[1] > 0 } sort { $a <=> $b } keys %$wm;
 	my $got = $node->safe_psql('postgres',
-		"SELECT o.partition, o.next_offset FROM streaming.offsets o "
-		  . "JOIN streaming.stream_defs s ON s.id = o.stream_id "
+		"SELECT p.part_no, p.position FROM streaming.positions p "
+		  . "JOIN streaming.stream_defs s ON s.id = p.stream_id "
 		  . "WHERE s.name = "
 		  . quote_literal($stream)
-		  . " AND o.topic = "
+		  . " AND p.part = "
 		  . quote_literal($topic)
-		  . " AND (o.next_offset > 0) ORDER BY 1");
+		  . " AND (p.position > 0) ORDER BY 1");
 	return is($got, $expected,
-		"$what: streaming.offsets holds the high watermark of every partition");
+		"$what: streaming.positions holds the high watermark of every partition");
 }
 
 # check_progress(NODE, STREAM, COUNT, WHAT): the committed batches in
