@@ -537,7 +537,7 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 		fs->allowed = name_set(fs->cxt, "streaming available_now files");
 
 	/* the pending files as the last plan stored them, and their sizes then */
-	stored = stm_positions_read(ctx->stream_id);
+	stored = stm_positions_read(ctx->stream_id, fs->base.name);
 	pending_sizes = pending_set(stored);
 	values[0] = Int32GetDatum(ctx->stream_id);
 	entry_arrays(list_directory(fs), values + 1);
@@ -650,7 +650,7 @@ write_positions(FileSource *fs, int32 stream_id, int64 batch_id)
 
 		pending = lappend(pending, stm_position_make(f->name, 0, 0, f->size));
 	}
-	stm_positions_replace(stream_id, pending);
+	stm_positions_replace(stream_id, fs->base.name, pending);
 	list_free_deep(pending);
 }
 

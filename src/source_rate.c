@@ -312,7 +312,7 @@ read_positions(RateSource *rs, int32 stream_id, TimestampTz *start, int64 *offse
 								1, &type, &value, &isnull);
 	if (!isnull)
 		*start = DatumGetTimestampTz(started);
-	stored = stm_positions_read(stream_id);
+	stored = stm_positions_read(stream_id, rs->base.name);
 	foreach(lc, stored)
 	{
 		StmPosition *pos = lfirst(lc);
@@ -490,7 +490,7 @@ rate_save_positions(StmSource *src, int32 stream_id, int64 batch_id)
 		positions = lappend(positions,
 							stm_position_make(rs->base.name, p, partition_offset(rs, p, rs->to),
 											  partition_offset(rs, p, rs->due)));
-	stm_positions_write(stream_id, positions);
+	stm_positions_write(stream_id, rs->base.name, positions);
 	list_free_deep(positions);
 	rs->start_is_new = false;
 }

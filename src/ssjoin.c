@@ -40,6 +40,7 @@
 #include "access/relation.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/analyze.h"
@@ -48,6 +49,7 @@
 #include "rewrite/rewriteManip.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -329,6 +331,38 @@ batch_env(StmJoinRun *run)
 	return env;
 }
 
+/* The JoinExpr of range-table index rtindex in a join tree. */
+static JoinExpr *
+find_join(Node *node, int rtindex)
+{
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, JoinExpr))
+	{
+		JoinExpr   *j = (JoinExpr *) node;
+		JoinExpr   *found;
+
+		if (j->rtindex == rtindex)
+			return j;
+		if ((found = find_join(j->larg, rtindex)) != NULL)
+			return found;
+		return find_join(j->rarg, rtindex);
+	}
+	if (IsA(node, FromExpr))
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((FromExpr *) node)->fromlist)
+		{
+			JoinExpr   *found = find_join(lfirst(lc), rtindex);
+
+			if (found)
+				return found;
+		}
+	}
+	return NULL;
+}
+
 /* The EXISTS conjunct of a semi or anti join's WHERE, replaced by TRUE. */
 static Node *
 exists_true(Node *node, SubLink *sublink)
@@ -372,19 +406,9 @@ pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, Quer
 		stm_join_strip_aggregation(q);
 	if (j->type != STM_JOIN_INNER)
 	{
-		JoinExpr   *join = NULL;
-		ListCell   *lc;
+		/* the same JoinExpr in the copy, by its range-table index */
+		JoinExpr   *join = find_join((Node *) q->jointree, j->join->rtindex);
 
-		/* the same JoinExpr in the copy: found by its position */
-		foreach(lc, q->rtable)
-		{
-			RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
-
-			if (rte->rtekind == RTE_JOIN && equal(rte->joinaliasvars, j->join ? NIL : NIL))
-				(void) rte;
-		}
-		join = (JoinExpr *) list_nth(q->jointree->fromlist, 0);
-		join = stm_ssjoin_find_join(q, j);
 		join->jointype = JOIN_INNER;
 		rt_fetch(join->rtindex, q->rtable)->jointype = JOIN_INNER;
 		/* a pair that fails the WHERE still matched, as in SQL: the WHERE is per pair */
@@ -466,4 +490,480 @@ rows_query(StmJoinRun *run, int s, QueryEnvironment *env)
 	side_as_relation(run, q, j->sides[s].rtindex, s, SIDE_ROWS, env);
 	side_as_relation(run, q, j->sides[1 - s].rtindex, 1 - s, SIDE_NONE, env);
 	return q;
+}
+
+/* ---- a batch --------------------------------------------------------------- */
+
+/*
+ * A batch's join: the sides' new rows are gathered (stm_ssjoin_add), then
+ * stm_ssjoin_run does the rest.  watermark: W, the previous batch's (none
+ * before the stream has one); plans: the runtime's STM_SSJOIN_NPLANS kept
+ * plans.  An aggregate query's joined row is made here (it changes
+ * qi->agg to read it), with qi->source_rtindex the side of its window.
+ */
+StmJoinRun *
+stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char *query_text,
+				 int64 batch_id, bool has_watermark, TimestampTz watermark,
+				 StmJoinPlan **plans, MemoryContext plans_cxt, StmLateRows **keep_late)
+{
+	StmJoinRun *run = palloc0(sizeof(StmJoinRun));
+
+	run->j = j;
+	run->qi = qi;
+	run->stream_id = stream_id;
+	run->query_text = query_text;
+	run->first_id = batch_id << 32;
+	run->has_watermark = has_watermark;
+	run->watermark = watermark;
+	run->plans = plans;
+	run->plans_cxt = plans_cxt;
+	run->cxt = CurrentMemoryContext;
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+
+		sr->side = &j->sides[s];
+		sr->table = psprintf("streaming.%s", quote_identifier(stm_ssjoin_table(stream_id, s)));
+		sr->view_desc = view_desc_of(sr->side->view);
+		sr->desc = side_desc(sr->view_desc);
+		sr->new_rows = tuplestore_begin_heap(false, false, work_mem);
+		sr->rows = tuplestore_begin_heap(false, false, work_mem);
+		sr->keep_late = keep_late ? keep_late[s] : NULL;
+	}
+	if (qi->agg)
+	{
+		Query	   *q = copyObject(qi->query);
+		int			s = qi->source_rtindex == j->sides[STM_JOIN_RIGHT_SIDE].rtindex &&
+			!j->sublink ? STM_JOIN_RIGHT_SIDE : STM_JOIN_LEFT_SIDE;
+
+		run->out_tlist = stm_join_row_targetlist(q, qi, run->sides[s].view_desc);
+	}
+	else
+		run->out_tlist = stm_query_output_targetlist(qi);
+	run->nout = list_length(run->out_tlist);
+	return run;
+}
+
+/* the per-row flags of a side's new rows, grown as rows come */
+static void
+grow_flags(SideRun *sr)
+{
+	int64		size = sr->nnew == 0 ? 1024 : sr->nnew * 2;
+
+	if (sr->nnew == 0)
+	{
+		sr->new_matched = palloc0(size);
+		sr->new_expired = palloc0(size);
+	}
+	else
+	{
+		sr->new_matched = repalloc(sr->new_matched, size);
+		sr->new_expired = repalloc(sr->new_expired, size);
+		memset(sr->new_matched + sr->nnew, 0, size - sr->nnew);
+		memset(sr->new_expired + sr->nnew, 0, size - sr->nnew);
+	}
+}
+
+/*
+ * A new row of a side (the view's columns): its event time moves the side's
+ * watermark; a late row (event time <= W) is dropped and counted, or kept
+ * with late_rows => 'keep'; the others join, with their id and expiry.
+ */
+void
+stm_ssjoin_add(StmJoinRun *run, int s, TupleTableSlot *slot)
+{
+	SideRun    *sr = &run->sides[s];
+	StmJoinSide *side = sr->side;
+	int			natts = sr->view_desc->natts;
+	Datum	   *values = palloc(sizeof(Datum) * (natts + NHIDDEN));
+	bool	   *nulls = palloc0(sizeof(bool) * (natts + NHIDDEN));
+	TimestampTz t = 0;
+	bool		has_time = false;
+
+	slot_getallattrs(slot);
+	memcpy(values, slot->tts_values, sizeof(Datum) * natts);
+	memcpy(nulls, slot->tts_isnull, sizeof(bool) * natts);
+	if (side->time_att > 0 && !nulls[side->time_att - 1])
+	{
+		t = DatumGetTimestampTz(values[side->time_att - 1]);
+		has_time = true;
+		if (!sr->has_max_event_time || t > sr->max_event_time)
+			sr->max_event_time = t;
+		sr->has_max_event_time = true;
+		if (run->has_watermark && t <= run->watermark)
+		{
+			sr->num_late++;
+			if (sr->keep_late)
+				stm_late_row_keep(sr->keep_late, values, nulls, side->time_att - 1);
+			return;
+		}
+	}
+	if (sr->nnew == 0 || (sr->nnew & (sr->nnew - 1)) == 0)
+	{
+		if (sr->nnew >= 1024 || sr->nnew == 0)
+			grow_flags(sr);
+	}
+	values[natts + HIDDEN_ROW_ID] = Int64GetDatum(run->first_id + sr->nnew);
+	values[natts + HIDDEN_EVENT_TIME] = TimestampTzGetDatum(t);
+	nulls[natts + HIDDEN_EVENT_TIME] = !has_time;
+	nulls[natts + HIDDEN_EXPIRES_AT] = true;
+	if (has_time && stm_ssjoin_side_bounded(run->j, s))
+	{
+		TimestampTz expiry = stm_ssjoin_expiry(&side->bound, t);
+
+		values[natts + HIDDEN_EXPIRES_AT] = TimestampTzGetDatum(expiry);
+		nulls[natts + HIDDEN_EXPIRES_AT] = false;
+		/* not late, but past its own bound: joined now, never stored */
+		sr->new_expired[sr->nnew] = run->has_watermark && expiry <= run->watermark;
+	}
+	values[natts + HIDDEN_MATCHED] = BoolGetDatum(false);
+	tuplestore_putvalues(sr->new_rows, sr->desc, values, nulls);
+	sr->nnew++;
+	pfree(values);
+	pfree(nulls);
+}
+
+/* An id of a side that matched: a new row's flag, or a stored row to mark. */
+static void
+note_match(StmJoinRun *run, int s, int64 id, bool was_matched)
+{
+	SideRun    *sr = &run->sides[s];
+
+	if (id >= run->first_id && id < run->first_id + sr->nnew)
+		sr->new_matched[id - run->first_id] = true;
+	else if (!was_matched)
+	{
+		MemoryContext old = MemoryContextSwitchTo(run->cxt);
+
+		sr->matched_state = lappend(sr->matched_state, palloc(sizeof(int64)));
+		*(int64 *) llast(sr->matched_state) = id;
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/* A pair of an inner or outer join: the flags, and the row when the WHERE holds. */
+static void
+pair_row(void *arg, TupleTableSlot *slot)
+{
+	StmJoinRun *run = arg;
+	int			n = run->nout;
+	Datum	   *v = slot->tts_values;
+	bool	   *isnull = slot->tts_isnull;
+
+	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(v[n + 1]), DatumGetBool(v[n + 2]));
+	note_match(run, STM_JOIN_RIGHT_SIDE, DatumGetInt64(v[n + 3]), DatumGetBool(v[n + 4]));
+	if (!isnull[n] && DatumGetBool(v[n]))
+	{
+		run->num_output++;
+		run->fn(run->arg, slot);
+	}
+}
+
+/* A pair of a semi or anti join: the left row matched. */
+static void
+exists_pair_row(void *arg, TupleTableSlot *slot)
+{
+	StmJoinRun *run = arg;
+
+	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(slot->tts_values[0]),
+			   DatumGetBool(slot->tts_values[1]));
+}
+
+/* A row of a rows query (NULL rows, semi and anti rows): the batch's. */
+static void
+own_row(void *arg, TupleTableSlot *slot)
+{
+	StmJoinRun *run = arg;
+
+	run->num_output++;
+	run->fn(run->arg, slot);
+}
+
+/* A tuple of the side's shape (a SPI result row) into its rows to give their own rows. */
+static void
+add_to_rows(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	SideRun    *sr = arg;
+
+	tuplestore_puttuple(sr->rows, tuple);
+	sr->nrows++;
+}
+
+typedef struct EvictArg
+{
+	SideRun    *sr;
+	bool		keep_unmatched; /* unmatched rows give their own rows */
+} EvictArg;
+
+static void
+evicted_row(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	EvictArg   *e = arg;
+	bool		isnull;
+	bool		matched = DatumGetBool(heap_getattr(tuple, desc->natts, desc, &isnull));
+
+	e->sr->num_removed++;
+	if (e->keep_unmatched && !matched)
+		add_to_rows(e->sr, tuple, desc);
+}
+
+/* Do the unmatched rows of side s give their own rows (NULL rows, anti rows)? */
+static bool
+gives_unmatched(StmStreamJoin *j, int s)
+{
+	if (s == STM_JOIN_LEFT_SIDE)
+		return j->type == STM_JOIN_LEFT || j->type == STM_JOIN_FULL || j->type == STM_JOIN_ANTI;
+	return j->type == STM_JOIN_RIGHT || j->type == STM_JOIN_FULL;
+}
+
+/* Step 2: stored rows past the watermark go; an outer (anti) side's unmatched give their rows. */
+static void
+evict(StmJoinRun *run, int s)
+{
+	SideRun    *sr = &run->sides[s];
+	EvictArg	e = {sr, gives_unmatched(run->j, s)};
+	StmSql		q;
+
+	if (!run->has_watermark || !stm_ssjoin_side_bounded(run->j, s))
+		return;
+	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_expires_at <= :w RETURNING *) %s",
+							  sr->table, state_select(sr, "d")));
+	stm_sql_timestamptz(&q, "w", run->watermark, false);
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, evicted_row, &e);
+}
+
+/* Run one of the batch's queries, its plan kept in slot plan. */
+static void
+run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRowFn fn)
+{
+	stm_join_exec(&run->plans[plan], run->plans_cxt, q, run->query_text, env, fn, run);
+}
+
+/* Step 3: the pairs, each once: new-left x (state + new right), state-left x new-right. */
+static void
+find_pairs(StmJoinRun *run, QueryEnvironment *env)
+{
+	bool		exists = run->j->sublink != NULL;
+	StmJoinRowFn fn = exists ? exists_pair_row : pair_row;
+
+	if (run->sides[STM_JOIN_LEFT_SIDE].nnew > 0)
+		run_query(run, PLAN_PAIRS_NEW_LEFT,
+				  exists ? exists_pairs_query(run, SIDE_NEW, SIDE_ALL, env) :
+				  pairs_query(run, SIDE_NEW, SIDE_ALL, env), env, fn);
+	if (run->sides[STM_JOIN_RIGHT_SIDE].nnew > 0)
+		run_query(run, PLAN_PAIRS_STATE_LEFT,
+				  exists ? exists_pairs_query(run, SIDE_STATE, SIDE_NEW, env) :
+				  pairs_query(run, SIDE_STATE, SIDE_NEW, env), env, fn);
+}
+
+/*
+ * New rows of side s that match pred (of their index): into the side's
+ * rows to give their own rows.
+ */
+static void
+new_rows_into_rows(SideRun *sr, bool want_matched, bool want_expired)
+{
+	TupleTableSlot *slot = MakeSingleTupleTableSlot(sr->desc, &TTSOpsMinimalTuple);
+	int			ptr = tuplestore_alloc_read_pointer(sr->new_rows, 0);
+	int64		k = 0;
+
+	tuplestore_select_read_pointer(sr->new_rows, ptr);
+	tuplestore_rescan(sr->new_rows);
+	while (tuplestore_gettupleslot(sr->new_rows, true, false, slot))
+	{
+		if ((!want_expired || sr->new_expired[k]) && sr->new_matched[k] == want_matched)
+		{
+			tuplestore_puttupleslot(sr->rows, slot);
+			sr->nrows++;
+		}
+		k++;
+	}
+	tuplestore_select_read_pointer(sr->new_rows, 0);
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/* bigint[] of the new rows' ids whose flag is set (matched, or expired) */
+static ArrayType *
+new_ids(StmJoinRun *run, SideRun *sr, bool *flags, bool *or_flags)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * Max(sr->nnew, 1));
+	int			n = 0;
+
+	for (int64 k = 0; k < sr->nnew; k++)
+		if (flags[k] || (or_flags && or_flags[k]))
+			ids[n++] = Int64GetDatum(run->first_id + k);
+	return construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+static ArrayType *
+id_list_array(List *ids)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(list_length(ids), 1));
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, ids)
+		d[n++] = Int64GetDatum(*(int64 *) lfirst(lc));
+	return construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+/*
+ * Step 4, a semi or anti join's left side: a semi join gives its rows that
+ * matched for the first time (new ones, and stored ones, which go: done),
+ * an anti join those that can match no more (evicted, or new and past
+ * their bound) unmatched; the stored ones that matched go too (never).
+ */
+static void
+exists_rows(StmJoinRun *run)
+{
+	SideRun    *sr = &run->sides[STM_JOIN_LEFT_SIDE];
+	bool		semi = run->j->type == STM_JOIN_SEMI;
+	StmSql		q;
+
+	if (semi)
+		new_rows_into_rows(sr, true, false);
+	else
+		new_rows_into_rows(sr, false, true);
+	if (sr->matched_state == NIL)
+		return;
+	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_row_id = ANY (:ids) RETURNING *) %s",
+							  sr->table, state_select(sr, "d")));
+	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
+	sr->num_removed += list_length(sr->matched_state);
+}
+
+/*
+ * Step 5: the new rows of a side that can still match go into its state
+ * table, with whether they matched; not a semi or anti join's left rows
+ * that matched (their row was given, or never will be).
+ */
+static void
+store_new_rows(StmJoinRun *run, int s)
+{
+	SideRun    *sr = &run->sides[s];
+	bool		exists_left = run->j->sublink != NULL && s == STM_JOIN_LEFT_SIDE;
+	StringInfoData cols;
+	StmSql		q;
+	uint64		n;
+
+	if (sr->nnew == 0)
+		return;
+	initStringInfo(&cols);
+	for (int a = 0; a < sr->view_desc->natts; a++)
+		if (bms_is_member(a + 1, sr->side->used))
+			appendStringInfo(&cols, "%s, ", quote_identifier(NameStr(TupleDescAttr(sr->view_desc, a)->attname)));
+	appendStringInfoString(&cols, "_stm_row_id, _stm_event_time, _stm_expires_at");
+	stm_sql_init(&q, psprintf("INSERT INTO %s (%s, _stm_matched) SELECT %s, _stm_row_id = ANY (:matched) "
+							  "FROM %s WHERE NOT _stm_row_id = ANY (:skip)",
+							  sr->table, cols.data, cols.data, quote_identifier(enr_name(s, SIDE_NEW))));
+	stm_sql_param(&q, "matched", INT8ARRAYOID,
+				  PointerGetDatum(new_ids(run, sr, sr->new_matched, NULL)), false);
+	stm_sql_param(&q, "skip", INT8ARRAYOID,
+				  PointerGetDatum(new_ids(run, sr, sr->new_expired, exists_left ? sr->new_matched : NULL)),
+				  false);
+	stm_sql_relation(&q, stm_join_enr(enr_name(s, SIDE_NEW), sr->desc, sr->new_rows, sr->nnew));
+	n = stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
+	sr->num_updated += n;
+}
+
+/* Step 5: stored rows of a side that matched for the first time are marked (outer) or go (anti). */
+static void
+mark_matched(StmJoinRun *run, int s)
+{
+	SideRun    *sr = &run->sides[s];
+	StmSql		q;
+
+	if (sr->matched_state == NIL || !gives_unmatched(run->j, s) || run->j->type == STM_JOIN_ANTI)
+		return;
+	stm_sql_init(&q, psprintf("UPDATE %s SET _stm_matched = true WHERE _stm_row_id = ANY (:ids) "
+							  "AND NOT _stm_matched", sr->table));
+	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
+	sr->num_updated += stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
+}
+
+/*
+ * The batch's join, after every new row was added: evict, pairs, the rows
+ * that give their own rows, state written (see the file's header).  Every
+ * output row (or joined row of an aggregate) goes to fn, whose slot may
+ * hold more columns after the output's.
+ */
+void
+stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
+{
+	StmStreamJoin *j = run->j;
+	QueryEnvironment *env;
+
+	run->fn = fn;
+	run->arg = arg;
+	for (int s = 0; s < 2; s++)
+		evict(run, s);
+	CommandCounterIncrement();
+	env = batch_env(run);
+	find_pairs(run, env);
+	if (j->sublink)
+		exists_rows(run);
+	else
+		for (int s = 0; s < 2; s++)
+			if (gives_unmatched(j, s))
+				new_rows_into_rows(&run->sides[s], false, true);
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+		int64		before = run->num_output;
+
+		if (sr->nrows == 0 || (j->sublink && s == STM_JOIN_RIGHT_SIDE))
+			continue;
+		env = batch_env(run);	/* the rows' count, for the planner */
+		run_query(run, s == STM_JOIN_LEFT_SIDE ? PLAN_ROWS_LEFT : PLAN_ROWS_RIGHT,
+				  rows_query(run, s, env), env, own_row);
+		if (!j->sublink)
+			sr->num_null_rows += run->num_output - before;
+	}
+	for (int s = 0; s < 2; s++)
+	{
+		store_new_rows(run, s);
+		mark_matched(run, s);
+	}
+	CommandCounterIncrement();
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+
+		sr->num_total = stm_statetable_rows(sr->table);
+		tuplestore_end(sr->new_rows);
+		tuplestore_end(sr->rows);
+	}
+}
+
+/*
+ * What the batch reports: per side (by alias) Spark's state metrics and
+ * the NULL rows given (progress.state_operators), the late rows and state
+ * rows summed over the sides, and each side's largest event time.
+ */
+void
+stm_ssjoin_progress(StmJoinRun *run, StringInfo json, int64 *num_late, int64 *num_state,
+					bool *has_max, TimestampTz *max)
+{
+	appendStringInfoChar(json, '{');
+	*num_late = 0;
+	*num_state = 0;
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+
+		if (s > 0)
+			appendStringInfoString(json, ", ");
+		escape_json(json, sr->side->alias);
+		appendStringInfo(json, ": {\"side\": \"%s\", \"numRowsTotal\": " INT64_FORMAT
+						 ", \"numRowsUpdated\": " INT64_FORMAT ", \"numRowsRemoved\": " INT64_FORMAT
+						 ", \"numRowsDroppedByWatermark\": " INT64_FORMAT ", \"numNullRows\": " INT64_FORMAT "}",
+						 side_names[s], sr->num_total, sr->num_updated, sr->num_removed,
+						 sr->num_late, sr->num_null_rows);
+		*num_late += sr->num_late;
+		*num_state += sr->num_total;
+		has_max[s] = sr->has_max_event_time;
+		max[s] = sr->max_event_time;
+	}
+	appendStringInfoChar(json, '}');
 }

@@ -13,6 +13,7 @@
 
 #include "executor/tuptable.h"
 #include "nodes/parsenodes.h"
+#include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
 #include "catalog.h"
@@ -80,6 +81,12 @@ typedef struct StmStreamJoin
 } StmStreamJoin;
 
 struct StmQueryInfo;
+struct StmJoinPlan;
+struct StmLateRows;
+typedef struct StmJoinRun StmJoinRun;
+
+/* the plans a stream-stream join's batch keeps for its runtime */
+#define STM_SSJOIN_NPLANS 4
 
 /* ssjoin_query.c: the query */
 extern bool stm_ssjoin_reads_two(Query *q);
@@ -90,5 +97,18 @@ extern void stm_ssjoin_check(StmStreamJoin *j, const char *stream);
 extern bool stm_ssjoin_side_bounded(StmStreamJoin *j, int side);
 extern TimestampTz stm_ssjoin_expiry(const StmJoinBound *bound, TimestampTz t);
 extern const char *stm_ssjoin_type_name(StmJoinType type);
+
+/* ssjoin.c: state tables and a batch */
+extern char *stm_ssjoin_table(int32 stream_id, int side);
+extern void stm_ssjoin_create_state(int32 stream_id, StmStreamJoin *j, Oid owner);
+extern StmJoinRun *stm_ssjoin_begin(StmStreamJoin *j, struct StmQueryInfo *qi, int32 stream_id,
+									const char *query_text, int64 batch_id, bool has_watermark,
+									TimestampTz watermark, struct StmJoinPlan **plans,
+									MemoryContext plans_cxt, struct StmLateRows **keep_late);
+extern void stm_ssjoin_add(StmJoinRun *run, int side, TupleTableSlot *slot);
+typedef void (*StmSSJoinRowFn) (void *arg, TupleTableSlot *slot);
+extern void stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg);
+extern void stm_ssjoin_progress(StmJoinRun *run, StringInfo json, int64 *num_late,
+								int64 *num_state, bool *has_max, TimestampTz *max);
 
 #endif
