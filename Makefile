@@ -20,8 +20,8 @@ PG_CPPFLAGS += -DSTM_FAULT_INJECTION
 endif
 
 # Tests (see README: "make test" runs them all on a private server).
-REGRESS        = init kafka_source rate_source file_source file_streams api_errors stateless bad_records \
-                 aggregates ext_aggregates sessions joins null_groups batch_memory watermarks idle_timeout security \
+REGRESS        = init kafka_source kafka_probe rate_source file_source file_streams api_errors stateless bad_records \
+                 aggregates ext_aggregates sessions joins null_groups batch_memory watermarks idle_timeout security source_views \
                  kafka_sink timestamp_fast_path parallel upgrade_outbox upgrade_positions
 REGRESS_OPTS   = --temp-instance=tmp_check --temp-config=test/streaming.conf \
                  --load-extension=$(EXTENSION)
@@ -67,9 +67,9 @@ all:
 	@echo "The PostgreSQL 15 development files are missing: run test/prereqs.sh (or make demo, make test), which installs them." >&2; exit 1
 endif
 
-# demo and test first install what is missing, then build in a new make
-# (which sees what was just installed).
-.PHONY: test demo bench
+# demo, test and start first install what is missing, then build in a new
+# make (which sees what was just installed).
+.PHONY: test demo bench start stop
 test:
 	test/prereqs.sh test
 	$(MAKE) all
@@ -79,6 +79,15 @@ demo:
 	test/prereqs.sh demo
 	$(MAKE) all
 	test/demo.sh
+
+# A cluster and a broker that stay up to try streams on (test/start.sh;
+# the README's quick start): start prints how to connect, stop stops them.
+start:
+	@test/prereqs.sh demo
+	@test/start.sh start
+
+stop:
+	@test/start.sh stop
 
 bench: all
 	bench/run.sh

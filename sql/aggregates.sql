@@ -123,8 +123,12 @@ SELECT * FROM ag_one;
 -- watermark a batch runs without data
 --
 \set t ag_wm:run
+-- (terse: the WARNING that the topic does not exist yet names it in its
+-- detail, with KAFKA_RUN_ID's suffix on a real broker)
+\set VERBOSITY terse
 SELECT streaming.create_kafka_source('ag_wm_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => 'earliest', columns => 'k text, ts timestamptz');
+\set VERBOSITY default
 SELECT streaming.create_stream('ag_wm',
     $$SELECT streaming.window_start() AS ws, streaming.window_end() AS we, count(*) AS n, min(ts) AS first_ts
       FROM ag_wm_src GROUP BY streaming.tumble(ts, '10 minutes')$$,
@@ -205,8 +209,10 @@ SELECT to_regclass('ag_bad') AS no_sink_left, (SELECT count(*) FROM streaming.st
 -- 1.00 are one group, float8 0 and -0 another, in a batch and across batches
 --
 \set t ag_eq:run
+\set VERBOSITY terse
 SELECT streaming.create_kafka_source('ag_eq_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => 'earliest', columns => 'v numeric, f float8');
+\set VERBOSITY default
 SELECT streaming.create_stream('ag_eq_v', 'SELECT v, count(*) AS n FROM ag_eq_src GROUP BY v',
     output_mode => 'update', start => false);
 SELECT streaming.create_stream('ag_eq_f', 'SELECT f, count(*) AS n FROM ag_eq_src GROUP BY f',
@@ -245,8 +251,10 @@ DROP AGGREGATE ag_no_combine(numeric);
 -- into a silver table that Spark users write in foreachBatch
 --
 \set t ag_fb:run
+\set VERBOSITY terse
 SELECT streaming.create_kafka_source('ag_fb_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => 'earliest', columns => 'k text, v int');
+\set VERBOSITY default
 CREATE TABLE ag_silver (k text PRIMARY KEY, n bigint, total bigint, last_batch bigint);
 CREATE FUNCTION ag_merge(batch_id bigint, batch regclass) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -289,8 +297,10 @@ DROP FUNCTION ag_merge(bigint, regclass), ag_count(bigint, regclass);
 -- dedup_keys (SPEC 3.3): the first row of each key, before the query
 --
 \set t ag_dd:run
+\set VERBOSITY terse
 SELECT streaming.create_kafka_source('ag_dd_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => 'earliest', columns => 'k text, ts timestamptz');
+\set VERBOSITY default
 -- without a watermark: keys are kept for ever
 SELECT streaming.create_stream('ag_dd', 'SELECT k, ts FROM ag_dd_src', dedup_keys => ARRAY['k'], start => false);
 -- with a watermark and the event time among the keys: late rows dropped, keys expire

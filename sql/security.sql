@@ -62,8 +62,12 @@ END $$;
 SELECT streaming.create_stream('sec_fn', $$SELECT id FROM sec_src$$,
     sink_function => 'sec_merge(bigint, regclass)', start => false);
 -- and a Kafka sink, whose credentials are alice's own
+-- (terse: the WARNING that the topic does not exist yet names it in its
+-- detail, with KAFKA_RUN_ID's suffix on a real broker)
+\set VERBOSITY terse
 SELECT streaming.create_kafka_sink('sec_ksink', :'bs', 'sec_out' || :'run',
     kafka_options => '{"client.id": "sec", "sasl.password": "not-for-mallory"}');
+\set VERBOSITY default
 SELECT streaming.create_stream('sec_kst', $$SELECT id, current_user AS by_role FROM sec_src$$,
     sink => 'sec_ksink', start => false);
 RESET search_path;

@@ -12,8 +12,12 @@
 \getenv run KAFKA_RUN_ID
 \getenv bs KAFKA_BOOTSTRAP
 \set t wmb:run
+-- (terse: the WARNING that the topic does not exist yet names it in its
+-- detail, with KAFKA_RUN_ID's suffix on a real broker)
+\set VERBOSITY terse
 SELECT streaming.create_kafka_source('wmb_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => 'earliest', columns => 'k text, ts timestamptz');
+\set VERBOSITY default
 SELECT streaming.create_stream('wmb_tumble',
     $$SELECT streaming.window_start() AS ws, count(*) AS n FROM wmb_src GROUP BY streaming.tumble(ts, '10 minutes')$$,
     output_mode => 'update', watermark => '0 seconds', start => false);

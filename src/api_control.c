@@ -12,6 +12,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -48,20 +49,25 @@ typedef struct PendingWorker
 	Oid			dboid;
 	int32		stream_id;
 	Oid			owner;
+	char	   *name;			/* for the launcher's messages; NULL: as before */
+	char	   *dbname;
 } PendingWorker;
 
 static List *want_on_commit = NIL;
 static List *want_on_abort = NIL;
 
 static void
-queue_want(List **list, int32 stream_id, Oid owner)
+queue_want(List **list, int32 stream_id, Oid owner, const char *name)
 {
+	char	   *dbname = get_database_name(MyDatabaseId);
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 	PendingWorker *p = palloc(sizeof(PendingWorker));
 
 	p->dboid = MyDatabaseId;
 	p->stream_id = stream_id;
 	p->owner = owner;
+	p->name = name ? pstrdup(name) : NULL;
+	p->dbname = dbname ? pstrdup(dbname) : NULL;
 	*list = lappend(*list, p);
 	MemoryContextSwitchTo(old);
 }
@@ -84,7 +90,7 @@ stm_xact_callback(XactEvent event, void *arg)
 		{
 			PendingWorker *p = lfirst(lc);
 
-			(void) stm_shmem_want_stream(p->dboid, p->stream_id, p->owner);
+			(void) stm_shmem_want_stream(p->dboid, p->stream_id, p->owner, p->name, p->dbname);
 		}
 	}
 	list_free_deep(want_on_commit);
@@ -102,14 +108,17 @@ stm_api_init(void)
 void
 stm_api_want_on_commit(int32 stream_id, Oid owner)
 {
-	queue_want(&want_on_commit, stream_id, owner);
+	/* its name, for the log: the launcher reads no catalog */
+	queue_want(&want_on_commit, stream_id, owner,
+			   stm_catalog_text("SELECT name FROM streaming.stream_defs WHERE id = $1",
+								INT4OID, Int32GetDatum(stream_id)));
 }
 
 /* If this transaction aborts, the stream's worker is wanted again. */
 void
 stm_api_want_again_on_abort(int32 stream_id, Oid owner)
 {
-	queue_want(&want_on_abort, stream_id, owner);
+	queue_want(&want_on_abort, stream_id, owner, NULL);
 }
 
 /* True when the (qualified) relation exists. */
@@ -155,7 +164,7 @@ stm_api_stop_worker(StmStreamDef *def)
 	if (!stm_shmem_available())
 		return;
 	if (def->enabled)
-		queue_want(&want_on_abort, def->id, def->owner);
+		queue_want(&want_on_abort, def->id, def->owner, def->name);
 	stm_shmem_unwant_stream(MyDatabaseId, def->id);
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
 	while (stm_shmem_stream_pid(MyDatabaseId, def->id) != 0)

@@ -49,6 +49,8 @@ stm_api_create_sink(FunctionCallInfo fcinfo, const StmSinkRoutine *routine)
 	stm_catalog_exec("INSERT INTO streaming.sinks (name, kind, options, owner) "
 					 "VALUES ($1, $2, $3, $4::oid::regrole)",
 					 4, types, values, NULL, SPI_OK_INSERT);
+	if (routine->probe)
+		routine->probe(name, options);
 	PG_RETURN_VOID();
 }
 

@@ -101,6 +101,8 @@ stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine)
 	stm_catalog_exec("INSERT INTO streaming.sources (name, kind, view, options, owner) "
 					 "VALUES ($1, $2, $3::oid::regclass, $4, $5::oid::regrole)",
 					 5, types, values, NULL, SPI_OK_INSERT);
+	if (routine->probe)
+		routine->probe(name, options);
 	PG_RETURN_VOID();
 }
 

@@ -469,6 +469,8 @@ stm_api_drop_stream(StmStreamDef *def, bool drop_sink, bool force)
 								   pending, name, pending, def->sink_name),
 					 errdetail("The stream's worker delivers them to the %s sink while the stream runs.",
 							   routine->display_name),
+					 def->enabled ?
+					 errhint("Its worker is delivering them: wait for that with streaming.process_available(), or drop it with force => true to discard them.") :
 					 errhint("Start the stream and let it deliver them, or drop it with force => true to discard them.")));
 	}
 	if (drop_sink && def->sink_name)

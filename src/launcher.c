@@ -17,6 +17,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -205,8 +206,8 @@ streaming_launcher_main(Datum main_arg)
 							 "the worker exited %d time(s) without finishing a batch (see the server log); it restarts in %d ms",
 							 slot->crashes, delay);
 					ereport(LOG,
-							(errmsg("streaming worker for stream %d exited, restarting in %d ms",
-									slot->stream_id, delay)));
+							(errmsg("streaming worker for stream \"%s\" of database \"%s\" exited, restarting in %d ms",
+									slot->name, slot->dbname, delay)));
 				}
 				LWLockRelease(stm_shared->lock);
 			}
@@ -220,7 +221,7 @@ streaming_launcher_main(Datum main_arg)
 				{
 					char		name[BGW_MAXLEN];
 
-					snprintf(name, sizeof(name), "streaming worker for stream %d", slot->stream_id);
+					snprintf(name, sizeof(name), "streaming worker for stream \"%s\"", slot->name);
 					LWLockRelease(stm_shared->lock);
 					if (register_dynamic("streaming_worker_main", name, Int32GetDatum(i), &handles[i]))
 					{
@@ -242,8 +243,11 @@ streaming_launcher_main(Datum main_arg)
 						if (!warned_full)
 							ereport(WARNING,
 									(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-									 errmsg("could not start background worker for stream %d", slot->stream_id),
-									 errhint("Raise max_worker_processes.")));
+									 errmsg("could not start background worker for stream \"%s\" of database \"%s\"",
+											slot->name, slot->dbname),
+									 errdetail("max_worker_processes is %d; every background worker slot is taken.",
+											   max_worker_processes),
+									 errhint("Raise max_worker_processes: each running stream takes one, and each of its parallel helpers another.")));
 						warned_full = true;
 					}
 					LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
@@ -260,18 +264,20 @@ streaming_launcher_main(Datum main_arg)
 	}
 }
 
-/* An enabled stream of the database: its slot is wanted. */
+/* An enabled stream of the database (arg: its name): its slot is wanted. */
 static void
 want_stream(void *arg, HeapTuple tuple, TupleDesc desc)
 {
 	bool		isnull;
 	int32		id = DatumGetInt32(stm_sql_get_datum(tuple, desc, "id", &isnull));
 	Oid			owner = DatumGetObjectId(stm_sql_get_datum(tuple, desc, "owner", &isnull));
+	char	   *name = stm_sql_get_text(tuple, desc, "name");
 
-	if (stm_shmem_want_stream(MyDatabaseId, id, owner) < 0)
+	if (stm_shmem_want_stream(MyDatabaseId, id, owner, name, (const char *) arg) < 0)
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("could not run stream %d: all streaming.max_workers slots are taken", id)));
+				 errmsg("could not run stream \"%s\": all streaming.max_workers slots are taken", name),
+				 errhint("Raise streaming.max_workers (it takes a restart).")));
 }
 
 /* Put the enabled streams of one database into shared memory, then exit. */
@@ -289,8 +295,8 @@ streaming_discovery_main(Datum main_arg)
 		StmSql		q;
 
 		/* any version's catalog has these columns: the workers start and wait for an update */
-		stm_sql_init(&q, "SELECT id, owner::oid AS owner FROM streaming.stream_defs WHERE enabled");
-		(void) stm_sql_run(&q, SPI_OK_SELECT, want_stream, NULL);
+		stm_sql_init(&q, "SELECT id, owner::oid AS owner, name FROM streaming.stream_defs WHERE enabled");
+		(void) stm_sql_run(&q, SPI_OK_SELECT, want_stream, get_database_name(MyDatabaseId));
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();

@@ -38,6 +38,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -52,6 +53,7 @@
 #include "utils/snapmgr.h"
 #include "utils/wait_event.h"
 
+#include "catalog.h"
 #include "interrupts.h"
 #include "parallel.h"
 
@@ -79,6 +81,7 @@ struct StmParallel
 	shm_mq_handle **in;
 	shm_mq_handle **out;
 	int32		stream_id;
+	char	   *name;			/* the stream's, for messages */
 };
 
 struct StmHelperOut
@@ -179,6 +182,12 @@ stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt)
 
 	par->wanted = nhelpers;
 	par->stream_id = stream_id;
+	par->name = stm_catalog_text("SELECT name FROM streaming.stream_defs WHERE id = $1",
+								 INT4OID, Int32GetDatum(stream_id));
+	if (par->name == NULL)
+		par->name = psprintf("with id %d", stream_id);
+	else
+		par->name = psprintf("\"%s\"", par->name);
 	par->handles = palloc0(sizeof(BackgroundWorkerHandle *) * nhelpers);
 	par->in = palloc0(sizeof(shm_mq_handle *) * nhelpers);
 	par->out = palloc0(sizeof(shm_mq_handle *) * nhelpers);
@@ -221,8 +230,8 @@ stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt)
 	MemoryContextSwitchTo(oldcxt);
 	if (par->n < nhelpers && par->n > 0)
 		ereport(WARNING,
-				(errmsg("stream with id %d started %d of its %d parallel helpers",
-						stream_id, par->n, nhelpers),
+				(errmsg("stream %s started %d of its %d parallel helpers",
+						par->name, par->n, nhelpers),
 				 errdetail("No more background worker slots are free."),
 				 errhint("Raise max_worker_processes.")));
 	if (par->n == 0)
@@ -286,7 +295,7 @@ helper_gone(StmParallel *par, int i)
 	par->dirty = true;
 	ereport(ERROR,
 			(errcode(ERRCODE_SYSTEM_ERROR),
-			 errmsg("parallel helper %d of stream with id %d exited during the batch", i, par->stream_id),
+			 errmsg("parallel helper %d of stream %s exited during the batch", i, par->name),
 			 errdetail("The batch is rolled back; it runs again with new helpers.")));
 }
 
@@ -368,7 +377,7 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
 						(errcode(code),
 						 errmsg_internal("%s", message),
 						 *detail ? errdetail_internal("%s", detail) : 0,
-						 errcontext("parallel helper %d of stream with id %d", i, par->stream_id)));
+						 errcontext("parallel helper %d of stream %s", i, par->name)));
 			}
 			break;
 		default:

@@ -99,11 +99,13 @@ find_slot(Oid dboid, int32 stream_id)
 }
 
 /*
- * Ask for a worker for this stream.  Returns the slot index, or -1 when every
- * slot is taken (the caller reports streaming.max_workers).
+ * Ask for a worker for this stream, named name in database dbname (NULL:
+ * as the slot has them).  Returns the slot index, or -1 when every slot is
+ * taken (the caller reports streaming.max_workers).
  */
 int
-stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner)
+stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner, const char *name,
+					  const char *dbname)
 {
 	StmWorkerSlot *slot;
 	int			result = -1;
@@ -124,6 +126,8 @@ stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner)
 				slot->crashes = 0;
 				slot->next_start = 0;
 				slot->problem[0] = '\0';
+				slot->name[0] = '\0';
+				slot->dbname[0] = '\0';
 				slot->generation++;
 				break;
 			}
@@ -133,6 +137,10 @@ stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner)
 	{
 		slot->wanted = true;
 		slot->owner = owner;
+		if (name)
+			strlcpy(slot->name, name, sizeof(slot->name));
+		if (dbname)
+			strlcpy(slot->dbname, dbname, sizeof(slot->dbname));
 		slot->next_start = 0;
 		result = slot - stm_shared->slots;
 	}
@@ -178,27 +186,32 @@ stm_shmem_stream_pid(Oid dboid, int32 stream_id)
 }
 
 /*
- * A stream of another database than dboid that runs as role (its id), or
- * -1: DROP ROLE in one database cannot read another one's catalog, but
- * running streams are here.
+ * Is there a stream of another database than dboid that runs as role?  Its
+ * name and its database's go into name and dbname (NAMEDATALEN each):
+ * DROP ROLE in one database cannot read another one's catalog, but running
+ * streams are here.
  */
-int32
-stm_shmem_stream_of_owner_elsewhere(Oid dboid, Oid role)
+bool
+stm_shmem_stream_of_owner_elsewhere(Oid dboid, Oid role, char *name, char *dbname)
 {
-	int32		result = -1;
+	bool		found = false;
 
 	if (!stm_shared)
-		return -1;
+		return false;
 	LWLockAcquire(stm_shared->lock, LW_SHARED);
-	for (int i = 0; i < stm_shared->nslots && result < 0; i++)
+	for (int i = 0; i < stm_shared->nslots && !found; i++)
 	{
 		StmWorkerSlot *slot = &stm_shared->slots[i];
 
 		if (slot->in_use && slot->wanted && slot->dboid != dboid && slot->owner == role)
-			result = slot->stream_id;
+		{
+			strlcpy(name, slot->name, NAMEDATALEN);
+			strlcpy(dbname, slot->dbname, NAMEDATALEN);
+			found = true;
+		}
 	}
 	LWLockRelease(stm_shared->lock);
-	return result;
+	return found;
 }
 
 /* REASSIGN OWNED: the slots of this database's streams of old_owner follow. */

@@ -24,6 +24,9 @@ typedef struct StmWorkerSlot
 	TimestampTz next_start;		/* launcher waits until then */
 	uint64		generation;		/* bumped whenever the slot is reused */
 	char		problem[160];	/* why no worker runs ('' when none): shown in streams */
+	/* for messages: the launcher reads no catalog (names can be truncated) */
+	char		name[NAMEDATALEN];	/* the stream's */
+	char		dbname[NAMEDATALEN];	/* its database's */
 } StmWorkerSlot;
 
 typedef struct StmShared
@@ -40,10 +43,11 @@ extern StmShared *stm_shared;
 extern void stm_shmem_install_hooks(void);
 extern bool stm_shmem_available(void);
 extern void stm_shmem_wake_launcher(void);
-extern int	stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner);
+extern int	stm_shmem_want_stream(Oid dboid, int32 stream_id, Oid owner, const char *name,
+								  const char *dbname);
 extern void stm_shmem_unwant_stream(Oid dboid, int32 stream_id);
 extern pid_t stm_shmem_stream_pid(Oid dboid, int32 stream_id);
-extern int32 stm_shmem_stream_of_owner_elsewhere(Oid dboid, Oid role);
+extern bool stm_shmem_stream_of_owner_elsewhere(Oid dboid, Oid role, char *name, char *dbname);
 extern void stm_shmem_reassign_owner(Oid dboid, Oid old_owner, Oid new_owner);
 
 #endif

@@ -183,6 +183,13 @@ struct StmSinkRoutine
 	Jsonb	   *(*validate) (Jsonb *options, Oid role);
 
 	/*
+	 * Once the sink is created (optional), with its stored options: WARN
+	 * about what they name that cannot be reached or is missing now, as a
+	 * source's probe.
+	 */
+	void		(*probe) (const char *name, Jsonb *options);
+
+	/*
 	 * Rows of the stream that committed batches wrote and the sink has not
 	 * delivered yet (read in a fresh snapshot), counted up to limit
 	 * (process_available asks every 20 ms whether there are any), and

@@ -58,6 +58,7 @@
 #include "catalog.h"
 #include "guc.h"
 #include "kafka_conf.h"
+#include "kafka_probe.h"
 #include "options.h"
 #include "outbox.h"
 #include "sink.h"
@@ -1020,6 +1021,7 @@ const StmSinkRoutine stm_kafka_sink_routine = {
 	.deliver = stm_outbox_deliver,
 	.close = stm_outbox_close,
 	.validate = kafka_sink_validate,
+	.probe = stm_kafka_probe_sink,
 	.check_output = kafka_sink_check_output,
 	.pending = stm_outbox_pending,
 	.discard = stm_outbox_discard,

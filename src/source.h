@@ -143,6 +143,15 @@ struct StmSourceRoutine
 	 */
 	List	   *(*metadata_columns) (Jsonb *options);
 
+	/* ---- at create time: optional ---- */
+
+	/*
+	 * Once the source is created, with its stored options: try what they
+	 * name (brokers, topics) and WARN about what cannot be reached or is
+	 * missing now; never an error, since that may change.
+	 */
+	void		(*probe) (const char *name, Jsonb *options);
+
 	/* ---- batches: required ---- */
 
 	/*

@@ -72,6 +72,7 @@
 #include "catalog.h"
 #include "guc.h"
 #include "kafka_conf.h"
+#include "kafka_probe.h"
 #include "options.h"
 #include "positions.h"
 #include "source.h"
@@ -2084,6 +2085,7 @@ const StmSourceRoutine stm_kafka_source = {
 	.kind = "kafka",
 	.display_name = "Kafka",
 	.validate = kafka_validate,
+	.probe = stm_kafka_probe_source,
 	.metadata_columns = kafka_metadata_columns,
 	.open = kafka_open,
 	.plan = kafka_plan,

@@ -359,7 +359,8 @@ worker_start(Worker *w, Datum main_arg)
 		if (GetCurrentTimestamp() > lock_deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_IN_USE),
-					 errmsg("stream with id %d is locked by another session", w->stream_id)));
+					 errmsg("stream \"%s\" is locked by another session", slot->name),
+					 errhint("A streaming.run_batch() of another session holds it until its transaction ends.")));
 		sleep_ms(100);
 		CHECK_FOR_INTERRUPTS();
 	}

@@ -204,9 +204,10 @@ stm_copy_checkout()
 	fi
 }
 
-# stm_cluster_start DATADIR SOCKDIR: initdb and start a server that listens
-# only on a Unix socket in SOCKDIR (so the port cannot clash with anything),
-# with the extension preloaded.  Connect as $STM_USER with
+# stm_cluster_start DATADIR SOCKDIR [SETTINGS]: initdb and start a server
+# that listens only on a Unix socket in SOCKDIR (so the port cannot clash
+# with anything), with the extension preloaded and SETTINGS (more
+# postgresql.conf lines) added.  Connect as $STM_USER with
 # psql -h SOCKDIR -p 5432 -U $STM_USER.
 stm_cluster_start()
 {
@@ -224,6 +225,7 @@ stm_cluster_start()
 		port = 5432
 		shared_preload_libraries = 'streaming'
 	EOF
+	[ -n "${3:-}" ] && printf '%s\n' "$3" >>"$1/postgresql.conf"
 	if ! stm_run "$STM_BINDIR/pg_ctl" -D "$1" -l "$1/server.log" -w -t 60 \
 		start >/dev/null; then
 		tail -n 30 "$1/server.log" >&2
@@ -267,19 +269,16 @@ stm_kill_ours()
 {
 	local p exe i alive pids=()
 
-	for p in /proc/[0-9]*; do
-		exe=$(readlink "$p/exe" 2>/dev/null) || continue
-		case $exe in
-			"$STM_TMP"/*) ;;
-			*) continue ;;
-		esac
+	# one find, not a readlink per process: forks are slow on a busy machine
+	while read -r p exe; do
 		pids+=("${p#/proc/}")
-		if [ "$(basename "$exe")" = postgres ]; then
+		if [ "${exe##*/}" = postgres ]; then
 			kill -QUIT "${p#/proc/}" 2>/dev/null
 		else
 			kill -TERM "${p#/proc/}" 2>/dev/null
 		fi
-	done
+	done < <(find /proc -mindepth 2 -maxdepth 2 -name exe -lname "$STM_TMP/*" \
+		-printf '%h %l\n' 2>/dev/null)
 	[ ${#pids[@]} -eq 0 ] && return 0
 	for i in $(seq 100); do
 		alive=

@@ -122,7 +122,7 @@ for my $kind ('TERM', 'KILL')
 }
 ok($with_backlog >= 1, "a helper went while records were waiting ($with_backlog of 2)");
 my $log = slurp_file($node->logfile);
-like($log, qr/parallel helper \d+ of stream with id \d+ exited during the batch/,
+like($log, qr/parallel helper \d+ of stream "[^"]+" exited during the batch/,
 	'the leader failed the batch whose helper went');
 like($log, qr/streaming helper.*terminated by signal 9/,
 	'the postmaster saw the killed helper');
