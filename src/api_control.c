@@ -32,6 +32,7 @@
 #include "dedup.h"
 #include "positions.h"
 #include "shmem.h"
+#include "ssjoin.h"
 #include "sink.h"
 #include "source.h"
 
@@ -133,9 +134,11 @@ to_regclass_name(const char *name)
 void
 stm_api_clear_state_tables(int32 stream_id, bool drop)
 {
-	char	   *tables[2] = {stm_aggstate_table(stream_id), stm_dedup_table(stream_id)};
+	char	   *tables[4] = {stm_aggstate_table(stream_id), stm_dedup_table(stream_id),
+		psprintf("streaming.%s", quote_identifier(stm_ssjoin_table(stream_id, 0))),
+	psprintf("streaming.%s", quote_identifier(stm_ssjoin_table(stream_id, 1)))};
 
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < lengthof(tables); i++)
 		if (to_regclass_name(tables[i]))
 			stm_catalog_exec(psprintf(drop ? "DROP TABLE %s" : "DELETE FROM %s", tables[i]),
 							 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
@@ -247,6 +250,7 @@ streaming_reset(PG_FUNCTION_ARGS)
 	stm_catalog_exec("UPDATE streaming.stream_defs SET last_batch_id = CASE WHEN $2 THEN last_batch_id END, "
 					 "watermark = NULL, failures = 0, "
 					 "positions_initialized = false, source_started_at = NULL, no_data_batch_due = false, "
+					 "side_watermarks = NULL, "
 					 "idle_clock_at = now(), "
 					 "last_error = NULL, source_error = NULL, "
 					 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",

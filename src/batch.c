@@ -539,6 +539,18 @@ advance_watermark(BatchContext *bc)
 {
 	StmStreamDef *def = bc->def;
 
+	if (bc->qi && bc->qi->ssjoin)
+	{
+		StmStreamJoin *j = bc->qi->ssjoin;
+
+		if (!j->sides[0].has_delay && !j->sides[1].has_delay)
+			return;
+		bc->has_watermark = true;
+		bc->watermark = stm_ssjoin_watermark(j, def->side_watermarks, bc->side_has_max,
+											 bc->side_max, GetCurrentTimestamp(),
+											 previous_watermark(def), &bc->side_watermarks);
+		return;
+	}
 	if (!def->has_watermark)
 		return;
 	bc->has_watermark = true;
@@ -615,7 +627,10 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	if (!def->positions_initialized)
 		stm_catalog_mark_positions_initialized(def->id);
 	if (bc->num_input_planned == 0 && !no_data_due)
-		bc->idle_advance = idle_watermark(def, GetCurrentTimestamp());
+		bc->idle_advance = def->watermarks ?
+			(stm_ssjoin_idle_due(def->side_watermarks, def->max_watermark_policy,
+								 previous_watermark(def), GetCurrentTimestamp()) ? 1 : 0) :
+			idle_watermark(def, GetCurrentTimestamp());
 	if (bc->num_input_planned == 0 && !no_data_due && bc->idle_advance == 0)
 	{
 		foreach(lc, bc->inputs)

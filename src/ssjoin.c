@@ -56,6 +56,7 @@
 
 #include "aggstate.h"
 #include "join.h"
+#include "options.h"
 #include "ssjoin.h"
 #include "statetable.h"
 
@@ -92,6 +93,7 @@ typedef struct SideRun
 	TupleDesc	desc;			/* the view's, then the hidden ones */
 	Tuplestorestate *new_rows;
 	int64		nnew;
+	int64		cap;			/* new_matched and new_expired have room for this many */
 	bool	   *new_matched;	/* per new row (index: row id - first id) */
 	bool	   *new_expired;	/* already past its expiry (not stored) */
 	List	   *matched_state;	/* ids of stored rows that matched for the first time */
@@ -548,20 +550,21 @@ stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char
 static void
 grow_flags(SideRun *sr)
 {
-	int64		size = sr->nnew == 0 ? 1024 : sr->nnew * 2;
+	int64		cap = Max(sr->cap * 2, 1024);
 
-	if (sr->nnew == 0)
+	if (sr->cap == 0)
 	{
-		sr->new_matched = palloc0(size);
-		sr->new_expired = palloc0(size);
+		sr->new_matched = palloc0(cap);
+		sr->new_expired = palloc0(cap);
 	}
 	else
 	{
-		sr->new_matched = repalloc(sr->new_matched, size);
-		sr->new_expired = repalloc(sr->new_expired, size);
-		memset(sr->new_matched + sr->nnew, 0, size - sr->nnew);
-		memset(sr->new_expired + sr->nnew, 0, size - sr->nnew);
+		sr->new_matched = repalloc(sr->new_matched, cap);
+		sr->new_expired = repalloc(sr->new_expired, cap);
+		memset(sr->new_matched + sr->cap, 0, cap - sr->cap);
+		memset(sr->new_expired + sr->cap, 0, cap - sr->cap);
 	}
+	sr->cap = cap;
 }
 
 /*
@@ -598,11 +601,8 @@ stm_ssjoin_add(StmJoinRun *run, int s, TupleTableSlot *slot)
 			return;
 		}
 	}
-	if (sr->nnew == 0 || (sr->nnew & (sr->nnew - 1)) == 0)
-	{
-		if (sr->nnew >= 1024 || sr->nnew == 0)
-			grow_flags(sr);
-	}
+	if (sr->nnew == sr->cap)
+		grow_flags(sr);
 	values[natts + HIDDEN_ROW_ID] = Int64GetDatum(run->first_id + sr->nnew);
 	values[natts + HIDDEN_EVENT_TIME] = TimestampTzGetDatum(t);
 	nulls[natts + HIDDEN_EVENT_TIME] = !has_time;
@@ -966,4 +966,176 @@ stm_ssjoin_progress(StmJoinRun *run, StringInfo json, int64 *num_late, int64 *nu
 		max[s] = sr->max_event_time;
 	}
 	appendStringInfoChar(json, '}');
+}
+
+/* ---- the stream's watermark ---------------------------------------------- */
+
+/* A side's entry of side_watermarks, by its alias: what batches learnt of it. */
+typedef struct SideClock
+{
+	bool		has_watermark;
+	TimestampTz watermark;		/* max(event time seen) - delay, idle advances included */
+	bool		has_idle_clock;
+	TimestampTz idle_clock_at;	/* its last records, or its last idle advance */
+	int64		delay_us;
+	int64		idle_timeout_us;
+} SideClock;
+
+static int64
+side_int8(Jsonb *obj, const char *key, bool *found)
+{
+	char	   *v = obj ? stm_option_text(obj, key) : NULL;
+
+	*found = v != NULL;
+	return v ? pg_strtoint64(v) : 0;
+}
+
+static void
+read_side_clock(Jsonb *sides, const char *alias, SideClock *c)
+{
+	Jsonb	   *entry = sides ? stm_option_jsonb(sides, alias) : NULL;
+
+	memset(c, 0, sizeof(*c));
+	c->watermark = side_int8(entry, "watermark_us", &c->has_watermark);
+	c->idle_clock_at = side_int8(entry, "idle_clock_us", &c->has_idle_clock);
+	{
+		bool		found;
+
+		c->delay_us = side_int8(entry, "delay_us", &found);
+		c->idle_timeout_us = side_int8(entry, "idle_timeout_us", &found);
+	}
+}
+
+/* The stream's watermark from its sides': the policy over the watermarked sides. */
+static TimestampTz
+combine(bool max_policy, const bool *watermarked, const SideClock *c)
+{
+	TimestampTz w = 0;
+	bool		any = false;
+
+	for (int s = 0; s < 2; s++)
+	{
+		TimestampTz side_w = c[s].has_watermark ? c[s].watermark : STM_UNIX_EPOCH;
+
+		if (!watermarked[s])
+			continue;
+		w = !any ? side_w : max_policy ? Max(w, side_w) : Min(w, side_w);
+		any = true;
+	}
+	return any ? w : STM_UNIX_EPOCH;
+}
+
+static int64
+interval_us(const Interval *iv)
+{
+	return iv->time + (int64) iv->day * USECS_PER_DAY + (int64) iv->month * 30 * USECS_PER_DAY;
+}
+
+/*
+ * The stream's watermark after a batch (SPEC 3.6): each side's is max(its
+ * event time seen) - its delay, or, when it had no records for its
+ * idle_timeout, as if a record of now() - delay had come (3.1); the
+ * stream's is the minimum of the sides' (a side that has seen nothing yet
+ * counting as 1970), or the maximum by policy, and never moves back.  The
+ * sides' clocks go into *sides_json for the stream's row.
+ */
+TimestampTz
+stm_ssjoin_watermark(StmStreamJoin *j, Jsonb *prev_sides, const bool *has_max,
+					 const TimestampTz *max, TimestampTz now, TimestampTz prev_w,
+					 char **sides_json)
+{
+	SideClock	c[2];
+	bool		watermarked[2];
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int s = 0; s < 2; s++)
+	{
+		StmJoinSide *side = &j->sides[s];
+
+		read_side_clock(prev_sides, side->alias, &c[s]);
+		watermarked[s] = side->has_delay;
+		c[s].delay_us = side->has_delay ? interval_us(&side->delay) : 0;
+		c[s].idle_timeout_us = side->idle_timeout_us;
+		if (!c[s].has_idle_clock || has_max[s])
+		{
+			c[s].idle_clock_at = now;
+			c[s].has_idle_clock = true;
+		}
+		if (side->has_delay && has_max[s])
+		{
+			TimestampTz cand = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+																	   TimestampTzGetDatum(max[s]),
+																	   IntervalPGetDatum(&side->delay)));
+
+			c[s].watermark = c[s].has_watermark ? Max(c[s].watermark, cand) : cand;
+			c[s].has_watermark = true;
+		}
+		else if (side->has_delay && side->idle_timeout_us > 0 &&
+				 now - c[s].idle_clock_at >= side->idle_timeout_us)
+		{
+			TimestampTz idle = now - 2 * c[s].delay_us;
+
+			if (!c[s].has_watermark || idle > c[s].watermark)
+			{
+				c[s].watermark = idle;
+				c[s].has_watermark = true;
+			}
+			c[s].idle_clock_at = now;
+		}
+		if (s > 0)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, side->alias);
+		appendStringInfo(&buf, ": {\"delay_us\": " INT64_FORMAT ", \"idle_timeout_us\": " INT64_FORMAT
+						 ", \"idle_clock_us\": " INT64_FORMAT,
+						 c[s].delay_us, c[s].idle_timeout_us, c[s].idle_clock_at);
+		if (c[s].has_watermark)
+			appendStringInfo(&buf, ", \"watermark_us\": " INT64_FORMAT, c[s].watermark);
+		appendStringInfoChar(&buf, '}');
+	}
+	appendStringInfoChar(&buf, '}');
+	*sides_json = buf.data;
+	return Max(prev_w, combine(j->max_policy, watermarked, c));
+}
+
+/*
+ * A batch with no records is due when a quiet side's idle advance would
+ * move the stream's watermark (read from what the last batch stored).
+ */
+bool
+stm_ssjoin_idle_due(Jsonb *sides, bool max_policy, TimestampTz prev_w, TimestampTz now)
+{
+	SideClock	c[2];
+	bool		watermarked[2] = {false, false};
+	bool		due = false;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			s = 0;
+
+	if (sides == NULL)
+		return false;
+	it = JsonbIteratorInit(&sides->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE && s < 2)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		read_side_clock(sides, pnstrdup(v.val.string.val, v.val.string.len), &c[s]);
+		watermarked[s] = c[s].delay_us > 0 || c[s].has_watermark;
+		if (c[s].idle_timeout_us > 0 && c[s].has_idle_clock &&
+			now - c[s].idle_clock_at >= c[s].idle_timeout_us)
+		{
+			TimestampTz idle = now - 2 * c[s].delay_us;
+
+			if (!c[s].has_watermark || idle > c[s].watermark)
+			{
+				c[s].watermark = idle;
+				c[s].has_watermark = true;
+				due = true;
+			}
+		}
+		s++;
+	}
+	return due && combine(max_policy, watermarked, c) > prev_w;
 }

@@ -110,5 +110,10 @@ typedef void (*StmSSJoinRowFn) (void *arg, TupleTableSlot *slot);
 extern void stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg);
 extern void stm_ssjoin_progress(StmJoinRun *run, StringInfo json, int64 *num_late,
 								int64 *num_state, bool *has_max, TimestampTz *max);
+extern TimestampTz stm_ssjoin_watermark(StmStreamJoin *j, Jsonb *prev_sides, const bool *has_max,
+										const TimestampTz *max, TimestampTz now,
+										TimestampTz prev_w, char **sides_json);
+extern bool stm_ssjoin_idle_due(Jsonb *sides, bool max_policy, TimestampTz prev_w,
+								TimestampTz now);
 
 #endif
