@@ -41,7 +41,9 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "executor/executor.h"
 #include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/analyze.h"
 #include "parser/parser.h"
@@ -102,6 +104,7 @@ typedef struct SideRun
 	TimestampTz max_event_time;
 	bool		has_max_event_time;
 	StmLateRows *keep_late;
+	ExprState  *own_qual;		/* the condition's part over this side alone, or NULL */
 	/* progress (Spark's state operator metrics) */
 	int64		num_late;
 	int64		num_removed;
@@ -123,6 +126,7 @@ struct StmJoinRun
 	List	   *out_tlist;		/* what every query gives the batch: the output
 								 * row, or the joined row of an aggregate */
 	int			nout;
+	ExprContext *econtext;		/* for the sides' own quals */
 	StmJoinPlan **plans;		/* the runtime's kept plans, STM_SSJOIN_NPLANS */
 	MemoryContext plans_cxt;
 	MemoryContext cxt;			/* the batch's */
@@ -131,6 +135,8 @@ struct StmJoinRun
 	void	   *arg;
 	int64		num_output;
 };
+
+static bool gives_unmatched(StmStreamJoin *j, int s);
 
 /* ---- names and shapes ---------------------------------------------------- */
 
@@ -531,7 +537,10 @@ stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char
 		sr->new_rows = tuplestore_begin_heap(false, false, work_mem);
 		sr->rows = tuplestore_begin_heap(false, false, work_mem);
 		sr->keep_late = keep_late ? keep_late[s] : NULL;
+		if (sr->side->own_quals)
+			sr->own_qual = ExecInitQual((List *) expression_planner((Expr *) sr->side->own_quals), NULL);
 	}
+	run->econtext = CreateStandaloneExprContext();
 	if (qi->agg)
 	{
 		Query	   *q = copyObject(qi->query);
@@ -598,6 +607,30 @@ stm_ssjoin_add(StmJoinRun *run, int s, TupleTableSlot *slot)
 			sr->num_late++;
 			if (sr->keep_late)
 				stm_late_row_keep(sr->keep_late, values, nulls, side->time_att - 1);
+			return;
+		}
+	}
+	/* what fails the condition's part over this side alone matches nothing: never stored */
+	if (sr->own_qual)
+	{
+		bool		pass;
+
+		run->econtext->ecxt_scantuple = slot;
+		pass = ExecQual(sr->own_qual, run->econtext);
+		ResetExprContext(run->econtext);
+		if (!pass)
+		{
+			/* an outer side's row gives its NULL row now, an anti join's its row */
+			if (gives_unmatched(run->j, s))
+			{
+				values[natts + HIDDEN_ROW_ID] = Int64GetDatum(-1);
+				values[natts + HIDDEN_EVENT_TIME] = TimestampTzGetDatum(t);
+				nulls[natts + HIDDEN_EVENT_TIME] = !has_time;
+				nulls[natts + HIDDEN_EXPIRES_AT] = true;
+				values[natts + HIDDEN_MATCHED] = BoolGetDatum(false);
+				tuplestore_putvalues(sr->rows, sr->desc, values, nulls);
+				sr->nrows++;
+			}
 			return;
 		}
 	}
@@ -930,10 +963,14 @@ stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
 	{
 		SideRun    *sr = &run->sides[s];
 
-		sr->num_total = stm_statetable_rows(sr->table);
+		bool		isnull;
+
+		sr->num_total = DatumGetInt64(stm_catalog_value(psprintf("SELECT count(*) FROM %s", sr->table),
+														0, NULL, NULL, &isnull));
 		tuplestore_end(sr->new_rows);
 		tuplestore_end(sr->rows);
 	}
+	FreeExprContext(run->econtext, true);
 }
 
 /*

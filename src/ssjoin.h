@@ -58,6 +58,8 @@ typedef struct StmJoinSide
 								 * (semi/anti right side: in the EXISTS's) */
 	Bitmapset  *used;			/* view columns the query uses (attno) */
 	List	   *key_attnos;		/* view columns compared with = to the other side */
+	List	   *own_quals;		/* conjuncts of the condition over this side alone, over its
+								 * view row (varno 1): a row that fails them matches nothing */
 	/* from the watermarks argument */
 	int			time_att;		/* the event-time column (attno), 0: none */
 	bool		has_delay;

@@ -46,6 +46,7 @@
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "parser/parsetree.h"
+#include "rewrite/rewriteManip.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -309,6 +310,25 @@ analyze_exists(Query *q, StmStreamJoin *j, int left_rtindex)
 	init_side(&j->sides[STM_JOIN_RIGHT_SIDE], rte, 1);
 }
 
+/* The AND-ed conjuncts of a condition, nested ANDs (BETWEEN) flattened. */
+static List *
+conjuncts_of(Node *cond)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, make_ands_implicit((Expr *) cond))
+	{
+		Node	   *c = lfirst(lc);
+
+		if (IsA(c, BoolExpr) && ((BoolExpr *) c)->boolop == AND_EXPR)
+			result = list_concat(result, conjuncts_of(c));
+		else
+			result = lappend(result, c);
+	}
+	return result;
+}
+
 /* ---- which side an expression reads ------------------------------------ */
 
 #define SIDE_LEFT 1
@@ -454,6 +474,24 @@ is_side_equality(StmStreamJoin *j, Node *conjunct, int level, Node **l, Node **r
 	return false;
 }
 
+/*
+ * A conjunct over side s alone, as an expression over the side's view row
+ * (varno 1, this query level), or NULL when it has sublinks (they are left
+ * to the executor's run of the whole condition).
+ */
+static Node *
+own_qual(StmStreamJoin *j, Node *c, int level, int s)
+{
+	Node	   *e = copyObject(c);
+
+	if (checkExprHasSubLink(e))
+		return NULL;
+	if (level == 1 && s == STM_JOIN_LEFT_SIDE)
+		IncrementVarSublevelsUp(e, -1, 1);
+	ChangeVarNodes(e, j->sides[s].rtindex, 1, 0);
+	return e;
+}
+
 /* The equalities between the sides; their plain columns key the state tables. */
 static void
 find_equalities(StmStreamJoin *j, Query *q)
@@ -462,11 +500,23 @@ find_equalities(StmStreamJoin *j, Query *q)
 	Node	   *cond = join_condition(j, q, &level);
 	ListCell   *lc;
 
-	foreach(lc, make_ands_implicit((Expr *) cond))
+	foreach(lc, conjuncts_of(cond))
 	{
 		Node	   *l;
 		Node	   *r;
 
+		int			sides = expr_sides(j, lfirst(lc), level);
+
+		/* over one side alone: a row that fails it can match nothing (Spark's preJoinFilter) */
+		if (sides == SIDE_LEFT || sides == SIDE_RIGHT)
+		{
+			int			s = sides == SIDE_LEFT ? STM_JOIN_LEFT_SIDE : STM_JOIN_RIGHT_SIDE;
+			Node	   *qual = own_qual(j, lfirst(lc), level, s);
+
+			if (qual)
+				j->sides[s].own_quals = lappend(j->sides[s].own_quals, qual);
+			continue;
+		}
 		if (!is_side_equality(j, lfirst(lc), level, &l, &r))
 			continue;
 		j->has_equality = true;
@@ -630,6 +680,7 @@ time_term(StmStreamJoin *j, Node *e, int level, TimeTerm *term)
 		OpExpr	   *op = (OpExpr *) e;
 		int64		us;
 
+		set_opfuncid(op);
 		if (op->opfuncid == F_TIMESTAMPTZ_PL_INTERVAL && interval_const_us(lsecond(op->args), &us) &&
 			time_term(j, linitial(op->args), level, term))
 		{
@@ -710,6 +761,7 @@ bound_from_conjunct(StmStreamJoin *j, Node *c, int level)
 	if (!IsA(c, OpExpr) || list_length(((OpExpr *) c)->args) != 2)
 		return;
 	op = (OpExpr *) c;
+	set_opfuncid(op);
 	if (op->opfuncid == F_TIMESTAMPTZ_EQ &&
 		window_term(j, linitial(op->args), level, &ls, &lsize, &lorigin) &&
 		window_term(j, lsecond(op->args), level, &rs, &rsize, &rorigin) &&
@@ -866,7 +918,7 @@ stm_ssjoin_bind_watermarks(StmStreamJoin *j, Jsonb *watermarks, const char *poli
 	}
 
 	/* the bounds, from the condition's conjuncts over the event-time columns */
-	foreach(lc, make_ands_implicit((Expr *) j->condition))
+	foreach(lc, conjuncts_of(j->condition))
 		bound_from_conjunct(j, lfirst(lc), j->sublink ? 1 : 0);
 	j->max_bound_us = 0;
 	for (int s = 0; s < 2; s++)
