@@ -27,6 +27,7 @@
 
 #include "aggstate.h"
 #include "api.h"
+#include "interrupts.h"
 #include "batch.h"
 #include "catalog.h"
 #include "dedup.h"
@@ -295,6 +296,48 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 }
 
 /*
+ * What a source holds now (its available callback), asked again while it
+ * cannot be read whole, until the deadline.
+ */
+static void *
+source_available(StmSource *src, int32 stream_id, TimestampTz deadline)
+{
+	for (;;)
+	{
+		void	   *available;
+
+		src->problem = NULL;
+		available = src->routine->available(src, stream_id);
+		if (src->problem == NULL)
+			return available;
+		if (GetCurrentTimestamp() > deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("timed out waiting for source \"%s\" to be readable", src->name),
+					 errdetail("%s", src->problem)));
+		stm_sleep(200);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Have the stream's committed positions reached what each source held? */
+static bool
+sources_reached(List *sources, List *available, int32 stream_id)
+{
+	ListCell   *lc;
+	ListCell   *lc2;
+
+	forboth(lc, sources, lc2, available)
+	{
+		StmSource  *src = lfirst(lc);
+
+		if (!src->routine->reached(src, stream_id, lfirst(lc2)))
+			return false;
+	}
+	return true;
+}
+
+/*
  * Wait until the stream's worker has committed every record that was in the
  * source when the call started (Spark's processAllAvailable), and its sink
  * has delivered what those batches wrote (an outbox).  A stream with
@@ -307,11 +350,12 @@ streaming_process_available(PG_FUNCTION_ARGS)
 	char	   *name = stm_arg_name(fcinfo);
 	Interval   *timeout = (stm_arg_require(fcinfo, 1, "timeout"), PG_GETARG_INTERVAL_P(1));
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
-	StmSource  *src = NULL;
+	List	   *sources = NIL;
+	List	   *available = NIL;
+	ListCell   *lc;
 	const StmSinkRoutine *sink = stm_sink_routine_of_stream(def);
 	bool		bounded = def->trigger_kind == STM_TRIGGER_ONCE ||
 		def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW;
-	void	   *available = NULL;
 	TimestampTz deadline;
 	int64		timeout_ms;
 
@@ -328,26 +372,17 @@ streaming_process_available(PG_FUNCTION_ARGS)
 				 errmsg("stream \"%s\" is not running", name),
 				 errhint("Start it with streaming.start(), or run its batches with streaming.run_batch().")));
 
-	/* what the source holds now; a transient outage is asked about again */
+	/* what the sources hold now; a transient outage is asked about again */
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	if (!bounded)
-		src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
-	while (src != NULL)
 	{
-		src->problem = NULL;
-		available = src->routine->available(src, def->id);
-		if (src->problem == NULL)
-			break;
-		if (GetCurrentTimestamp() > deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("timed out waiting for source \"%s\" to be readable", src->name),
-					 src->problem ? errdetail("%s", src->problem) : 0));
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 200, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		sources = list_make1(stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false));
+		if (def->other_source)
+			sources = lappend(sources, stm_source_open(stm_catalog_get_other_source_of_stream(def),
+													   def->owner, false));
 	}
+	foreach(lc, sources)
+		available = lappend(available, source_available(lfirst(lc), def->id, deadline));
 
 	for (;;)
 	{
@@ -360,7 +395,7 @@ streaming_process_available(PG_FUNCTION_ARGS)
 					 errmsg("stream \"%s\" was dropped", name)));
 		/* a sink that delivers after the commit has delivered it, too */
 		if (bounded ? now->status == STM_STATUS_FINISHED :
-			(!now->no_data_batch_due && src->routine->reached(src, def->id, available) &&
+			(!now->no_data_batch_due && sources_reached(sources, available, def->id) &&
 			 (sink->pending == NULL || sink->pending(def->id, 1) == 0)))
 			break;
 		if (now->status == STM_STATUS_FAILED)
@@ -382,8 +417,8 @@ streaming_process_available(PG_FUNCTION_ARGS)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-	if (src)
-		stm_source_close(src);
+	foreach(lc, sources)
+		stm_source_close(lfirst(lc));
 	PG_RETURN_VOID();
 }
 
