@@ -63,13 +63,17 @@ for my $dir (split /:/, $ENV{PATH})
 }
 ok($ENV{PG_CONFIG}, "a pg_config with the server's headers: $ENV{PG_CONFIG}");
 
-# run_in_checkout(SHELL, STDIN): its status, stdout and stderr
+# run_in_checkout(SHELL, STDIN): its status, stdout and stderr.  The limit
+# only catches a hang: make start builds the extension into a copy of the
+# server's tree, which took more than 10 minutes on a loaded machine.
+my $step_timeout = 10 * $PostgreSQL::Test::Utils::timeout_default;
+
 sub run_in_checkout
 {
 	my ($script, $in) = @_;
 	my ($out, $err) = ('', '');
 	my $ok = run [ 'bash', '-c', "cd '$root' && $script" ], '<', \$in, '>', \$out,
-	  '2>', \$err, timeout(600);
+	  '2>', \$err, timeout($step_timeout);
 	return ($ok, $out, $err);
 }
 
