@@ -31,6 +31,7 @@
 #include "catalog.h"
 #include "dedup.h"
 #include "positions.h"
+#include "scaleout.h"
 #include "shmem.h"
 #include "sink.h"
 #include "source.h"
@@ -189,6 +190,7 @@ streaming_start(PG_FUNCTION_ARGS)
 	Datum		value = Int32GetDatum(def->id);
 
 	stm_catalog_check_owner("stream", name, def->owner);
+	stm_scaleout_check_runnable(def);
 	stm_api_require_workers(name);
 	stm_catalog_exec("UPDATE streaming.stream_defs SET enabled = true, status = 'running', "
 			 "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
@@ -263,6 +265,7 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 	int64		batch_id;
 
 	stm_catalog_check_owner("stream", name, def->owner);
+	stm_scaleout_check_runnable(def);
 	/* a worker holds the lock for its life: refuse; another run_batch: wait */
 	if (stm_shmem_stream_pid(MyDatabaseId, def->id) == 0)
 		stm_wait_stream_lock(def->id);
