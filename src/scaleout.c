@@ -285,6 +285,11 @@ analyse_movable(StmStreamDef *def)
 	StmQueryInfo *qi = stm_query_analyze_stored(def, &nest);
 
 	AtEOXact_GUC(true, nest);
+	if (qi->ssjoin)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the share of stream \"%s\" cannot move: it joins two sources", def->name),
+				 errdetail("Its join state holds rows of both sources' partitions, which are not moved with a share.")));
 	if (qi->agg && qi->agg->window.kind == STM_WINDOW_SESSION)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -370,9 +375,9 @@ position_cmp(const ListCell *a, const ListCell *b)
 }
 
 static List *
-sorted_positions(int32 stream_id)
+sorted_positions(int32 stream_id, const char *source)
 {
-	List	   *positions = stm_positions_read(stream_id);
+	List	   *positions = stm_positions_read(stream_id, source);
 
 	list_sort(positions, position_cmp);
 	return positions;
@@ -423,7 +428,7 @@ streaming_alter_kafka_source(PG_FUNCTION_ARGS)
 
 	/* every stream of the source stopped, its row locked until commit */
 	values[0] = CStringGetTextDatum(name);
-	ids = stm_catalog_strings("SELECT id::text FROM streaming.stream_defs WHERE source = $1 ORDER BY id",
+	ids = stm_catalog_strings("SELECT id::text FROM streaming.stream_defs WHERE source = $1 OR other_source = $1 ORDER BY id",
 							  1, types, values);
 	foreach(lc, ids)
 	{
@@ -450,7 +455,7 @@ streaming_alter_kafka_source(PG_FUNCTION_ARGS)
 		ListCell   *lp;
 		int			n = 0;
 
-		foreach(lp, stm_positions_read(def->id))
+		foreach(lp, stm_positions_read(def->id, name))
 			if (!stm_share_contains(new_share, ((StmPosition *) lfirst(lp))->part_no))
 				n++;
 		if (n > 0)
@@ -568,7 +573,7 @@ streaming_export_share(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(1))
 		share = stm_share_parse(text_to_cstring(PG_GETARG_TEXT_PP(1)));
 
-	positions = sorted_positions(def->id);
+	positions = sorted_positions(def->id, src->name);
 	foreach(lc, positions)
 	{
 		StmPosition *p = lfirst(lc);
@@ -630,7 +635,7 @@ streaming_export_share(PG_FUNCTION_ARGS)
 
 	/* what was exported is no longer here */
 	if (share)
-		stm_positions_replace(def->id, kept);
+		stm_positions_replace(def->id, src->name, kept);
 	else
 	{
 		Oid			type = INT4OID;
@@ -937,7 +942,7 @@ streaming_import_share(PG_FUNCTION_ARGS)
 	}
 
 	/* positions: partitions this source reads, and none the stream has */
-	before = sorted_positions(def->id);
+	before = sorted_positions(def->id, src->name);
 	foreach(lc, d->positions)
 	{
 		StmPosition *p = lfirst(lc);
@@ -982,8 +987,8 @@ streaming_import_share(PG_FUNCTION_ARGS)
 	progress.started_at = GetCurrentTimestamp();
 	if (d->has_state && d->rows != NIL)
 		merge_state(def, src, d, &progress, def->has_watermark, watermark);
-	stm_positions_write(def->id, d->positions);
-	after = sorted_positions(def->id);
+	stm_positions_write(def->id, src->name, d->positions);
+	after = sorted_positions(def->id, src->name);
 	progress.start_positions = positions_progress_json(before, options);
 	progress.end_positions = positions_progress_json(after, options);
 	progress.has_watermark = has_watermark && def->has_watermark;
