@@ -664,6 +664,7 @@ typedef struct ShareData
 	List	   *positions;		/* StmPosition */
 	List	   *rows;			/* char **: a state row's texts */
 	int			ncols;
+	int			bad_ncols;		/* the first row's length that is not ncols, else -1 */
 } ShareData;
 
 static void
@@ -709,10 +710,9 @@ share_state_row(void *arg, HeapTuple tuple, TupleDesc desc)
 	char	  **row;
 
 	deconstruct_array(DatumGetArrayTypeP(values), TEXTOID, -1, false, TYPALIGN_INT, &elems, &elnulls, &n);
-	if (n != d->ncols)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("a state row of the exported share has %d values, not %d", n, d->ncols)));
+	/* checked once the layout is known to be this stream's (import_share) */
+	if (n != d->ncols && d->bad_ncols < 0)
+		d->bad_ncols = n;
 	row = palloc(sizeof(char *) * n);
 	for (int i = 0; i < n; i++)
 		row[i] = elnulls[i] ? NULL : TextDatumGetCString(elems[i]);
@@ -737,6 +737,7 @@ read_share_data(Jsonb *data, int ncols)
 	Datum		jd = JsonbPGetDatum(data);
 
 	d->ncols = ncols;
+	d->bad_ncols = -1;
 	stm_sql_init(&q, "SELECT d ->> 'format' AS format, d ->> 'version' AS version, d ->> 'stream' AS stream, "
 				 "d ->> 'share' AS share, d ->> 'watermark' AS watermark, "
 				 "CASE WHEN jsonb_typeof(d -> 'layout') = 'object' THEN (d -> 'layout')::text END AS layout, "
@@ -938,6 +939,10 @@ streaming_import_share(PG_FUNCTION_ARGS)
 					 errmsg("the exported share is of a stream that differs from stream \"%s\"", name),
 					 errdetail("Its partial states are %s; here they are %s.", d->layout, local),
 					 errhint("Import a share into the same stream definition as the one it was exported from.")));
+		if (d->bad_ncols >= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a state row of the exported share has %d values, not %d", d->bad_ncols, d->ncols)));
 		stm_combine_check_trusted_states(qi->agg->aggrefs, "an imported share");
 	}
 
