@@ -131,3 +131,92 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_stream'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source (or two joined) whose results go into a sink.';
+
+-- Past one server (SPEC 8, issue 22): status 'moved', create_kafka_source's share,
+-- and the functions and view below.
+ALTER TABLE streaming.stream_defs DROP CONSTRAINT stream_defs_status_check,
+    ADD CONSTRAINT stream_defs_status_check
+    CHECK (status IN ('running', 'waiting', 'stopped', 'failed', 'finished', 'moved'));
+DROP FUNCTION streaming.create_kafka_source(text, text, text[], text, jsonb, text, text, text, bigint, bigint,
+                                            interval, boolean, boolean, text, jsonb);
+CREATE FUNCTION streaming.create_kafka_source(
+    name text,
+    bootstrap_servers text,
+    topics text[] DEFAULT NULL,
+    topic_pattern text DEFAULT NULL,
+    partitions jsonb DEFAULT NULL,
+    starting_offsets text DEFAULT 'latest',
+    format text DEFAULT 'json',
+    columns text DEFAULT NULL,
+    max_offsets_per_trigger bigint DEFAULT NULL,
+    min_offsets_per_trigger bigint DEFAULT NULL,
+    max_trigger_delay interval DEFAULT '15 minutes',
+    fail_on_data_loss boolean DEFAULT true,
+    include_headers boolean DEFAULT false,
+    on_bad_record text DEFAULT 'dead_letter',
+    kafka_options jsonb DEFAULT '{}',
+    share text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_kafka_source'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_kafka_source IS 'Define a Kafka source and the view of its columns.';
+
+
+/* Past one server (SPEC 8) --------------------------------------------------
+ * A Kafka source's share of the partitions, changed while its streams are
+ * stopped; a stream's share moved to another server with its positions and
+ * state; the partial states of aggregate streams, read and combined on
+ * another server through postgres_fdw (src/scaleout.c, src/combine.c).
+ */
+CREATE FUNCTION streaming.alter_kafka_source(name text, share text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_alter_kafka_source'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.alter_kafka_source IS 'Change a Kafka source''s share of the partitions while its streams are stopped; their positions are kept.';
+
+CREATE FUNCTION streaming.export_share(stream text, share text DEFAULT NULL)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'streaming_export_share'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.export_share IS 'Take a stopped stream''s positions in share (or, without share, all its positions, watermark and partial states) away from this server, for import_share on another.';
+
+CREATE FUNCTION streaming.import_share(stream text, data jsonb)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_import_share'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.import_share IS 'Give a stopped stream what export_share took from the same stream on another server: its positions, and its partial states combined into this one''s.';
+
+CREATE FUNCTION streaming.partial_state_layout(stream_id integer,
+    OUT state_table text, OUT layout jsonb)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'streaming_partial_state_layout'
+LANGUAGE C STRICT STABLE;
+COMMENT ON FUNCTION streaming.partial_state_layout IS 'The state table and the layout of its partial states of an aggregate stream the caller owns (streaming.partial_states).';
+
+CREATE VIEW streaming.partial_states WITH (security_invoker = true) AS
+SELECT s.name AS stream, l.state_table, l.layout
+FROM streaming.stream_defs s, LATERAL streaming.partial_state_layout(s.id) l;
+COMMENT ON VIEW streaming.partial_states IS 'Per aggregate stream: the table in schema streaming that holds its groups'' partial states, and their layout, for combine_view on another server.';
+GRANT SELECT ON streaming.partial_states TO PUBLIC;
+
+CREATE FUNCTION streaming.combine_partial_step(internal, regprocedure, regtype[], "any", text, anyelement)
+RETURNS internal
+AS 'MODULE_PATHNAME', 'streaming_combine_partial_step'
+LANGUAGE C CALLED ON NULL INPUT IMMUTABLE;
+CREATE FUNCTION streaming.combine_partial_final(internal, regprocedure, regtype[], "any", text, anyelement)
+RETURNS anyelement
+AS 'MODULE_PATHNAME', 'streaming_combine_partial_final'
+LANGUAGE C CALLED ON NULL INPUT IMMUTABLE;
+CREATE AGGREGATE streaming.combine_partial(aggregate regprocedure, argument_types regtype[], state "any",
+                                           server text, result anyelement) (
+    SFUNC = streaming.combine_partial_step,
+    STYPE = internal,
+    FINALFUNC = streaming.combine_partial_final,
+    FINALFUNC_EXTRA);
+COMMENT ON AGGREGATE streaming.combine_partial(regprocedure, regtype[], "any", text, anyelement) IS 'The partial states of aggregate (with these argument types) combined and finalized into a value of result''s type; server names where a state came from, for errors.';
+
+CREATE FUNCTION streaming.combine_view(name text, stream text, servers text[])
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_combine_view'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.combine_view IS 'Create a view of a stream''s results over the partial states of the same stream on several servers (postgres_fdw), combined with the aggregates'' own functions.';

@@ -120,6 +120,45 @@ stm_aggstate_table(int32 stream_id)
 	return psprintf("streaming.%s", quote_identifier(psprintf("state_%d", stream_id)));
 }
 
+/*
+ * The type of group column k (0-based) in the state table, qualified: a
+ * domain's base type, since its checks would run as the extension's owner.
+ */
+char *
+stm_aggstate_key_type(StmAggQuery *agg, int k)
+{
+	int32		typmod = agg->key_typmods[k];
+	Oid			base = getBaseTypeAndTypmod(agg->key_types[k], &typmod);
+
+	return format_type_extended(base, typmod, FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY);
+}
+
+/* The type aggregate agg's state is kept as, qualified (bytea for internal). */
+char *
+stm_aggstate_state_type(Aggref *agg)
+{
+	return format_type_extended(stm_agg_storedtype(agg), -1, FORMAT_TYPE_FORCE_QUALIFY);
+}
+
+/*
+ * A group's columns of the state table, in their order: "window_start,
+ * window_end, key_1, ..., state_1, ..." (what another server reads of it,
+ * and what export_share moves: SPEC 8).
+ */
+char *
+stm_aggstate_group_columns(StmAggQuery *agg)
+{
+	StringInfoData cols;
+
+	initStringInfo(&cols);
+	appendStringInfoString(&cols, "window_start, window_end");
+	for (int k = 0; k < agg->nkeys; k++)
+		appendStringInfo(&cols, ", key_%d", k + 1);
+	for (int i = 0; i < list_length(agg->aggrefs); i++)
+		appendStringInfo(&cols, ", state_%d", i + 1);
+	return cols.data;
+}
+
 /* The state table: a row per window and group, a column per aggregate state. */
 void
 stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
@@ -130,20 +169,10 @@ stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner)
 
 	initStringInfo(&cols);
 	appendStringInfoString(&cols, "group_key bytea PRIMARY KEY, window_start timestamptz, window_end timestamptz");
-	/* a domain's base type: its checks would run as the extension's owner */
 	for (int k = 0; k < agg->nkeys; k++)
-	{
-		int32		typmod = agg->key_typmods[k];
-		Oid			base = getBaseTypeAndTypmod(agg->key_types[k], &typmod);
-
-		appendStringInfo(&cols, ", key_%d %s", k + 1,
-						 format_type_extended(base, typmod,
-											  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
-	}
+		appendStringInfo(&cols, ", key_%d %s", k + 1, stm_aggstate_key_type(agg, k));
 	foreach(lc, agg->aggrefs)
-		appendStringInfo(&cols, ", state_%d %s", ++n,
-						 format_type_extended(stm_agg_storedtype(lfirst(lc)), -1,
-											  FORMAT_TYPE_FORCE_QUALIFY));
+		appendStringInfo(&cols, ", state_%d %s", ++n, stm_aggstate_state_type(lfirst(lc)));
 	/* session windows: the hash of the group alone, to find a group's sessions */
 	appendStringInfoString(&cols, ", group_hash bigint");
 	stm_statetable_create(psprintf("state_%d", stream_id), cols.data, "window_end",

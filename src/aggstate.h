@@ -17,6 +17,9 @@
 typedef struct StmAggBatch StmAggBatch;
 
 extern char *stm_aggstate_table(int32 stream_id);
+extern char *stm_aggstate_key_type(StmAggQuery *agg, int k);
+extern char *stm_aggstate_state_type(Aggref *agg);
+extern char *stm_aggstate_group_columns(StmAggQuery *agg);
 extern void stm_aggstate_create(int32 stream_id, StmAggQuery *agg, Oid owner);
 extern StmAggBatch *stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id,
 									   StmOutputMode output_mode, StmSinkBatch *sink,

@@ -32,6 +32,7 @@
 #include "catalog.h"
 #include "dedup.h"
 #include "positions.h"
+#include "scaleout.h"
 #include "shmem.h"
 #include "ssjoin.h"
 #include "sink.h"
@@ -193,6 +194,7 @@ streaming_start(PG_FUNCTION_ARGS)
 	Datum		value = Int32GetDatum(def->id);
 
 	stm_catalog_check_owner("stream", name, def->owner);
+	stm_scaleout_check_runnable(def);
 	stm_api_require_workers(name);
 	stm_catalog_exec("UPDATE streaming.stream_defs SET enabled = true, status = 'running', "
 			 "failures = 0, last_error = NULL, source_error = NULL WHERE id = $1",
@@ -268,6 +270,7 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 	int64		batch_id;
 
 	stm_catalog_check_owner("stream", name, def->owner);
+	stm_scaleout_check_runnable(def);
 	/* a worker holds the lock for its life: refuse; another run_batch: wait */
 	if (stm_shmem_stream_pid(MyDatabaseId, def->id) == 0)
 		stm_wait_stream_lock(def->id);

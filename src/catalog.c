@@ -110,6 +110,7 @@ static const char *const status_names[] = {
 	[STM_STATUS_STOPPED] = "stopped",
 	[STM_STATUS_FAILED] = "failed",
 	[STM_STATUS_FINISHED] = "finished",
+	[STM_STATUS_MOVED] = "moved",
 };
 
 const char *

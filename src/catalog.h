@@ -40,7 +40,8 @@ typedef enum StmStreamStatus
 	STM_STATUS_WAITING,
 	STM_STATUS_STOPPED,
 	STM_STATUS_FAILED,
-	STM_STATUS_FINISHED
+	STM_STATUS_FINISHED,
+	STM_STATUS_MOVED			/* its share was exported to another server (SPEC 8) */
 } StmStreamStatus;
 
 typedef struct StmStreamDef

@@ -75,6 +75,7 @@
 #include "kafka_probe.h"
 #include "options.h"
 #include "positions.h"
+#include "scaleout.h"
 #include "source.h"
 #include "source_kafka.h"
 #include "interrupts.h"
@@ -149,6 +150,7 @@ typedef struct KafkaSource
 	char	   *bootstrap;
 	List	   *topics;			/* subscribe: names */
 	char	   *topic_pattern;	/* subscribePattern */
+	StmPartitionShare *share;	/* subscribe: this server's partitions only (SPEC 8), or NULL */
 	List	   *assign;			/* assign: (topic, partition) as KafkaPartition */
 	char	   *starting_offsets;
 	int64		max_offsets_per_trigger;	/* 0: none */
@@ -283,6 +285,8 @@ kafka_open(StmSource *base, bool for_batches)
 	kc->fail_on_data_loss = stm_option_bool(o, "fail_on_data_loss", true);
 	kc->include_headers = stm_option_bool(o, "include_headers", false);
 	kc->topics = stm_option_elements(o, "topics");
+	if (stm_option_given(o, "share"))
+		kc->share = stm_share_parse(stm_option_text(o, "share"));
 	foreach(lc, stm_option_pairs(o, "partitions"))
 	{
 		StmOptionPair *pair = lfirst(lc);
@@ -465,23 +469,54 @@ kafka_close(StmSource *src)
 	kafka_destroy_cb(src);
 }
 
+/* Is topic one of topics, or matched by pattern (subscribePattern)? */
 static bool
-topic_wanted(KafkaSource *kc, const char *topic)
+topic_matches(List *topics, const char *pattern, const char *topic)
 {
 	ListCell   *lc;
 
-	if (kc->topic_pattern)
+	if (pattern)
 	{
-		char	   *anchored = psprintf("^(?:%s)$", kc->topic_pattern);
+		char	   *anchored = psprintf("^(?:%s)$", pattern);
 
 		return RE_compile_and_execute(cstring_to_text(anchored), (char *) topic,
 									  strlen(topic), REG_ADVANCED, C_COLLATION_OID,
 									  0, NULL);
 	}
-	foreach(lc, kc->topics)
+	foreach(lc, topics)
 		if (strcmp(lfirst(lc), topic) == 0)
 			return true;
 	return false;
+}
+
+static bool
+topic_wanted(KafkaSource *kc, const char *topic)
+{
+	return topic_matches(kc->topics, kc->topic_pattern, topic);
+}
+
+/*
+ * Would a source with these options read the partition (its topics or
+ * pattern and its share, or its assigned partitions)?  import_share asks
+ * before it gives a stream a partition's position (scaleout.c).
+ */
+bool
+stm_kafka_source_reads(Jsonb *options, const char *topic, int32 partition)
+{
+	ListCell   *lc;
+
+	if (stm_option_given(options, "partitions"))
+	{
+		foreach(lc, stm_option_elements(stm_option_jsonb(options, "partitions"), topic))
+			if (pg_strtoint32(lfirst(lc)) == partition)
+				return true;
+		return false;
+	}
+	if (stm_option_given(options, "share") &&
+		!stm_share_contains(stm_share_parse(stm_option_text(options, "share")), partition))
+		return false;
+	return topic_matches(stm_option_elements(options, "topics"),
+						 stm_option_text(options, "topic_pattern"), topic);
 }
 
 static KafkaPartition *
@@ -658,7 +693,10 @@ refresh_partitions(KafkaSource *kc)
 				{
 					matched = true;
 					if (md->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR)
-						wanted += md->topics[t].partition_cnt;
+						for (int p = 0; p < md->topics[t].partition_cnt; p++)
+							if (kc->share == NULL ||
+								stm_share_contains(kc->share, md->topics[t].partitions[p].id))
+								wanted++;
 				}
 			open_consumer(kc, wanted);
 			for (int t = 0; t < md->topic_cnt; t++)
@@ -672,8 +710,10 @@ refresh_partitions(KafkaSource *kc)
 					add_problem(kc, "topic \"%s\": %s", topic->topic, rd_kafka_err2str(topic->err));
 					continue;
 				}
+				/* share: this server's partitions, new ones included (SPEC 8) */
 				for (int p = 0; p < topic->partition_cnt; p++)
-					add_partition(kc, topic->topic, topic->partitions[p].id);
+					if (kc->share == NULL || stm_share_contains(kc->share, topic->partitions[p].id))
+						add_partition(kc, topic->topic, topic->partitions[p].id);
 			}
 			if (kc->topic_pattern && !matched)
 				add_problem(kc, "no topic matches topic_pattern \"%s\"", kc->topic_pattern);
@@ -1967,6 +2007,18 @@ kafka_validate(Jsonb *o, Oid role)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("partitions must map topic names to arrays of partition numbers"),
 				 errhint("For example '{\"orders\": [0, 1, 2]}'.")));
+	/* share: a part of the subscribed partitions (SPEC 8), stored normalised */
+	if (stm_option_given(o, "share"))
+	{
+		if (stm_option_given(o, "partitions"))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("share cannot be combined with partitions"),
+					 errdetail("partitions names the partitions the source reads already."),
+					 errhint("Give topics or topic_pattern with share, or list this server's partitions in partitions.")));
+		o = stm_option_set_text(o, "share",
+								stm_share_format(stm_share_parse(stm_option_text(o, "share"))));
+	}
 
 	if (strcmp(starting, "earliest") != 0 && strcmp(starting, "latest") != 0)
 	{
