@@ -9,9 +9,9 @@ DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql \
 PGFILEDESC  = "streaming - stream processing for PostgreSQL"
 
 PG_CONFIG  ?= pg_config
-PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka) \
+PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka avro-c libcurl) \
               -DSTM_EXTVERSION='"$(EXTVERSION)"'
-SHLIB_LINK  = $(shell pkg-config --libs rdkafka)
+SHLIB_LINK  = $(shell pkg-config --libs rdkafka avro-c libcurl)
 
 # make FAULT_INJECTION=1: a test build with fault points (src/fault.h);
 # make test builds its own copy that way.

@@ -50,3 +50,78 @@ SELECT s.name AS stream, p.part AS topic, p.part_no AS partition,
        p.position AS committed_offset, p.end_position AS high_watermark,
        greatest(coalesce(p.end_position, p.position) - p.position, 0) AS lag
 FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id;
+
+/*
+ * Avro with a schema registry, Debezium's change events and upsert mode
+ * (SPEC 2.1.1, 2.1.2, 3.2).  create_kafka_source takes schema_registry
+ * (its basic_auth a credential, kept in the source's options like
+ * kafka_options), envelope and key_format; create_kafka_sink takes
+ * schema_registry and key_format; create_stream takes key_columns, the
+ * sink's key in output_mode 'upsert', which stream_defs keeps.  A
+ * function's arguments cannot change in place: each is made again.
+ */
+ALTER TABLE streaming.stream_defs ADD COLUMN key_columns text[];
+
+DROP FUNCTION streaming.create_kafka_source(text, text, text[], text, jsonb, text, text, text,
+    bigint, bigint, interval, boolean, boolean, text, jsonb);
+CREATE FUNCTION streaming.create_kafka_source(
+    name text,
+    bootstrap_servers text,
+    topics text[] DEFAULT NULL,
+    topic_pattern text DEFAULT NULL,
+    partitions jsonb DEFAULT NULL,
+    starting_offsets text DEFAULT 'latest',
+    format text DEFAULT 'json',
+    columns text DEFAULT NULL,
+    max_offsets_per_trigger bigint DEFAULT NULL,
+    min_offsets_per_trigger bigint DEFAULT NULL,
+    max_trigger_delay interval DEFAULT '15 minutes',
+    fail_on_data_loss boolean DEFAULT true,
+    include_headers boolean DEFAULT false,
+    on_bad_record text DEFAULT 'dead_letter',
+    kafka_options jsonb DEFAULT '{}',
+    schema_registry jsonb DEFAULT NULL,
+    envelope text DEFAULT NULL,
+    key_format text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_kafka_source'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_kafka_source IS 'Define a Kafka source and the view of its columns.';
+
+DROP FUNCTION streaming.create_kafka_sink(text, text, text, text, text[], jsonb);
+CREATE FUNCTION streaming.create_kafka_sink(
+    name text,
+    bootstrap_servers text,
+    topic text,
+    format text DEFAULT 'json',
+    key_columns text[] DEFAULT NULL,
+    kafka_options jsonb DEFAULT '{}',
+    schema_registry jsonb DEFAULT NULL,
+    key_format text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_kafka_sink'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_kafka_sink IS 'Define a Kafka sink: streams that name it as their sink write their rows to the topic, through streaming.outbox.';
+
+DROP FUNCTION streaming.create_stream(text, text, text, text, interval, text, text[], boolean,
+    text, regprocedure, text, interval, boolean, integer);
+CREATE FUNCTION streaming.create_stream(
+    name text,
+    query text,
+    sink text DEFAULT NULL,
+    output_mode text DEFAULT 'append',
+    watermark interval DEFAULT NULL,
+    event_time text DEFAULT NULL,
+    dedup_keys text[] DEFAULT NULL,
+    dedup_within_watermark boolean DEFAULT false,
+    trigger text DEFAULT '0',
+    sink_function regprocedure DEFAULT NULL,
+    late_rows text DEFAULT 'drop',
+    idle_timeout interval DEFAULT NULL,
+    key_columns text[] DEFAULT NULL,
+    start boolean DEFAULT true,
+    parallel_workers integer DEFAULT 0)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source whose results go into a sink table.';

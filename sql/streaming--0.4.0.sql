@@ -60,7 +60,8 @@ CREATE TABLE streaming.stream_defs (
     failures        integer NOT NULL DEFAULT 0,
     source_started_at timestamptz,  -- the first batch's start: the rate source's time origin
     sink_name       text REFERENCES streaming.sinks (name), -- a named sink (Kafka), instead of a table
-    parallel_workers integer NOT NULL DEFAULT 0 CHECK (parallel_workers >= 0) -- helpers that fetch and parse
+    parallel_workers integer NOT NULL DEFAULT 0 CHECK (parallel_workers >= 0), -- helpers that fetch and parse
+    key_columns     text[]          -- upsert mode: the sink's key (output columns)
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
 
@@ -289,7 +290,10 @@ CREATE FUNCTION streaming.create_kafka_source(
     fail_on_data_loss boolean DEFAULT true,
     include_headers boolean DEFAULT false,
     on_bad_record text DEFAULT 'dead_letter',
-    kafka_options jsonb DEFAULT '{}')
+    kafka_options jsonb DEFAULT '{}',
+    schema_registry jsonb DEFAULT NULL,
+    envelope text DEFAULT NULL,
+    key_format text DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_kafka_source'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
@@ -338,7 +342,9 @@ CREATE FUNCTION streaming.create_kafka_sink(
     topic text,
     format text DEFAULT 'json',
     key_columns text[] DEFAULT NULL,
-    kafka_options jsonb DEFAULT '{}')
+    kafka_options jsonb DEFAULT '{}',
+    schema_registry jsonb DEFAULT NULL,
+    key_format text DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_kafka_sink'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
@@ -365,6 +371,7 @@ CREATE FUNCTION streaming.create_stream(
     sink_function regprocedure DEFAULT NULL,
     late_rows text DEFAULT 'drop',
     idle_timeout interval DEFAULT NULL,
+    key_columns text[] DEFAULT NULL,
     start boolean DEFAULT true,
     parallel_workers integer DEFAULT 0)
 RETURNS void

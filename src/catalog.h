@@ -30,7 +30,8 @@ typedef enum StmOutputMode
 {
 	STM_OUTPUT_APPEND,
 	STM_OUTPUT_UPDATE,
-	STM_OUTPUT_COMPLETE
+	STM_OUTPUT_COMPLETE,
+	STM_OUTPUT_UPSERT			/* rows applied by key_columns (stateless) */
 } StmOutputMode;
 
 /* status, as streaming.streams shows it (SPEC 4) */
@@ -80,6 +81,7 @@ typedef struct StmStreamDef
 	char	   *sink_name;		/* a named sink (streaming.sinks), else NULL */
 	char	   *sink_kind;		/* its kind */
 	int			parallel_workers;	/* helpers that fetch and parse (parallel.c); 0: none */
+	List	   *key_columns;	/* upsert mode: the sink's key (output column names) */
 } StmStreamDef;
 
 typedef struct StmSourceDef

@@ -322,6 +322,12 @@ kafka_sink_check_output(StmSinkTarget *target, const StmSinkOutput *output)
 	int		   *key_att;
 	int			value_att;
 
+	if (output->mode == STM_OUTPUT_UPSERT)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("output_mode \"upsert\" needs a sink table, not Kafka sink \"%s\"", sink->name),
+				 errdetail("Upsert mode applies each row to a table by its key."),
+				 errhint("Use output_mode \"append\": the Kafka sink's key_columns key each message, as a compacted topic wants.")));
 	message_columns(sink->name, stm_option_elements(sink->options, "key_columns"),
 					format_of(stm_option_text(sink->options, "format")), output, target->stream,
 					&nkey, &key_att, &value_att);
