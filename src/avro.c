@@ -922,6 +922,7 @@ append_json(StringInfo buf, avro_value_t *v, AvroType *t)
 /* What a column (or an array column's element) takes, and how. */
 typedef struct AvroColumn
 {
+	MemoryContext cxt;			/* where its cached functions live (the parser's) */
 	StmTextTarget *t;			/* what a text becomes */
 	bool		domain;			/* a domain: values go through its input function */
 	Oid			cast_from;		/* the type cast_path was found for (InvalidOid: none yet) */
@@ -963,6 +964,7 @@ typedef struct AvroPlan
 
 struct StmAvroParser
 {
+	MemoryContext cxt;			/* the parser's: plans outlive a chunk's records */
 	StmAvroReader *reader;
 	StmParser  *p;
 	avro_reader_t in;			/* pointed at each record */
@@ -988,6 +990,7 @@ init_column(AvroColumn *c, StmTextTarget *t)
 	Oid			elem = get_element_type(t->type);
 
 	memset(c, 0, sizeof(AvroColumn));
+	c->cxt = CurrentMemoryContext;
 	c->t = t;
 	c->domain = getBaseType(t->type) != t->type;
 	if (OidIsValid(elem) && !c->domain && !t->wants_json)
@@ -1009,6 +1012,7 @@ stm_avro_parser_new(StmAvroReader *reader, StmParser *p)
 	MemoryContextCallback *cb = palloc0(sizeof(MemoryContextCallback));
 	HASHCTL		ctl;
 
+	ap->cxt = CurrentMemoryContext;
 	ap->reader = reader;
 	ap->p = p;
 	ap->in = avro_reader_memory("", 0);
@@ -1121,6 +1125,7 @@ plan_of(StmAvroParser *ap, int32 id)
 	AvroSchema *s;
 	AvroPlan   *plan;
 	AvroType   *row;
+	MemoryContext oldcxt;
 
 	if (ap->last && ap->last->id == id)
 		return ap->last;
@@ -1134,6 +1139,8 @@ plan_of(StmAvroParser *ap, int32 id)
 				 errmsg("unknown schema id %d in Avro record", id),
 				 errdetail("The schema registry at %s has no schema with this id.",
 						   stm_registry_url(ap->reader->registry))));
+	/* the plan lives as long as the parser, not in the records' memory */
+	oldcxt = MemoryContextSwitchTo(ap->cxt);
 	plan = hash_search(ap->plans, &id, HASH_ENTER, &found);
 	memset(((char *) plan) + sizeof(int32), 0, sizeof(AvroPlan) - sizeof(int32));
 	plan->schema = s;
@@ -1160,6 +1167,7 @@ plan_of(StmAvroParser *ap, int32 id)
 				plan_row(ap, &plan->before, before);
 		}
 	}
+	MemoryContextSwitchTo(oldcxt);
 	return ap->last = plan;
 }
 
@@ -1170,6 +1178,8 @@ decode(StmAvroParser *ap, AvroSchema *s, const char *data, int len)
 	char		extra;
 
 	avro_reader_memory_set_source(ap->in, data, len);
+	/* Avro C prefixes a read's error to the last one: without this, each record's end-of-input check would pile up */
+	avro_set_error("%s", "");
 	if (avro_value_read(ap->in, &s->value) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
@@ -1195,7 +1205,7 @@ apply_typmod(AvroColumn *c, Datum d)
 
 		c->has_typmod_fn = find_typmod_coercion_function(c->t->type, &fn) == COERCION_PATH_FUNC;
 		if (c->has_typmod_fn)
-			fmgr_info(fn, &c->typmod_fn);
+			fmgr_info_cxt(fn, &c->typmod_fn, c->cxt);
 		c->typmod_known = true;
 	}
 	if (!c->has_typmod_fn)
@@ -1221,9 +1231,9 @@ natural_to_column(AvroColumn *c, Datum d, Oid type)
 		c->cast_path = c->domain ? COERCION_PATH_COERCEVIAIO :
 			find_coercion_pathway(c->t->type, type, COERCION_ASSIGNMENT, &fn);
 		if (c->cast_path == COERCION_PATH_FUNC)
-			fmgr_info(fn, &c->cast_fn);
+			fmgr_info_cxt(fn, &c->cast_fn, c->cxt);
 		getTypeOutputInfo(type, &fn, &varlena);
-		fmgr_info(fn, &c->out_fn);
+		fmgr_info_cxt(fn, &c->out_fn, c->cxt);
 		c->cast_from = type;
 	}
 	switch (c->cast_path)
@@ -1931,7 +1941,8 @@ valid_avro_name(const char *s)
 }
 
 /*
- * The record schema (JSON) of output columns atts of desc, each a union of
+ * The record schema (JSON) of output columns atts of desc (NULL: the first
+ * n), each a union of
  * null and its type: numeric with a typmod as decimal bytes of its
  * precision and scale, other numeric as string, timestamptz as
  * timestamp-micros, timestamp as local-timestamp-micros, date, time as
@@ -1955,7 +1966,7 @@ stm_avro_record_schema(TupleDesc desc, int n, const int *atts, const char *name,
 					 rec.data);
 	for (int k = 0; k < n; k++)
 	{
-		Form_pg_attribute att = TupleDescAttr(desc, atts[k]);
+		Form_pg_attribute att = TupleDescAttr(desc, atts ? atts[k] : k);
 		int			precision = 0;
 		int			scale = 0;
 		const char *type;
@@ -2027,8 +2038,9 @@ writer_destroy_cb(void *arg)
 }
 
 /*
- * A writer of output columns atts of desc in schema (stm_avro_record_schema
- * of them), which the registry gave id; in the current memory context.
+ * A writer of output columns atts of desc (NULL: the first n) in schema
+ * (stm_avro_record_schema of them), which the registry gave id; in the
+ * current memory context.
  */
 StmAvroWriter *
 stm_avro_writer_new(TupleDesc desc, int n, const int *atts, const char *schema, int32 id)
@@ -2045,12 +2057,12 @@ stm_avro_writer_new(TupleDesc desc, int n, const int *atts, const char *schema, 
 	w->out_funcs = palloc0(sizeof(FmgrInfo) * Max(n, 1));
 	for (int k = 0; k < n; k++)
 	{
-		Form_pg_attribute att = TupleDescAttr(desc, atts[k]);
+		Form_pg_attribute att = TupleDescAttr(desc, atts ? atts[k] : k);
 		int			precision = 0;
 		Oid			fn;
 		bool		varlena;
 
-		w->atts[k] = atts[k];
+		w->atts[k] = atts ? atts[k] : k;
 		w->scales[k] = 0;
 		w->kinds[k] = out_kind(att, &precision, &w->scales[k]);
 		w->smallint[k] = getBaseType(att->atttypid) == INT2OID;

@@ -86,10 +86,9 @@ stm_sink_output(StmQueryInfo *qi, StmOutputMode mode, List *key_columns)
 	AttrNumber	change = mode == STM_OUTPUT_UPSERT ?
 		stm_source_change_column(qi->source_view) : InvalidAttrNumber;
 
-	out->change_column = -1;
 	if (change != InvalidAttrNumber)
 	{
-		out->change_column = qi->noutputs;
+		out->has_change = true;
 		stm_query_add_output(qi, (Expr *) makeVar(qi->source_rtindex, change, TEXTOID, -1,
 												  DEFAULT_COLLATION_OID, 0),
 							 "streaming change");
@@ -102,7 +101,7 @@ stm_sink_output(StmQueryInfo *qi, StmOutputMode mode, List *key_columns)
 						   qi->out_typmods[i], 0);
 		TupleDescInitEntryCollation(out->desc, i + 1, qi->out_collations[i]);
 		out->is_key[i] = qi->agg != NULL && qi->agg->out_group_col[i] >= 0;
-		if (mode == STM_OUTPUT_UPSERT && i != out->change_column)
+		if (mode == STM_OUTPUT_UPSERT && !(out->has_change && i == qi->noutputs - 1))
 		{
 			ListCell   *lc;
 
@@ -136,8 +135,8 @@ stm_sink_apply_change(StmSinkBatch *batch, Datum *values, bool *nulls)
 bool
 stm_sink_change_is_delete(const StmSinkOutput *output, const Datum *values, const bool *nulls)
 {
-	int			c = output->change_column;
+	int			c = output->desc->natts - 1;
 
-	return c >= 0 && !nulls[c] && VARSIZE_ANY_EXHDR(DatumGetPointer(values[c])) == 1 &&
+	return output->has_change && !nulls[c] && VARSIZE_ANY_EXHDR(DatumGetPointer(values[c])) == 1 &&
 		*VARDATA_ANY(DatumGetPointer(values[c])) == 'd';
 }

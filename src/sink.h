@@ -61,17 +61,16 @@ typedef struct StmSinkOutput
 								 * upsert mode: the key_columns */
 	StmOutputMode mode;
 	bool		deletes;		/* update mode may call delete_key (session windows) */
-	int			change_column;	/* upsert mode over a change stream (SPEC 2.1.2):
-								 * the last column, each row's cdc_op, which is
-								 * not written (a sink has no such column); -1:
-								 * none */
+	bool		has_change;		/* upsert mode over a change stream (SPEC 2.1.2):
+								 * the last column is each row's cdc_op, which
+								 * is not written (a sink has no such column) */
 } StmSinkOutput;
 
 /* The output columns a sink writes: all but a change column. */
 static inline int
 stm_sink_output_columns(const StmSinkOutput *out)
 {
-	return out->desc->natts - (out->change_column >= 0 ? 1 : 0);
+	return out->desc->natts - (out->has_change ? 1 : 0);
 }
 
 /* An open sink; a kind's own struct starts with it. */

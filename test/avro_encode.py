@@ -21,6 +21,11 @@ DELIMITER below), for kcat -P -D.
         (registered under KS) and written before --key-delimiter (kcat -K);
         a null value is written empty (kcat -Z makes it a tombstone)
   --register-only   register the schema, print its id, encode nothing
+  --mangle truncate|extra
+                    write each record one byte short, or with one byte more
+                    (records Avro cannot read with their schema)
+  --latest SUBJECT  print {"id": ID, "schema": SCHEMA} of SUBJECT's latest
+                    version on one line, and nothing else (--schema is not needed)
   --basic-auth USER:SECRET   for a registry that wants it
 """
 import argparse
@@ -51,6 +56,15 @@ def register(url, subject, text, auth):
         req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.load(resp)["id"]
+
+
+def latest(url, subject, auth):
+    req = urllib.request.Request(
+        "%s/subjects/%s/versions/latest" % (url.rstrip("/"), urllib.request.quote(subject, safe="")))
+    if auth:
+        req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.load(resp)
 
 
 def parse_time(s):
@@ -124,15 +138,21 @@ def main():
     ap = argparse.ArgumentParser(usage=__doc__)
     ap.add_argument("--registry", required=True)
     ap.add_argument("--subject")
-    ap.add_argument("--schema", required=True)
+    ap.add_argument("--schema")
+    ap.add_argument("--latest")
     ap.add_argument("--id", type=int)
     ap.add_argument("--key-subject")
     ap.add_argument("--key-schema")
     ap.add_argument("--register-only", action="store_true")
+    ap.add_argument("--mangle", choices=["truncate", "extra"])
     ap.add_argument("--basic-auth")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
 
+    if args.latest:
+        got = latest(args.registry, args.latest, args.basic_auth)
+        print(json.dumps({"id": got["id"], "schema": json.loads(got["schema"])}, sort_keys=True))
+        return 0
     text, schema = load_schema(args.schema)
     sid = args.id if args.id is not None else register(args.registry, args.subject, text, args.basic_auth)
     if args.register_only:
@@ -153,6 +173,10 @@ def main():
             msg = key + KEY_DELIMITER + value
         else:
             msg = encode(schema, sid, rec)
+            if args.mangle == "truncate":
+                msg = msg[:-1]
+            elif args.mangle == "extra":
+                msg = msg + b"\x00"
         if DELIMITER in msg or KEY_DELIMITER in msg[len(KEY_DELIMITER):]:
             sys.exit("avro_encode.py: a record's encoding holds the delimiter")
         out.write(msg + DELIMITER)
