@@ -1178,7 +1178,10 @@ decode(StmAvroParser *ap, AvroSchema *s, const char *data, int len)
 	char		extra;
 
 	avro_reader_memory_set_source(ap->in, data, len);
-	/* Avro C prefixes a read's error to the last one: without this, each record's end-of-input check would pile up */
+	/*
+	 * Avro C prefixes a read's error to the one before: without this, the
+	 * end-of-input check of every record would pile up in the next error
+	 */
 	avro_set_error("%s", "");
 	if (avro_value_read(ap->in, &s->value) != 0)
 		ereport(ERROR,
@@ -1942,8 +1945,7 @@ valid_avro_name(const char *s)
 
 /*
  * The record schema (JSON) of output columns atts of desc (NULL: the first
- * n), each a union of
- * null and its type: numeric with a typmod as decimal bytes of its
+ * n), each a union of null and its type: numeric with a typmod as decimal bytes of its
  * precision and scale, other numeric as string, timestamptz as
  * timestamp-micros, timestamp as local-timestamp-micros, date, time as
  * time-micros, uuid, json and jsonb and other types as string (their text

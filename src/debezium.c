@@ -269,6 +269,10 @@ walk_scalar(void *state, char *token, JsonTokenType type)
 		w->op = token;
 	else if (envelope_member(w, "ts_ms") && type == JSON_TOKEN_NUMBER)
 		w->ts_ms = token;
+	else if (envelope_member(w, "ts_ms") && type != JSON_TOKEN_NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("ts_ms of the Debezium change event is not a number: %s", token)));
 }
 
 /* ---- the wrapper's schema ------------------------------------------------------ */

@@ -925,7 +925,7 @@ sub produce_avro
 	  or die "avro_encode.py failed: $err";
 	$self->kcat('-P', '-t', $topic, '-p', $p, '-D', '<<<end-of-avro-record-5c1e>>>',
 		$opts{key_schema} ? ('-K', '<<<end-of-avro-key-5c1e>>>', '-Z') : (),
-		'-X', 'queue.buffering.max.messages=1000000', "$dir/avro.bin");
+		'-X', 'queue.buffering.max.messages=1000000', '-l', "$dir/avro.bin");
 	$self->{produced}{$topic}{$p} += scalar @$lines;
 	return scalar @$lines;
 }
