@@ -136,7 +136,7 @@ kcat -P -b "$BOOTSTRAP" -t customers_cdc -K: -z lz4 -X queue.buffering.max.messa
 	-l "$DATA/cdc.jsonl" || die "producing the changes failed"
 chmod -R a+r "$DATA"
 
-psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" <<'EOF' || die "setup failed"
+psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" >/dev/null <<'EOF' || die "setup failed"
 CREATE EXTENSION streaming;
 SELECT streaming.create_kafka_source('orders_avro', :'bs', topics => ARRAY['orders_avro'],
     starting_offsets => 'earliest', format => 'avro', schema_registry => :'reg');
@@ -148,7 +148,6 @@ SELECT streaming.create_kafka_source('customers_cdc', :'bs', topics => ARRAY['cu
     columns => 'id int, name text, balance numeric(12,2)');
 CREATE TABLE cdc_staging (seq bigint, op text, id int, name text, balance numeric(12,2));
 CREATE TABLE replica_copy (id int PRIMARY KEY, name text, balance numeric(12,2));
-\g /dev/null
 EOF
 
 # run_stream NAME QUERY [create_stream args]: seconds from create_stream to
