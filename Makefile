@@ -9,9 +9,9 @@ DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql \
 PGFILEDESC  = "streaming - stream processing for PostgreSQL"
 
 PG_CONFIG  ?= pg_config
-PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka) \
+PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags rdkafka avro-c libcurl) \
               -DSTM_EXTVERSION='"$(EXTVERSION)"'
-SHLIB_LINK  = $(shell pkg-config --libs rdkafka)
+SHLIB_LINK  = $(shell pkg-config --libs rdkafka avro-c libcurl)
 
 # make FAULT_INJECTION=1: a test build with fault points (src/fault.h);
 # make test builds its own copy that way.
@@ -22,7 +22,7 @@ endif
 # Tests (see README: "make test" runs them all on a private server).
 REGRESS        = init kafka_source kafka_probe rate_source file_source file_streams api_errors stateless bad_records \
                  aggregates ext_aggregates sessions joins null_groups batch_memory watermarks idle_timeout security source_views \
-                 kafka_sink timestamp_fast_path parallel upgrade_outbox upgrade_positions scaleout
+                 kafka_sink avro cdc timestamp_fast_path parallel upgrade_outbox upgrade_positions scaleout
 REGRESS_OPTS   = --temp-instance=tmp_check --temp-config=test/streaming.conf \
                  --load-extension=$(EXTENSION)
 ISOLATION      = concurrent_batches

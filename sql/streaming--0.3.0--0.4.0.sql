@@ -132,13 +132,24 @@ AS 'MODULE_PATHNAME', 'streaming_create_stream'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source (or two joined) whose results go into a sink.';
 
+/*
+ * Avro with a schema registry, Debezium's change events and upsert mode
+ * (SPEC 2.1.1, 2.1.2, 3.2).  create_kafka_source takes schema_registry
+ * (its basic_auth a credential, kept in the source's options like
+ * kafka_options), envelope and key_format; create_kafka_sink takes
+ * schema_registry and key_format; create_stream takes key_columns, the
+ * sink's key in output_mode 'upsert', which stream_defs keeps.  A
+ * function's arguments cannot change in place: each is made again.
+ */
+ALTER TABLE streaming.stream_defs ADD COLUMN key_columns text[];
+
 -- Past one server (SPEC 8, issue 22): status 'moved', create_kafka_source's share,
 -- and the functions and view below.
 ALTER TABLE streaming.stream_defs DROP CONSTRAINT stream_defs_status_check,
     ADD CONSTRAINT stream_defs_status_check
     CHECK (status IN ('running', 'waiting', 'stopped', 'failed', 'finished', 'moved'));
-DROP FUNCTION streaming.create_kafka_source(text, text, text[], text, jsonb, text, text, text, bigint, bigint,
-                                            interval, boolean, boolean, text, jsonb);
+DROP FUNCTION streaming.create_kafka_source(text, text, text[], text, jsonb, text, text, text,
+    bigint, bigint, interval, boolean, boolean, text, jsonb);
 CREATE FUNCTION streaming.create_kafka_source(
     name text,
     bootstrap_servers text,
@@ -155,12 +166,54 @@ CREATE FUNCTION streaming.create_kafka_source(
     include_headers boolean DEFAULT false,
     on_bad_record text DEFAULT 'dead_letter',
     kafka_options jsonb DEFAULT '{}',
+    schema_registry jsonb DEFAULT NULL,
+    envelope text DEFAULT NULL,
+    key_format text DEFAULT NULL,
     share text DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_kafka_source'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.create_kafka_source IS 'Define a Kafka source and the view of its columns.';
 
+DROP FUNCTION streaming.create_kafka_sink(text, text, text, text, text[], jsonb);
+CREATE FUNCTION streaming.create_kafka_sink(
+    name text,
+    bootstrap_servers text,
+    topic text,
+    format text DEFAULT 'json',
+    key_columns text[] DEFAULT NULL,
+    kafka_options jsonb DEFAULT '{}',
+    schema_registry jsonb DEFAULT NULL,
+    key_format text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_kafka_sink'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_kafka_sink IS 'Define a Kafka sink: streams that name it as their sink write their rows to the topic, through streaming.outbox.';
+
+DROP FUNCTION streaming.create_stream(text, text, text, text, interval, text, text[], boolean,
+    text, regprocedure, text, interval, jsonb, text, integer, boolean);
+CREATE FUNCTION streaming.create_stream(
+    name text,
+    query text,
+    sink text DEFAULT NULL,
+    output_mode text DEFAULT 'append',
+    watermark interval DEFAULT NULL,
+    event_time text DEFAULT NULL,
+    dedup_keys text[] DEFAULT NULL,
+    dedup_within_watermark boolean DEFAULT false,
+    trigger text DEFAULT '0',
+    sink_function regprocedure DEFAULT NULL,
+    late_rows text DEFAULT 'drop',
+    idle_timeout interval DEFAULT NULL,
+    watermarks jsonb DEFAULT NULL,
+    multiple_watermark_policy text DEFAULT 'min',
+    key_columns text[] DEFAULT NULL,
+    parallel_workers integer DEFAULT 0,
+    start boolean DEFAULT true)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source (or two joined) whose results go into a sink.';
 
 /* Past one server (SPEC 8) --------------------------------------------------
  * A Kafka source's share of the partitions, changed while its streams are

@@ -65,7 +65,8 @@ CREATE TABLE streaming.stream_defs (
     other_source    text REFERENCES streaming.sources (name),
     watermarks      jsonb,
     multiple_watermark_policy text NOT NULL DEFAULT 'min' CHECK (multiple_watermark_policy IN ('min', 'max')),
-    side_watermarks jsonb               -- per side: its watermark and idle clock, written by batches
+    side_watermarks jsonb,              -- per side: its watermark and idle clock, written by batches
+    key_columns     text[]              -- upsert mode: the sink's key (output columns)
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
 
@@ -297,6 +298,9 @@ CREATE FUNCTION streaming.create_kafka_source(
     include_headers boolean DEFAULT false,
     on_bad_record text DEFAULT 'dead_letter',
     kafka_options jsonb DEFAULT '{}',
+    schema_registry jsonb DEFAULT NULL,
+    envelope text DEFAULT NULL,
+    key_format text DEFAULT NULL,
     share text DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_kafka_source'
@@ -346,7 +350,9 @@ CREATE FUNCTION streaming.create_kafka_sink(
     topic text,
     format text DEFAULT 'json',
     key_columns text[] DEFAULT NULL,
-    kafka_options jsonb DEFAULT '{}')
+    kafka_options jsonb DEFAULT '{}',
+    schema_registry jsonb DEFAULT NULL,
+    key_format text DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_kafka_sink'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
@@ -375,6 +381,7 @@ CREATE FUNCTION streaming.create_stream(
     idle_timeout interval DEFAULT NULL,
     watermarks jsonb DEFAULT NULL,
     multiple_watermark_policy text DEFAULT 'min',
+    key_columns text[] DEFAULT NULL,
     parallel_workers integer DEFAULT 0,
     start boolean DEFAULT true)
 RETURNS void

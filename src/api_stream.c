@@ -68,6 +68,9 @@ typedef struct StreamArgs
 	Jsonb	   *watermarks;		/* a join's, per side; NULL: none */
 	char	   *watermark_policy;	/* multiple_watermark_policy */
 	bool		any_watermark;	/* watermark, or a join's watermarks */
+	bool		has_key_columns;
+	Datum		key_columns_array;
+	List	   *key_columns;	/* upsert mode's key: output column names; NIL: none */
 	bool		start;
 	int			parallel_workers;
 } StreamArgs;
@@ -101,6 +104,9 @@ read_stream_args(FunctionCallInfo fcinfo, StreamArgs *a)
 	if (stm_args_given(&args, "watermarks"))
 		a->watermarks = DatumGetJsonbPCopy(stm_args_datum(&args, "watermarks", true));
 	a->watermark_policy = stm_args_keyword(&args, "multiple_watermark_policy", true);
+	a->has_key_columns = stm_args_given(&args, "key_columns");
+	if (a->has_key_columns)
+		a->key_columns_array = stm_args_datum(&args, "key_columns", true);
 	a->start = stm_args_bool(&args, "start");
 	a->parallel_workers = DatumGetInt32(stm_args_datum(&args, "parallel_workers", true));
 }
@@ -116,17 +122,37 @@ check_new_name(const StreamArgs *a)
 				 errmsg("stream \"%s\" already exists", a->name)));
 }
 
-/* The keyword arguments, into their enums; the trigger; the dedup keys' names. */
+/* A text[] argument of column names: non-empty, no NULL or empty name. */
+static List *
+column_names(const char *argname, Datum array, const char *what)
+{
+	Datum	   *names;
+	int			n;
+	List	   *result = NIL;
+
+	if (!stm_arg_check_sql("SELECT cardinality($1) > 0 AND NOT EXISTS (SELECT 1 FROM unnest($1) k WHERE k IS NULL OR k = '')",
+						   TEXTARRAYOID, array))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a non-empty array of %s column names", argname, what)));
+	deconstruct_array(DatumGetArrayTypeP(array), TEXTOID, -1, false, TYPALIGN_INT,
+					  &names, NULL, &n);
+	for (int i = 0; i < n; i++)
+		result = lappend(result, TextDatumGetCString(names[i]));
+	return result;
+}
+
+/* The keyword arguments, into their enums; the trigger; the dedup keys' and key columns' names. */
 static void
 check_keywords(StreamArgs *a)
 {
-	static const char *const modes[] = {"append", "update", "complete", NULL};
+	static const char *const modes[] = {"append", "update", "complete", "upsert", NULL};
 	static const char *const late_choices[] = {"drop", "keep", NULL};
 	static const char *const policies[] = {"min", "max", NULL};
 	int64		interval_ms;
 
 	stm_arg_check_choice("output_mode", a->output_mode_text, modes,
-						 "Valid output modes are \"append\", \"update\" and \"complete\".");
+						 "Valid output modes are \"append\", \"update\", \"complete\" and \"upsert\".");
 	a->output_mode = stm_catalog_parse_output_mode(a->output_mode_text);
 	stm_arg_check_choice("late_rows", a->late_rows_text, late_choices,
 						 "Valid values are \"drop\" and \"keep\".");
@@ -142,20 +168,9 @@ check_keywords(StreamArgs *a)
 						 "Valid values are \"min\" and \"max\".");
 	a->any_watermark = a->has_watermark || a->watermarks != NULL;
 	if (a->has_dedup_keys)
-	{
-		Datum	   *keys;
-		int			nkeys;
-
-		if (!stm_arg_check_sql("SELECT cardinality($1) > 0 AND NOT EXISTS (SELECT 1 FROM unnest($1) k WHERE k IS NULL OR k = '')",
-							   TEXTARRAYOID, a->dedup_keys_array))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("dedup_keys must be a non-empty array of source column names")));
-		deconstruct_array(DatumGetArrayTypeP(a->dedup_keys_array), TEXTOID, -1, false, TYPALIGN_INT,
-						  &keys, NULL, &nkeys);
-		for (int i = 0; i < nkeys; i++)
-			a->dedup_keys = lappend(a->dedup_keys, TextDatumGetCString(keys[i]));
-	}
+		a->dedup_keys = column_names("dedup_keys", a->dedup_keys_array, "source");
+	if (a->has_key_columns)
+		a->key_columns = column_names("key_columns", a->key_columns_array, "output");
 }
 
 /* The intervals and what they need: a watermark for dedup_within_watermark and idle_timeout. */
@@ -377,6 +392,48 @@ check_query_shape(const StreamArgs *a, StmQueryInfo *qi, const StmSourceDef *sou
 	return event_time;
 }
 
+/*
+ * Upsert mode (SPEC 3.2) and its key: a stateless query, key_columns that
+ * are output columns; key_columns in no other mode.
+ */
+static void
+check_upsert(const StreamArgs *a, StmQueryInfo *qi)
+{
+	ListCell   *lc;
+
+	if (a->has_key_columns && a->output_mode != STM_OUTPUT_UPSERT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key_columns is only for output_mode \"upsert\""),
+				 errdetail("In update and complete mode the sink's key is the window and the GROUP BY columns.")));
+	if (a->output_mode != STM_OUTPUT_UPSERT)
+		return;
+	if (qi->agg)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("output_mode \"upsert\" needs a query without aggregates"),
+				 errdetail("Upsert mode applies each row of a stateless query by its key."),
+				 errhint("Use output_mode \"update\": it upserts an aggregate's changed groups by their window and group columns.")));
+	if (!a->has_key_columns)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("output_mode \"upsert\" needs key_columns"),
+				 errhint("Give key_columns => ARRAY['id'], the output columns that are the sink's key.")));
+	foreach(lc, a->key_columns)
+	{
+		bool		found = false;
+
+		for (int i = 0; i < qi->noutputs; i++)
+			found |= strcmp(qi->out_names[i], lfirst(lc)) == 0;
+		if (!found)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("key column \"%s\" is not an output column of the stream query",
+							(char *) lfirst(lc)),
+					 errhint("key_columns names columns of the query's select list.")));
+	}
+}
+
 /* The event-time column is a timestamptz column of the source. */
 static void
 check_event_time_column(const char *event_time, const StmSourceDef *source)
@@ -471,6 +528,7 @@ insert_stream(const StreamArgs *a, const StmSourceDef *source, const char *event
 	def.search_path = pstrdup(GetConfigOption("search_path", false, false));
 	def.owner = GetUserId();
 	def.parallel_workers = a->parallel_workers;
+	def.key_columns = a->key_columns;
 	return stm_catalog_insert_stream(&def);
 }
 
@@ -504,7 +562,8 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	if (qi->ssjoin == NULL)
 		check_event_time_column(event_time, source);
 	check_dedup_keys(&a, source);
-	output = stm_sink_output(qi, a.output_mode);
+	check_upsert(&a, qi);
+	output = stm_sink_output(qi, a.output_mode, a.key_columns);
 	sink_kind = check_sink(&a, &target, output);
 
 	/* everything checked: make it */

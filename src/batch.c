@@ -236,6 +236,9 @@ parse_in_subxact(BatchInput *in, StmRecord *records, ParsedRecord *recs,
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
+		/* what parsing needs cannot be reached (a schema registry): no record's fault, the batch waits */
+		if (stm_error_is_waiting(edata->sqlerrcode))
+			ReThrowError(edata);
 		if (single)
 			recs[from].error = edata;
 		ok = false;
@@ -671,8 +674,7 @@ open_input(BatchInput *in)
 	in->ndeclared = in->desc->natts - in->src->nmeta;
 	in->event_time_att = in->bc->qi->ssjoin ? in->join_time_att :
 		def->event_time ? view_attno(in->desc, def->event_time) : -1;
-	stm_parser_init(&in->parser, in->src->format, in->src->has_columns, in->src->csv_delimiter,
-					in->desc, in->ndeclared);
+	stm_parser_init(&in->parser, in->src, in->desc, in->ndeclared);
 	in->slot = MakeSingleTupleTableSlot(in->desc, &TTSOpsVirtual);
 }
 
@@ -746,7 +748,7 @@ begin_query(BatchContext *bc, StmRuntime *rt)
 		open_input(lfirst(lc));
 	bc->estate = CreateExecutorState();
 	bc->econtext = GetPerTupleExprContext(bc->estate);
-	bc->sink_output = stm_sink_output(bc->qi, def->output_mode);
+	bc->sink_output = stm_sink_output(bc->qi, def->output_mode, def->key_columns);
 	bc->out_values = palloc(sizeof(Datum) * Max(bc->qi->noutputs, 1));
 	bc->out_nulls = palloc(sizeof(bool) * Max(bc->qi->noutputs, 1));
 	/* a large first block survives each reset: no malloc churn per chunk */

@@ -88,6 +88,8 @@ stm_catalog_parse_output_mode(const char *name)
 		return STM_OUTPUT_COMPLETE;
 	if (strcmp(name, "append") == 0)
 		return STM_OUTPUT_APPEND;
+	if (strcmp(name, "upsert") == 0)
+		return STM_OUTPUT_UPSERT;
 	elog(ERROR, "unrecognized output_mode \"%s\" in streaming.stream_defs", name);
 	return STM_OUTPUT_APPEND;	/* keep compiler quiet */
 }
@@ -96,6 +98,7 @@ static const char *const output_mode_names[] = {
 	[STM_OUTPUT_APPEND] = "append",
 	[STM_OUTPUT_UPDATE] = "update",
 	[STM_OUTPUT_COMPLETE] = "complete",
+	[STM_OUTPUT_UPSERT] = "upsert",
 };
 
 const char *
@@ -189,7 +192,25 @@ get_bool(CatalogRow *row, const char *name)
 	"dedup_keys, dedup_within_watermark, late_rows, idle_timeout, " \
 	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error, " \
 	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name) AS sink_kind, " \
-	"parallel_workers, other_source, watermarks, multiple_watermark_policy, side_watermarks"
+	"parallel_workers, other_source, watermarks, multiple_watermark_policy, side_watermarks, key_columns"
+
+/* A text[] column as a List of strings (NIL for NULL). */
+static List *
+get_text_list(CatalogRow *row, const char *name)
+{
+	bool		isnull;
+	Datum		d = get_value(row, name, &isnull);
+	List	   *result = NIL;
+	Datum	   *elems;
+	int			n;
+
+	if (isnull)
+		return NIL;
+	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+	for (int i = 0; i < n; i++)
+		result = lappend(result, TextDatumGetCString(elems[i]));
+	return result;
+}
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -226,16 +247,7 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->no_data_batch_due = get_bool(&row, "no_data_batch_due");
 	s->sink_function = get_oid(&row, "sink_function");
 	s->has_dedup = get_bool(&row, "has_dedup");
-	d = get_value(&row, "dedup_keys", &isnull);
-	if (!isnull)
-	{
-		Datum	   *keys;
-		int			nkeys;
-
-		deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT, &keys, NULL, &nkeys);
-		for (int i = 0; i < nkeys; i++)
-			s->dedup_keys = lappend(s->dedup_keys, TextDatumGetCString(keys[i]));
-	}
+	s->dedup_keys = get_text_list(&row, "dedup_keys");
 	s->dedup_within_watermark = get_bool(&row, "dedup_within_watermark");
 	s->keep_late_rows = strcmp(get_text(&row, "late_rows"), "keep") == 0;
 	d = get_value(&row, "idle_timeout", &isnull);
@@ -255,6 +267,7 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->max_watermark_policy = strcmp(get_text(&row, "multiple_watermark_policy"), "max") == 0;
 	d = get_value(&row, "side_watermarks", &isnull);
 	s->side_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
+	s->key_columns = get_text_list(&row, "key_columns");
 	return s;
 }
 
@@ -780,18 +793,19 @@ stm_catalog_insert_stream(const StmStreamDef *def)
 {
 	StmSql		q;
 	ArrayType  *keys = text_array(def->dedup_keys);
+	ArrayType  *key_columns = text_array(def->key_columns);
 	int32		id = -1;
 
 	stm_sql_init(&q, "INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
 				 "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, "
 				 "search_path, sink_function, dedup_keys, dedup_within_watermark, owner, sink_name, "
-				 "parallel_workers, other_source, watermarks, multiple_watermark_policy) "
+				 "parallel_workers, other_source, watermarks, multiple_watermark_policy, key_columns) "
 				 "VALUES (:name, :source, :query, :sink::oid::regclass, :output_mode, "
 				 ":watermark_delay, :event_time, :trigger, :late_rows, :idle_timeout, false, "
 				 "'stopped', :search_path, "
 				 ":sink_function::oid::regprocedure, :dedup_keys, :dedup_within_watermark, "
 				 ":owner::oid::regrole, :sink_name, :parallel_workers, :other_source, :watermarks, "
-				 ":multiple_watermark_policy) RETURNING id");
+				 ":multiple_watermark_policy, :key_columns) RETURNING id");
 	stm_sql_text(&q, "name", def->name);
 	stm_sql_text(&q, "source", def->source);
 	stm_sql_text(&q, "query", def->query);
@@ -814,6 +828,7 @@ stm_catalog_insert_stream(const StmStreamDef *def)
 	stm_sql_text(&q, "other_source", def->other_source);
 	stm_sql_param(&q, "watermarks", JSONBOID, PointerGetDatum(def->watermarks), def->watermarks == NULL);
 	stm_sql_text(&q, "multiple_watermark_policy", def->max_watermark_policy ? "max" : "min");
+	stm_sql_param(&q, "key_columns", TEXTARRAYOID, PointerGetDatum(key_columns), key_columns == NULL);
 	(void) stm_catalog_run(&q, SPI_OK_INSERT_RETURNING, returned_id, &id);
 	/* inserted stopped: a row inserted running is a restore's (restore_stopped) */
 	if (def->enabled)

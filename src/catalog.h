@@ -30,7 +30,8 @@ typedef enum StmOutputMode
 {
 	STM_OUTPUT_APPEND,
 	STM_OUTPUT_UPDATE,
-	STM_OUTPUT_COMPLETE
+	STM_OUTPUT_COMPLETE,
+	STM_OUTPUT_UPSERT			/* rows applied by key_columns (stateless) */
 } StmOutputMode;
 
 /* status, as streaming.streams shows it (SPEC 4) */
@@ -86,6 +87,7 @@ typedef struct StmStreamDef
 	Jsonb	   *watermarks;		/* each side's event time and delay, as given */
 	bool		max_watermark_policy;	/* multiple_watermark_policy 'max' (else 'min') */
 	Jsonb	   *side_watermarks;	/* per side: what the batches learnt (NULL: nothing yet) */
+	List	   *key_columns;	/* upsert mode: the sink's key (output column names) */
 } StmStreamDef;
 
 typedef struct StmSourceDef

@@ -25,12 +25,17 @@
  * a stream of records (a file, through COPY's own parser) hands the fields
  * it split, and stm_parse_fields only converts them.
  *
+ * Avro (the Confluent wire format) is decoded by avro.c, and Debezium's
+ * change events in JSON are taken apart by debezium.c; both hand their
+ * texts back to the conversions here (stm_text_target_convert).
+ *
  * Errors are raised with ereport; the batch catches them per record and
  * sends the record to the dead-letter table.
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "common/jsonapi.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
@@ -42,9 +47,13 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "avro.h"
+#include "debezium.h"
 #include "guc.h"
 #include "parse.h"
+#include "catalog.h"
 #include "rfc3339.h"
+#include "source.h"
 
 StmFormat
 stm_parse_format(const char *format)
@@ -57,37 +66,106 @@ stm_parse_format(const char *format)
 		return STM_FORMAT_TEXT;
 	if (strcmp(format, "bytes") == 0)
 		return STM_FORMAT_BYTES;
+	if (strcmp(format, "avro") == 0)
+		return STM_FORMAT_AVRO;
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("unrecognized format \"%s\"", format),
-			 errhint("Valid formats are \"json\", \"csv\", \"text\" and \"bytes\".")));
+			 errhint("Valid formats are \"json\", \"csv\", \"text\", \"bytes\" and \"avro\".")));
 	return STM_FORMAT_JSON;		/* keep compiler quiet */
 }
 
+StmEnvelope
+stm_parse_envelope(const char *envelope)
+{
+	if (envelope == NULL)
+		return STM_ENVELOPE_NONE;
+	if (strcmp(envelope, "debezium") == 0)
+		return STM_ENVELOPE_DEBEZIUM;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unrecognized envelope \"%s\"", envelope),
+			 errhint("The only envelope is \"debezium\".")));
+	return STM_ENVELOPE_NONE;	/* keep compiler quiet */
+}
+
 /*
- * Prepare a parser for the first ncols columns of desc (the source view's
- * declared columns; the metadata columns follow them and are filled by the
- * source itself).
+ * What a text of type (and typmod) becomes: its input function, or for a
+ * few built-in types the C function that input function calls.
  */
 void
-stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
-				char delimiter, TupleDesc desc, int ncols)
+stm_text_target_init(StmTextTarget *t, Oid type, int32 typmod)
+{
+	Oid			infunc;
+	Oid			base = getBaseType(type);
+
+	t->type = type;
+	t->typmod = typmod;
+	getTypeInputInfo(type, &infunc, &t->ioparam);
+	fmgr_info(infunc, &t->infunc);
+	t->wants_json = (base == JSONOID || base == JSONBOID);
+	/* the type itself, not a domain over it (domain_in checks constraints) */
+	switch (type)
+	{
+		case INT2OID:
+			t->kind = STM_INPUT_INT2;
+			break;
+		case INT4OID:
+			t->kind = STM_INPUT_INT4;
+			break;
+		case INT8OID:
+			t->kind = STM_INPUT_INT8;
+			break;
+		case FLOAT8OID:
+			t->kind = STM_INPUT_FLOAT8;
+			break;
+		case TEXTOID:
+			t->kind = STM_INPUT_TEXT;
+			break;
+		case TIMESTAMPTZOID:
+			t->kind = STM_INPUT_TIMESTAMPTZ;
+			break;
+		case TIMESTAMPOID:
+			t->kind = STM_INPUT_TIMESTAMP;
+			break;
+		default:
+			t->kind = STM_INPUT_FUNCTION;
+			break;
+	}
+}
+
+/*
+ * Prepare a parser for the first ncols columns of desc, as source src
+ * reads them: the row's columns (declared, or one value column), then the
+ * envelope's and key's (cdc_op, cdc_ts, kafka_key_avro); the metadata
+ * columns follow them and are filled by the source itself.
+ */
+void
+stm_parser_init(StmParser *p, const StmSource *src, TupleDesc desc, int ncols)
 {
 	memset(p, 0, sizeof(*p));
-	p->format = format;
-	p->has_columns = has_columns;
-	p->delimiter = delimiter;
+	p->format = src->format;
+	p->envelope = src->envelope;
+	p->has_columns = src->has_columns;
+	p->delimiter = src->csv_delimiter;
 	p->ncols = ncols;
-	p->names = palloc(sizeof(char *) * ncols);
-	p->name_lens = palloc(sizeof(int) * ncols);
-	p->types = palloc(sizeof(Oid) * ncols);
-	p->typmods = palloc(sizeof(int32) * ncols);
-	p->infuncs = palloc(sizeof(FmgrInfo) * ncols);
-	p->ioparams = palloc(sizeof(Oid) * ncols);
-	p->wants_json = palloc(sizeof(bool) * ncols);
-	p->kinds = palloc(sizeof(StmInputKind) * ncols);
-	p->fields = palloc0(sizeof(char *) * ncols);
-	p->field_lens = palloc(sizeof(int) * ncols);
+	p->nrow = ncols;
+	p->key_avro_col = p->cdc_op_col = p->cdc_ts_col = -1;
+	if (src->key_avro)
+		p->key_avro_col = --p->nrow;
+	if (p->envelope == STM_ENVELOPE_DEBEZIUM)
+	{
+		p->nrow -= 2;
+		p->cdc_op_col = p->nrow;
+		p->cdc_ts_col = p->nrow + 1;
+	}
+	p->names = palloc(sizeof(char *) * Max(ncols, 1));
+	p->name_lens = palloc(sizeof(int) * Max(ncols, 1));
+	p->types = palloc(sizeof(Oid) * Max(ncols, 1));
+	p->typmods = palloc(sizeof(int32) * Max(ncols, 1));
+	p->targets = palloc(sizeof(StmTextTarget) * Max(ncols, 1));
+	p->fields = palloc0(sizeof(char *) * Max(ncols, 1));
+	p->field_lens = palloc(sizeof(int) * Max(ncols, 1));
 	p->buf_size = 1024;
 	p->buf = palloc(p->buf_size);
 	p->encoding = GetDatabaseEncoding();
@@ -98,45 +176,17 @@ stm_parser_init(StmParser *p, StmFormat format, bool has_columns,
 	for (int i = 0; i < ncols; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
-		Oid			infunc;
-		Oid			base = getBaseType(att->atttypid);
 
 		p->names[i] = pstrdup(NameStr(att->attname));
 		p->name_lens[i] = strlen(p->names[i]);
 		p->types[i] = att->atttypid;
 		p->typmods[i] = att->atttypmod;
-		getTypeInputInfo(att->atttypid, &infunc, &p->ioparams[i]);
-		fmgr_info(infunc, &p->infuncs[i]);
-		p->wants_json[i] = (base == JSONOID || base == JSONBOID);
-		/* the type itself, not a domain over it (domain_in checks constraints) */
-		switch (att->atttypid)
-		{
-			case INT2OID:
-				p->kinds[i] = STM_INPUT_INT2;
-				break;
-			case INT4OID:
-				p->kinds[i] = STM_INPUT_INT4;
-				break;
-			case INT8OID:
-				p->kinds[i] = STM_INPUT_INT8;
-				break;
-			case FLOAT8OID:
-				p->kinds[i] = STM_INPUT_FLOAT8;
-				break;
-			case TEXTOID:
-				p->kinds[i] = STM_INPUT_TEXT;
-				break;
-			case TIMESTAMPTZOID:
-				p->kinds[i] = STM_INPUT_TIMESTAMPTZ;
-				break;
-			case TIMESTAMPOID:
-				p->kinds[i] = STM_INPUT_TIMESTAMP;
-				break;
-			default:
-				p->kinds[i] = STM_INPUT_FUNCTION;
-				break;
-		}
+		stm_text_target_init(&p->targets[i], att->atttypid, att->atttypmod);
 	}
+	if (p->format == STM_FORMAT_AVRO || src->key_avro)
+		p->avro = stm_avro_parser_new(src->avro, p);
+	if (p->format == STM_FORMAT_JSON && p->envelope == STM_ENVELOPE_DEBEZIUM)
+		p->debezium = stm_debezium_json_new(p);
 }
 
 /* ---- JSON ---------------------------------------------------------------- */
@@ -155,10 +205,10 @@ typedef struct JsonRecordState
 static int
 column_of_token(StmParser *p, const char *key, int keylen, int guess)
 {
-	if (guess < p->ncols && p->name_lens[guess] == keylen &&
+	if (guess < p->nrow && p->name_lens[guess] == keylen &&
 		memcmp(p->names[guess], key, keylen) == 0)
 		return guess;
-	for (int i = 0; i < p->ncols; i++)
+	for (int i = 0; i < p->nrow; i++)
 		if (p->name_lens[i] == keylen && memcmp(p->names[i], key, keylen) == 0)
 			return i;
 	return -1;
@@ -243,7 +293,7 @@ json_scalar(void *state, char *token, JsonTokenType tokentype)
 		return;
 	if (tokentype == JSON_TOKEN_NULL)
 		s->p->fields[s->column] = NULL;
-	else if (tokentype == JSON_TOKEN_STRING && s->p->wants_json[s->column])
+	else if (tokentype == JSON_TOKEN_STRING && s->p->targets[s->column].wants_json)
 	{
 		StringInfoData buf;
 
@@ -302,7 +352,7 @@ parse_json_flat(StmParser *p, char *data, int len)
 				if (memchr(value, '\\', n) != NULL)
 					return false;
 				/* a json or jsonb column keeps the quotes: the value as JSON text */
-				if (col >= 0 && p->wants_json[col])
+				if (col >= 0 && p->targets[col].wants_json)
 				{
 					p->fields[col] = value;
 					p->field_lens[col] = n;
@@ -341,7 +391,7 @@ parse_json_flat(StmParser *p, char *data, int len)
 	}
 	if (json_lex(&lex) != JSON_SUCCESS || lex.token_type != JSON_TOKEN_END)
 		return false;
-	for (int i = 0; i < p->ncols; i++)
+	for (int i = 0; i < p->nrow; i++)
 		if (p->fields[i] != NULL)
 			p->fields[i][p->field_lens[i]] = '\0';
 	return true;
@@ -440,17 +490,17 @@ parse_csv_fields(StmParser *p, const char *data, int len)
 			}
 		}
 
-		if (col < p->ncols)
+		if (col < p->nrow)
 			p->fields[col] = (quoted || field.len > 0) ? pstrdup(field.data) : NULL;
 		col++;
 		if (i >= len)
 			break;
 		i++;					/* skip the delimiter */
 	}
-	if (col != p->ncols)
+	if (col != p->nrow)
 		ereport(ERROR,
 				(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
-				 errmsg("CSV record has %d fields, expected %d", col, p->ncols)));
+				 errmsg("CSV record has %d fields, expected %d", col, p->nrow)));
 }
 
 /* ---- one record ---------------------------------------------------------- */
@@ -466,8 +516,8 @@ check_record_size(int len)
 }
 
 /* The record's text is valid in the database encoding and has no zero byte. */
-static void
-check_record_text(const char *data, int len)
+void
+stm_parse_check_record_text(const char *data, int len)
 {
 	/* rejects invalid byte sequences for the database encoding */
 	(void) pg_verify_mbstr(GetDatabaseEncoding(), data, len, false);
@@ -478,64 +528,92 @@ check_record_text(const char *data, int len)
 }
 
 /*
- * p->fields (text or NULL, one per column) to values and nulls.  The
- * built-in types of StmInputKind are converted by what their input
- * functions call (int8in is pg_strtoint64, textin cstring_to_text, ...):
- * the same values and errors, without a function call through fmgr.
- * Timestamps in the RFC 3339 form rfc3339.c takes are converted there (the
- * same values as the input function's, test_timestamp_fast_path), any
- * other text by the input function.
+ * One column's text to its value.  The built-in types of StmInputKind are
+ * converted by what their input functions call (int8in is pg_strtoint64,
+ * textin cstring_to_text, ...): the same values and errors, without a
+ * function call through fmgr.  Timestamps in the RFC 3339 form rfc3339.c
+ * takes are converted there (the same values as the input function's,
+ * test_timestamp_fast_path), any other text by the input function.  len is
+ * f's length, or -1 (strlen).
  */
+static inline Datum
+convert_text(StmTextTarget *t, char *f, int len)
+{
+	Timestamp	ts;
+
+	switch (t->kind)
+	{
+		case STM_INPUT_INT2:
+			return Int16GetDatum(pg_strtoint16(f));
+		case STM_INPUT_INT4:
+			return Int32GetDatum(pg_strtoint32(f));
+		case STM_INPUT_INT8:
+			return Int64GetDatum(pg_strtoint64(f));
+		case STM_INPUT_FLOAT8:
+			return Float8GetDatum(float8in_internal(f, NULL, "double precision", f));
+		case STM_INPUT_TEXT:
+			return PointerGetDatum(cstring_to_text_with_len(f, len >= 0 ? len : strlen(f)));
+		case STM_INPUT_TIMESTAMPTZ:
+			if (stm_rfc3339_timestamptz(f, t->typmod, &ts))
+				return TimestampTzGetDatum(ts);
+			break;
+		case STM_INPUT_TIMESTAMP:
+			if (stm_rfc3339_timestamp(f, t->typmod, &ts))
+				return TimestampGetDatum(ts);
+			break;
+		case STM_INPUT_FUNCTION:
+			break;
+	}
+	return InputFunctionCall(&t->infunc, f, t->ioparam, t->typmod);
+}
+
+/* A text (NUL-terminated, of len bytes or -1) as a value of t's type. */
+Datum
+stm_text_target_convert(StmTextTarget *t, char *f, int len)
+{
+	return convert_text(t, f, len);
+}
+
+/* p->fields (text or NULL, one per column of the row) to values and nulls. */
 static void
 convert_fields(StmParser *p, Datum *values, bool *nulls)
 {
-	for (int i = 0; i < p->ncols; i++)
+	for (int i = 0; i < p->nrow; i++)
 	{
 		char	   *f = p->fields[i];
-		Timestamp	ts;
 
 		nulls[i] = (f == NULL);
-		if (f == NULL && p->kinds[i] != STM_INPUT_FUNCTION)
-		{
+		if (f == NULL && p->targets[i].kind != STM_INPUT_FUNCTION)
 			values[i] = (Datum) 0;
-			continue;
-		}
-		switch (p->kinds[i])
-		{
-			case STM_INPUT_INT2:
-				values[i] = Int16GetDatum(pg_strtoint16(f));
-				break;
-			case STM_INPUT_INT4:
-				values[i] = Int32GetDatum(pg_strtoint32(f));
-				break;
-			case STM_INPUT_INT8:
-				values[i] = Int64GetDatum(pg_strtoint64(f));
-				break;
-			case STM_INPUT_FLOAT8:
-				values[i] = Float8GetDatum(float8in_internal(f, NULL, "double precision", f));
-				break;
-			case STM_INPUT_TEXT:
-				values[i] = PointerGetDatum(cstring_to_text_with_len(f, p->field_lens[i] >= 0 ?
-																	 p->field_lens[i] : strlen(f)));
-				break;
-			case STM_INPUT_TIMESTAMPTZ:
-				if (stm_rfc3339_timestamptz(f, p->typmods[i], &ts))
-					values[i] = TimestampTzGetDatum(ts);
-				else
-					values[i] = InputFunctionCall(&p->infuncs[i], f, p->ioparams[i],
-												  p->typmods[i]);
-				break;
-			case STM_INPUT_TIMESTAMP:
-				if (stm_rfc3339_timestamp(f, p->typmods[i], &ts))
-					values[i] = TimestampGetDatum(ts);
-				else
-					values[i] = InputFunctionCall(&p->infuncs[i], f, p->ioparams[i],
-												  p->typmods[i]);
-				break;
-			case STM_INPUT_FUNCTION:
-				values[i] = InputFunctionCall(&p->infuncs[i], f, p->ioparams[i], p->typmods[i]);
-				break;
-		}
+		else
+			values[i] = convert_text(&p->targets[i], f, p->field_lens[i]);
+	}
+}
+
+/*
+ * A change event's cdc_op and cdc_ts (ts_ms: milliseconds since 1970, as
+ * Debezium gives them), from what the envelope's parser found.
+ */
+void
+stm_parse_fill_cdc(StmParser *p, Datum *values, bool *nulls)
+{
+	if (p->cdc_op_col < 0)
+		return;
+	values[p->cdc_op_col] = PointerGetDatum(cstring_to_text_with_len(&p->cdc_op, 1));
+	nulls[p->cdc_op_col] = false;
+	nulls[p->cdc_ts_col] = !p->has_cdc_ts;
+	values[p->cdc_ts_col] = (Datum) 0;
+	if (p->has_cdc_ts)
+	{
+		TimestampTz ts;
+
+		if (pg_mul_s64_overflow(p->cdc_ts_ms, 1000, &ts) ||
+			pg_add_s64_overflow(ts, STM_UNIX_EPOCH, &ts) || !IS_VALID_TIMESTAMP(ts))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+					 errmsg("ts_ms of the change event is out of range: " INT64_FORMAT,
+							p->cdc_ts_ms)));
+		values[p->cdc_ts_col] = TimestampTzGetDatum(ts);
 	}
 }
 
@@ -543,7 +621,7 @@ convert_fields(StmParser *p, Datum *values, bool *nulls)
 static void
 clear_fields(StmParser *p)
 {
-	for (int i = 0; i < p->ncols; i++)
+	for (int i = 0; i < p->nrow; i++)
 	{
 		p->fields[i] = NULL;
 		p->field_lens[i] = -1;
@@ -579,6 +657,13 @@ stm_parse_record(StmParser *p, const char *data, int len,
 	}
 	check_record_size(len);
 
+	if (p->format == STM_FORMAT_AVRO)
+	{
+		stm_avro_parse(p->avro, data, len, values, nulls);
+		stm_parse_fill_cdc(p, values, nulls);
+		return;
+	}
+
 	if (p->format == STM_FORMAT_BYTES)
 	{
 		bytea	   *b = palloc(len + VARHDRSZ);
@@ -595,7 +680,7 @@ stm_parse_record(StmParser *p, const char *data, int len,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("empty record")));
 
-	check_record_text(data, len);
+	stm_parse_check_record_text(data, len);
 
 	if (p->format == STM_FORMAT_TEXT)
 	{
@@ -613,6 +698,18 @@ stm_parse_record(StmParser *p, const char *data, int len,
 	buf = p->buf;
 	memcpy(buf, data, len);
 	buf[len] = '\0';
+	if (p->debezium)
+	{
+		/* the row is in the event's before or after: debezium.c finds it */
+		clear_fields(p);
+		MemoryContextReset(p->scratch);
+		oldcxt = MemoryContextSwitchTo(p->scratch);
+		stm_debezium_parse_json(p->debezium, buf, len);
+		MemoryContextSwitchTo(oldcxt);
+		convert_fields(p, values, nulls);
+		stm_parse_fill_cdc(p, values, nulls);
+		return;
+	}
 	if (p->format == STM_FORMAT_JSON && !p->has_columns)
 	{
 		values[0] = DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
@@ -637,6 +734,24 @@ stm_parse_record(StmParser *p, const char *data, int len,
 }
 
 /*
+ * kafka_key_avro (key_format avro): the record's key, an Avro value in the
+ * wire format, as jsonb; NULL for a record without a key.
+ */
+void
+stm_parse_key(StmParser *p, const char *key, int len, Datum *values, bool *nulls)
+{
+	if (p->key_avro_col < 0)
+		return;
+	nulls[p->key_avro_col] = (key == NULL);
+	values[p->key_avro_col] = (Datum) 0;
+	if (key != NULL)
+	{
+		check_record_size(len);
+		values[p->key_avro_col] = stm_avro_parse_jsonb(p->avro, key, len);
+	}
+}
+
+/*
  * Fill values/nulls[0 .. ncols-1] from the fields of a CSV record that its
  * source split (NULL fields are SQL NULLs), data being the raw record:
  * the same checks and conversions as stm_parse_record.
@@ -646,12 +761,12 @@ stm_parse_fields(StmParser *p, char **fields, int nfields, const char *data, int
 				 Datum *values, bool *nulls)
 {
 	check_record_size(len);
-	check_record_text(data, len);
-	if (nfields != p->ncols)
+	stm_parse_check_record_text(data, len);
+	if (nfields != p->nrow)
 		ereport(ERROR,
 				(errcode(ERRCODE_BAD_COPY_FILE_FORMAT),
-				 errmsg("CSV record has %d fields, expected %d", nfields, p->ncols)));
+				 errmsg("CSV record has %d fields, expected %d", nfields, p->nrow)));
 	clear_fields(p);
-	memcpy(p->fields, fields, sizeof(char *) * p->ncols);
+	memcpy(p->fields, fields, sizeof(char *) * p->nrow);
 	convert_fields(p, values, nulls);
 }

@@ -959,3 +959,27 @@ stm_query_project(StmProjector *pj, ExprContext *econtext,
 		values[i] = ExecEvalExprSwitchContext(pj->exprs[i], econtext, &nulls[i]);
 	return true;
 }
+
+/*
+ * Add an output column to an analysed query: expr (over its source's row)
+ * as the last column, named name, as if the query selected it (upsert
+ * mode's change column, sink.c).
+ */
+void
+stm_query_add_output(StmQueryInfo *qi, Expr *expr, const char *name)
+{
+	int			n = qi->noutputs;
+	TargetEntry *tle = makeTargetEntry(expr, list_length(qi->query->targetList) + 1,
+									   pstrdup(name), false);
+
+	qi->query->targetList = lappend(qi->query->targetList, tle);
+	qi->out_names = repalloc(qi->out_names, sizeof(char *) * (n + 1));
+	qi->out_types = repalloc(qi->out_types, sizeof(Oid) * (n + 1));
+	qi->out_typmods = repalloc(qi->out_typmods, sizeof(int32) * (n + 1));
+	qi->out_collations = repalloc(qi->out_collations, sizeof(Oid) * (n + 1));
+	qi->out_names[n] = tle->resname;
+	qi->out_types[n] = exprType((Node *) expr);
+	qi->out_typmods[n] = exprTypmod((Node *) expr);
+	qi->out_collations[n] = exprCollation((Node *) expr);
+	qi->noutputs = n + 1;
+}

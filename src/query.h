@@ -63,5 +63,6 @@ extern StmProjector *stm_query_compile(StmQueryInfo *qi);
 extern List *stm_query_output_targetlist(StmQueryInfo *qi);
 extern bool stm_query_project(StmProjector *pj, ExprContext *econtext,
 							  Datum *values, bool *nulls);
+extern void stm_query_add_output(StmQueryInfo *qi, Expr *expr, const char *name);
 
 #endif

@@ -844,7 +844,8 @@ merge_state(StmStreamDef *def, StmSourceDef *src, ShareData *d, StmBatchProgress
 	nest = pin_transfer_settings();
 	rt = stm_runtime_create(def->id);
 	estate = CreateExecutorState();
-	sb = stm_sink_begin_batch(stm_runtime_open_sink(rt, def), stm_sink_output(qi, def->output_mode),
+	sb = stm_sink_begin_batch(stm_runtime_open_sink(rt, def),
+							  stm_sink_output(qi, def->output_mode, def->key_columns),
 							  progress->batch_id, estate);
 	ab = stm_aggbatch_begin(agg, def->id, def->output_mode, sb, has_watermark, watermark,
 							event_time_att(def, src), NULL);

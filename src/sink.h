@@ -20,10 +20,12 @@
  *     begin_batch     the batch's writer, in the batch's memory
  *       insert        a new output row (stateless, append, complete)
  *       upsert        update mode: the row of a changed group, replacing
- *                     the one with the same key columns
+ *                     the one with the same key columns; upsert mode: a
+ *                     row, by its key columns, in source order
  *       delete_key    update mode: the row of a group that is gone (a
  *                     session merged into another); only the key columns
- *                     of the row are set
+ *                     of the row are set; upsert mode: a change stream's
+ *                     delete (cdc_op 'd'), the row as before had it
  *       truncate      complete mode: forget the previous result
  *     end_batch       write what is buffered; the batch may still fail
  *                     and roll back after it
@@ -55,10 +57,21 @@ typedef struct StmSinkRoutine StmSinkRoutine;
 typedef struct StmSinkOutput
 {
 	TupleDesc	desc;			/* names, types, typmods, collations */
-	bool	   *is_key;			/* the window and group columns of an aggregate */
+	bool	   *is_key;			/* the window and group columns of an aggregate;
+								 * upsert mode: the key_columns */
 	StmOutputMode mode;
 	bool		deletes;		/* update mode may call delete_key (session windows) */
+	bool		has_change;		/* upsert mode over a change stream (SPEC 2.1.2):
+								 * the last column is each row's cdc_op, which
+								 * is not written (a sink has no such column) */
 } StmSinkOutput;
+
+/* The output columns a sink writes: all but a change column. */
+static inline int
+stm_sink_output_columns(const StmSinkOutput *out)
+{
+	return out->desc->natts - (out->has_change ? 1 : 0);
+}
 
 /* An open sink; a kind's own struct starts with it. */
 typedef struct StmSink
@@ -207,7 +220,10 @@ extern void stm_sink_register(const StmSinkRoutine *routine);
 extern const StmSinkRoutine *stm_sink_routine(const char *kind);
 extern const char *stm_sink_kind(StmStreamDef *def);
 extern StmSink *stm_sink_open(StmStreamDef *def);
-extern StmSinkOutput *stm_sink_output(StmQueryInfo *qi, StmOutputMode mode);
+extern StmSinkOutput *stm_sink_output(StmQueryInfo *qi, StmOutputMode mode, List *key_columns);
+extern void stm_sink_apply_change(StmSinkBatch *batch, Datum *values, bool *nulls);
+extern bool stm_sink_change_is_delete(const StmSinkOutput *output, const Datum *values,
+									  const bool *nulls);
 extern const StmSinkRoutine *stm_sink_routine_of_stream(StmStreamDef *def);
 extern const StmSinkRoutine *stm_sink_routine_of_target(const StmSinkTarget *target);
 
@@ -222,9 +238,15 @@ stm_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_id,
 	return sink->routine->begin_batch(sink, output, batch_id, estate);
 }
 
+/* A stateless query's row (in upsert mode a change: stm_sink_apply_change). */
 static inline void
 stm_sink_insert(StmSinkBatch *batch, Datum *values, bool *nulls)
 {
+	if (batch->output->mode == STM_OUTPUT_UPSERT)
+	{
+		stm_sink_apply_change(batch, values, nulls);
+		return;
+	}
 	batch->rows++;
 	batch->sink->routine->insert(batch, values, nulls);
 }

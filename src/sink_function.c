@@ -98,9 +98,16 @@ function_end_batch(StmSinkBatch *batch)
 static void
 function_check_output(StmSinkTarget *target, const StmSinkOutput *output)
 {
-	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(target->function));
+	HeapTuple	tup;
 	Form_pg_proc proc;
 
+	if (output->mode == STM_OUTPUT_UPSERT)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("output_mode \"upsert\" needs a sink table, not a sink_function"),
+				 errdetail("Upsert mode applies each row to the sink table by its key; a sink function gets each batch's rows as they are."),
+				 errhint("Use output_mode \"append\" and apply the rows by key in the function.")));
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(target->function));
 	if (!HeapTupleIsValid(tup))
 		elog(ERROR, "cache lookup failed for function %u", target->function);
 	proc = (Form_pg_proc) GETSTRUCT(tup);

@@ -23,8 +23,12 @@
  * PostgreSQL's own JSON, numbers and booleans as such, timestamps in ISO
  * 8601 with their offset, NULL as null; the same bytes written directly
  * for rows of built-in scalar types, fast_row_json), csv (quoted as COPY
- * quotes), text (the one column besides the key, in its text form) or bytes (that column,
- * a bytea); delete_key (a session merged away) is a tombstone, a NULL
+ * quotes), text (the one column besides the key, in its text form), bytes (that column,
+ * a bytea) or avro (the row as a record in the Confluent wire format,
+ * avro.c: its schema registered under <topic>-value when a stream is
+ * created on the sink, and again, once per runtime, by the batches, which
+ * gives them its id; key_format avro: the key columns the same way under
+ * <topic>-key); delete_key (a session merged away) is a tombstone, a NULL
  * value on the key.
  *
  * The producer (StmOutboxTransport): made at the first delivery, after the
@@ -55,12 +59,14 @@
 #include "utils/memutils.h"
 
 #include "api.h"
+#include "avro.h"
 #include "catalog.h"
 #include "guc.h"
 #include "kafka_conf.h"
 #include "kafka_probe.h"
 #include "options.h"
 #include "outbox.h"
+#include "schema_registry.h"
 #include "sink.h"
 #include "sink_kafka.h"
 #include "source.h"
@@ -73,8 +79,16 @@ typedef enum SinkFormat
 	SINK_JSON,
 	SINK_CSV,
 	SINK_TEXT,
-	SINK_BYTES
+	SINK_BYTES,
+	SINK_AVRO
 } SinkFormat;
+
+/* An Avro schema the sink registered (under <topic>-value or -key), and its id. */
+typedef struct SinkSchema
+{
+	char	   *text;			/* NULL: none registered yet */
+	int32		id;
+} SinkSchema;
 
 /* An open Kafka sink: one per runtime (a worker's life, a run_batch). */
 typedef struct KafkaSink
@@ -86,6 +100,10 @@ typedef struct KafkaSink
 	SinkFormat	format;
 	List	   *key_columns;	/* names; NIL: the default */
 	List	   *kafka_options;	/* StmOptionPair */
+	bool		key_avro;		/* key_format avro */
+	StmRegistry *registry;		/* avro: the schema registry */
+	SinkSchema	value_schema;	/* avro: the rows' schema, registered once per runtime */
+	SinkSchema	key_schema;		/* key_format avro: the keys' */
 
 	/* the producer, made by the first delivery */
 	rd_kafka_t *rk;
@@ -127,6 +145,8 @@ typedef struct KafkaSinkBatch
 	TupleDesc	row_desc;		/* json: the output row, blessed */
 	JsonCol    *json_cols;		/* json: how each column is written; NULL: row_to_json */
 	StringInfoData json_buf;	/* json: the value being encoded (a bytea) */
+	StmAvroWriter *avro_value;	/* avro: the rows' encoder */
+	StmAvroWriter *avro_key;	/* key_format avro: the keys' */
 	TupleDesc	key_desc;		/* several key columns: them, blessed */
 	FmgrInfo   *out_funcs;		/* per output: its type's output function */
 	Datum		stream_name;	/* for row_to_json's fallback */
@@ -163,6 +183,8 @@ format_of(const char *name)
 		return SINK_TEXT;
 	if (strcmp(name, "bytes") == 0)
 		return SINK_BYTES;
+	if (strcmp(name, "avro") == 0)
+		return SINK_AVRO;
 	return SINK_JSON;
 }
 
@@ -185,11 +207,13 @@ valid_topic_name(const char *t)
 static Jsonb *
 kafka_sink_validate(Jsonb *o, Oid role)
 {
-	static const char *const formats[] = {"json", "csv", "text", "bytes", NULL};
+	static const char *const formats[] = {"json", "csv", "text", "bytes", "avro", NULL};
+	static const char *const key_formats[] = {"avro", NULL};
 	static const char *const required[] = {"bootstrap_servers", "topic", "format",
 	"kafka_options", NULL};
 	char	   *format;
 	char	   *topic;
+	char	   *key_format = stm_arg_lower(stm_option_text(o, "key_format"));
 
 	stm_source_require_options(o, required);
 	format = stm_arg_lower(stm_option_text(o, "format"));
@@ -205,7 +229,23 @@ kafka_sink_validate(Jsonb *o, Oid role)
 				 errmsg("invalid Kafka topic name \"%s\"", topic),
 				 errdetail("A topic name is 1 to 249 ASCII letters, digits, '.', '_' and '-', and not \".\" or \"..\".")));
 	stm_arg_check_choice("format", format, formats,
-						 "Valid formats are \"json\", \"csv\", \"text\" and \"bytes\".");
+						 "Valid formats are \"json\", \"csv\", \"text\", \"bytes\" and \"avro\".");
+	if (key_format)
+	{
+		stm_arg_check_choice("key_format", key_format, key_formats, "The only key_format is \"avro\".");
+		o = stm_option_set_text(o, "key_format", key_format);
+	}
+	if ((strcmp(format, "avro") == 0 || key_format) && !stm_option_given(o, "schema_registry"))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s \"avro\" needs schema_registry", key_format ? "key_format" : "format"),
+				 errhint("Give schema_registry => '{\"url\": \"http://registry:8081\"}'.")));
+	if (strcmp(format, "avro") != 0 && !key_format && stm_option_given(o, "schema_registry"))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("schema_registry is only for format \"avro\" and key_format \"avro\"")));
+	if (stm_option_given(o, "schema_registry"))
+		stm_registry_check_options(stm_option_jsonb(o, "schema_registry"));
 	if (stm_option_given(o, "key_columns") &&
 		!stm_arg_check_sql("SELECT jsonb_array_length($1) > 0 AND NOT EXISTS ("
 						   "SELECT 1 FROM jsonb_array_elements($1) e WHERE jsonb_typeof(e) <> 'string' OR e #>> '{}' = '') "
@@ -313,6 +353,10 @@ message_columns(const char *sink, List *key_columns, SinkFormat format,
 	*key_att = atts;
 }
 
+static char *avro_schemas(const char *sink, const char *topic, bool avro, bool key_avro,
+						  const StmSinkOutput *output, const char *stream, int nkey,
+						  const int *key_att, char **key_schema);
+
 /* create_stream: can the sink take the stream's output? */
 static void
 kafka_sink_check_output(StmSinkTarget *target, const StmSinkOutput *output)
@@ -322,9 +366,94 @@ kafka_sink_check_output(StmSinkTarget *target, const StmSinkOutput *output)
 	int		   *key_att;
 	int			value_att;
 
+	if (output->mode == STM_OUTPUT_UPSERT)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("output_mode \"upsert\" needs a sink table, not Kafka sink \"%s\"", sink->name),
+				 errdetail("Upsert mode applies each row to a table by its key."),
+				 errhint("Use output_mode \"append\": the Kafka sink's key_columns key each message, as a compacted topic wants.")));
 	message_columns(sink->name, stm_option_elements(sink->options, "key_columns"),
 					format_of(stm_option_text(sink->options, "format")), output, target->stream,
 					&nkey, &key_att, &value_att);
+	/* the Avro schemas can be made of the output (its column names are Avro names) */
+	(void) avro_schemas(sink->name, stm_option_text(sink->options, "topic"),
+						format_of(stm_option_text(sink->options, "format")) == SINK_AVRO,
+						stm_option_given(sink->options, "key_format"), output, target->stream,
+						nkey, key_att, NULL);
+}
+
+/*
+ * format avro, key_format avro: the schemas of the stream's rows and keys
+ * (stm_avro_record_schema), records named after the topic (and _key);
+ * NULL when the sink writes no such.  key_schema: where the key's goes.
+ */
+static char *
+avro_schemas(const char *sink, const char *topic, bool avro, bool key_avro,
+			 const StmSinkOutput *output, const char *stream, int nkey, const int *key_att,
+			 char **key_schema)
+{
+	char	   *what = psprintf("stream \"%s\" (Kafka sink \"%s\")", stream, sink);
+	char	   *value = NULL;
+
+	if (avro)
+		value = stm_avro_record_schema(output->desc, output->desc->natts, NULL, topic, what);
+	if (key_schema)
+		*key_schema = NULL;
+	if (key_avro && nkey > 0)
+	{
+		char	   *k = stm_avro_record_schema(output->desc, nkey, key_att,
+											   psprintf("%s_key", topic), what);
+
+		if (key_schema)
+			*key_schema = k;
+	}
+	return value;
+}
+
+/* The id of schema under subject: registered (or found) once, then as cached. */
+static int32
+register_schema(StmRegistry *reg, SinkSchema *cache, MemoryContext cxt, const char *subject,
+				const char *schema)
+{
+	if (cache->text && strcmp(cache->text, schema) == 0)
+		return cache->id;
+	cache->id = stm_registry_register(reg, subject, schema);
+	cache->text = MemoryContextStrdup(cxt, schema);
+	return cache->id;
+}
+
+/*
+ * create_stream on an Avro sink: the rows' schema (and the keys') is
+ * registered under <topic>-value (<topic>-key), as producers with a
+ * registry do, so that readers find it before the first row.
+ */
+static void
+kafka_sink_create_output(StmSinkTarget *target, const StmSinkOutput *output)
+{
+	StmSinkDef *sink = target->named;
+	Jsonb	   *o = sink->options;
+	char	   *topic = stm_option_text(o, "topic");
+	int			nkey;
+	int		   *key_att;
+	int			value_att;
+	char	   *key_schema;
+	char	   *value_schema;
+	StmRegistry *reg;
+
+	message_columns(sink->name, stm_option_elements(o, "key_columns"),
+					format_of(stm_option_text(o, "format")), output, target->stream,
+					&nkey, &key_att, &value_att);
+	value_schema = avro_schemas(sink->name, topic, format_of(stm_option_text(o, "format")) == SINK_AVRO,
+								stm_option_given(o, "key_format"), output, target->stream,
+								nkey, key_att, &key_schema);
+	if (value_schema == NULL && key_schema == NULL)
+		return;
+	reg = stm_registry_open(stm_option_jsonb(o, "schema_registry"),
+							psprintf("Kafka sink \"%s\"", sink->name));
+	if (value_schema)
+		(void) stm_registry_register(reg, psprintf("%s-value", topic), value_schema);
+	if (key_schema)
+		(void) stm_registry_register(reg, psprintf("%s-key", topic), key_schema);
 }
 
 
@@ -370,6 +499,10 @@ kafka_sink_open(StmStreamDef *def)
 	ks->format = format_of(stm_option_text(o, "format"));
 	ks->key_columns = stm_option_elements(o, "key_columns");
 	ks->kafka_options = stm_option_pairs(o, "kafka_options");
+	ks->key_avro = stm_option_given(o, "key_format");
+	if (ks->format == SINK_AVRO || ks->key_avro)
+		ks->registry = stm_registry_open(stm_option_jsonb(o, "schema_registry"),
+										 psprintf("Kafka sink \"%s\"", sd->name));
 
 	ks->base.name = sd->name;
 	ks->base.destination = psprintf("Kafka topic \"%s\" of sink \"%s\"", ks->topic, sd->name);
@@ -409,6 +542,24 @@ kafka_sink_begin_batch(StmSink *sink, const StmSinkOutput *output, int64 batch_i
 
 		getTypeOutputInfo(TupleDescAttr(desc, i)->atttypid, &func, &varlena);
 		fmgr_info(func, &kb->out_funcs[i]);
+	}
+	if (ks->format == SINK_AVRO || ks->key_avro)
+	{
+		/* the schemas' ids: registered once per runtime (the query may change them) */
+		MemoryContext cxt = GetMemoryChunkContext(ks);
+		char	   *key_schema;
+		char	   *value_schema = avro_schemas(ks->base.name, ks->topic, ks->format == SINK_AVRO,
+												ks->key_avro, output, sink->stream_name,
+												kb->nkey, kb->key_att, &key_schema);
+
+		if (value_schema)
+			kb->avro_value = stm_avro_writer_new(desc, desc->natts, NULL, value_schema,
+												 register_schema(ks->registry, &ks->value_schema, cxt,
+																 psprintf("%s-value", ks->topic), value_schema));
+		if (key_schema)
+			kb->avro_key = stm_avro_writer_new(desc, kb->nkey, kb->key_att, key_schema,
+											   register_schema(ks->registry, &ks->key_schema, cxt,
+															   psprintf("%s-key", ks->topic), key_schema));
 	}
 	if (ks->format == SINK_JSON)
 	{
@@ -590,6 +741,8 @@ static Datum
 encode_key(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool *isnull)
 {
 	*isnull = false;
+	if (kb->avro_key)
+		return PointerGetDatum(stm_avro_encode(kb->avro_key, values, nulls));
 	if (kb->nkey == 0 || (kb->nkey == 1 && nulls[kb->key_att[0]]))
 	{
 		*isnull = true;
@@ -660,6 +813,8 @@ encode_value(KafkaSinkBatch *kb, Datum *values, bool *nulls, bool *isnull)
 			return row_json(kb->row_desc, values, nulls);
 		case SINK_CSV:
 			return csv_line(kb, values, nulls);
+		case SINK_AVRO:
+			return PointerGetDatum(stm_avro_encode(kb->avro_value, values, nulls));
 		case SINK_TEXT:
 		case SINK_BYTES:
 			if (nulls[kb->value_att])
@@ -1023,6 +1178,7 @@ const StmSinkRoutine stm_kafka_sink_routine = {
 	.validate = kafka_sink_validate,
 	.probe = stm_kafka_probe_sink,
 	.check_output = kafka_sink_check_output,
+	.create_output = kafka_sink_create_output,
 	.pending = stm_outbox_pending,
 	.discard = stm_outbox_discard,
 };

@@ -16,6 +16,16 @@
  * deletes and truncation are SQL statements, run with the sink's own
  * privileges checks.
  *
+ * Upsert mode (SPEC 3.2): the batch keeps the last change of each key in
+ * a hash table (keyed as the sink's unique key: NULLs equal), so that the
+ * last change of a key in source order wins, and applies them all at once
+ * at its end (or when they fill their share of streaming.batch_memory):
+ * one INSERT ... ON CONFLICT (key) DO UPDATE of the upserted rows and one
+ * DELETE ... USING of the deleted keys, over the changes as ephemeral
+ * named relations, so triggers, constraints and privileges apply as to any
+ * such statement.  A key of a type without hashing, or a deleted key with
+ * a NULL in it, takes a statement of its own.
+ *
  * The INSERT privilege is checked when the batch opens the table
  * (ExecCheckRTPerms), as the executor would.
  */
@@ -32,6 +42,7 @@
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "optimizer/optimizer.h"
@@ -44,8 +55,11 @@
 #include "utils/rel.h"
 #include "utils/regproc.h"
 #include "utils/rls.h"
+#include "utils/tuplestore.h"
+#include "utils/typcache.h"
 
 #include "api.h"
+#include "guc.h"
 #include "sink_table.h"
 
 #define STM_SINK_BUFFER 1000
@@ -88,7 +102,20 @@ typedef struct TableSinkBatch
 	char	   *out_nulls;
 	SPIPlanPtr	upsert_plan;
 	SPIPlanPtr	delete_plan;
+
+	/* upsert mode: the last change of each key, applied at the batch's end */
+	int			nwritten;		/* output columns the table gets (not the change column) */
+	TupleHashTable changes;		/* NULL: a key without hashing, each change at once */
+	MemoryContext changes_cxt;	/* the changes' rows */
+	MemoryContext lookup_cxt;	/* a lookup's */
+	TupleTableSlot *change_slot;	/* an output row */
+	int64		nchanges;
 } TableSinkBatch;
+
+#define CHANGES_ENR_UPSERTS "streaming upserts"
+#define CHANGES_ENR_DELETES "streaming deletes"
+
+static void begin_changes(TableSinkBatch *tb);
 
 static bool
 can_use_fast_path(Relation rel)
@@ -107,10 +134,10 @@ can_use_fast_path(Relation rel)
 }
 
 static int
-output_by_name(TupleDesc out, const char *name)
+output_by_name(const StmSinkOutput *output, const char *name)
 {
-	for (int i = 0; i < out->natts; i++)
-		if (strcmp(NameStr(TupleDescAttr(out, i)->attname), name) == 0)
+	for (int i = 0; i < stm_sink_output_columns(output); i++)
+		if (strcmp(NameStr(TupleDescAttr(output->desc, i)->attname), name) == 0)
 			return i;
 	return -1;
 }
@@ -128,7 +155,7 @@ map_columns(TableSinkBatch *tb)
 	tb->natts = desc->natts;
 	tb->from_output = palloc(sizeof(int) * Max(desc->natts, 1));
 	tb->exprs = palloc0(sizeof(ExprState *) * Max(desc->natts, 1));
-	tb->identity = desc->natts == out->natts;
+	tb->identity = desc->natts == stm_sink_output_columns(tb->base.output);
 	for (int a = 0; a < desc->natts; a++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, a);
@@ -142,7 +169,7 @@ map_columns(TableSinkBatch *tb)
 			tb->identity = false;
 			continue;
 		}
-		i = output_by_name(out, NameStr(att->attname));
+		i = output_by_name(tb->base.output, NameStr(att->attname));
 		if (i < 0)
 		{
 			tb->identity = false;
@@ -184,7 +211,7 @@ map_columns(TableSinkBatch *tb)
 static void
 table_row(TableSinkBatch *tb, Datum *values, bool *nulls, Datum *dst, bool *dstnull)
 {
-	int			nout = tb->base.output->desc->natts;
+	int			nout = stm_sink_output_columns(tb->base.output);
 
 	if (tb->identity)
 	{
@@ -293,6 +320,8 @@ stm_table_sink_begin(StmSink *sink, Oid relid, const StmSinkOutput *output,
 	ExecInitRangeTable(estate, list_make1(rte));
 
 	map_columns(tb);
+	if (output->mode == STM_OUTPUT_UPSERT)
+		begin_changes(tb);
 	tb->fast = can_use_fast_path(tb->rel);
 	if (tb->fast)
 	{
@@ -407,9 +436,12 @@ execute(TableSinkBatch *tb, SPIPlanPtr *plan, const char *sql, int nargs, Oid *t
 	SPI_finish();
 }
 
-/* INSERT INTO sink (outputs) VALUES (...) ON CONFLICT (key columns) DO UPDATE */
+/*
+ * INSERT INTO sink (outputs) VALUES (...) ON CONFLICT (key columns) DO
+ * UPDATE; with from, the rows of that relation instead of the values.
+ */
 static char *
-upsert_sql(TableSinkBatch *tb)
+upsert_sql(TableSinkBatch *tb, const char *from)
 {
 	TupleDesc	out = tb->base.output->desc;
 	StringInfoData sql;
@@ -420,7 +452,7 @@ upsert_sql(TableSinkBatch *tb)
 	initStringInfo(&conflict);
 	initStringInfo(&set);
 	appendStringInfo(&sql, "INSERT INTO %s AS t (", tb->qualified_name);
-	for (int i = 0; i < out->natts; i++)
+	for (int i = 0; i < stm_sink_output_columns(tb->base.output); i++)
 	{
 		const char *col = quote_identifier(NameStr(TupleDescAttr(out, i)->attname));
 
@@ -430,10 +462,17 @@ upsert_sql(TableSinkBatch *tb)
 		else
 			appendStringInfo(&set, "%s%s = EXCLUDED.%s", set.len ? ", " : "", col, col);
 	}
-	appendStringInfoString(&sql, ") VALUES (");
-	for (int i = 0; i < out->natts; i++)
-		appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
-	appendStringInfo(&sql, ") ON CONFLICT (%s) DO %s%s", conflict.data,
+	appendStringInfoString(&sql, ") ");
+	if (from)
+		appendStringInfo(&sql, "SELECT * FROM %s", quote_identifier(from));
+	else
+	{
+		appendStringInfoString(&sql, "VALUES (");
+		for (int i = 0; i < stm_sink_output_columns(tb->base.output); i++)
+			appendStringInfo(&sql, "%s$%d", i ? ", " : "", i + 1);
+		appendStringInfoChar(&sql, ')');
+	}
+	appendStringInfo(&sql, " ON CONFLICT (%s) DO %s%s", conflict.data,
 					 set.len ? "UPDATE SET " : "NOTHING", set.data);
 	return sql.data;
 }
@@ -459,14 +498,14 @@ output_params(TableSinkBatch *tb, bool *nulls)
 	return tb->out_nulls;
 }
 
-void
-stm_table_sink_upsert(StmSinkBatch *batch, Datum *values, bool *nulls)
+/* One upsert, now: INSERT ... ON CONFLICT with the row as parameters. */
+static void
+upsert_now(TableSinkBatch *tb, Datum *values, bool *nulls)
 {
-	TableSinkBatch *tb = (TableSinkBatch *) batch;
 	char	   *params = output_params(tb, nulls);
 
-	execute(tb, &tb->upsert_plan, tb->upsert_plan ? NULL : upsert_sql(tb),
-			batch->output->desc->natts, tb->out_types, values, params, SPI_OK_INSERT);
+	execute(tb, &tb->upsert_plan, tb->upsert_plan ? NULL : upsert_sql(tb, NULL),
+			tb->base.output->desc->natts, tb->out_types, values, params, SPI_OK_INSERT);
 }
 
 /*
@@ -475,11 +514,10 @@ stm_table_sink_upsert(StmSinkBatch *batch, Datum *values, bool *nulls)
  * (IS NOT DISTINCT FROM would not use it); such a row (rare) gets a
  * statement of its own.
  */
-void
-stm_table_sink_delete_key(StmSinkBatch *batch, Datum *values, bool *nulls)
+static void
+delete_now(TableSinkBatch *tb, Datum *values, bool *nulls)
 {
-	TableSinkBatch *tb = (TableSinkBatch *) batch;
-	TupleDesc	out = batch->output->desc;
+	TupleDesc	out = tb->base.output->desc;
 	StringInfoData sql;
 	bool		any_null = false;
 	char	   *params = output_params(tb, nulls);
@@ -490,7 +528,7 @@ stm_table_sink_delete_key(StmSinkBatch *batch, Datum *values, bool *nulls)
 	{
 		const char *col = quote_identifier(NameStr(TupleDescAttr(out, i)->attname));
 
-		if (!batch->output->is_key[i])
+		if (!tb->base.output->is_key[i])
 			continue;
 		if (nulls[i])
 			appendStringInfo(&sql, " AND %s IS NULL", col);
@@ -501,6 +539,211 @@ stm_table_sink_delete_key(StmSinkBatch *batch, Datum *values, bool *nulls)
 	/* the parameters that are not keys are NULL and unused */
 	execute(tb, any_null ? NULL : &tb->delete_plan, sql.data, out->natts, tb->out_types,
 			values, params, SPI_OK_DELETE);
+}
+
+/*
+ * Upsert mode: the changes are kept by key, the latest replacing the one
+ * before, when every key column's type hashes (else each is applied at once).
+ */
+static void
+begin_changes(TableSinkBatch *tb)
+{
+	const StmSinkOutput *output = tb->base.output;
+	TupleDesc	out = output->desc;
+	AttrNumber *cols = palloc(sizeof(AttrNumber) * Max(out->natts, 1));
+	Oid		   *eqops = palloc(sizeof(Oid) * Max(out->natts, 1));
+	Oid		   *collations = palloc(sizeof(Oid) * Max(out->natts, 1));
+	Oid		   *eqfuncs;
+	FmgrInfo   *hashfuncs;
+	int			nkeys = 0;
+
+	tb->nwritten = stm_sink_output_columns(output);
+	for (int i = 0; i < tb->nwritten; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(out, i);
+		TypeCacheEntry *tc;
+		Oid			left;
+		Oid			right;
+
+		if (!output->is_key[i])
+			continue;
+		tc = lookup_type_cache(att->atttypid, TYPECACHE_EQ_OPR);
+		if (!OidIsValid(tc->eq_opr) || !get_op_hash_functions(tc->eq_opr, &left, &right))
+			return;
+		cols[nkeys] = i + 1;
+		eqops[nkeys] = tc->eq_opr;
+		collations[nkeys] = att->attcollation;
+		nkeys++;
+	}
+	execTuplesHashPrepare(nkeys, eqops, &eqfuncs, &hashfuncs);
+	tb->changes_cxt = AllocSetContextCreate(tb->cxt, "streaming upsert changes",
+											ALLOCSET_DEFAULT_SIZES);
+	tb->lookup_cxt = AllocSetContextCreate(tb->cxt, "streaming upsert lookup",
+										   ALLOCSET_DEFAULT_SIZES);
+	tb->changes = BuildTupleHashTableExt(NULL, out, nkeys, cols, eqfuncs, hashfuncs, collations,
+										 1024, 0, tb->cxt, tb->changes_cxt, tb->lookup_cxt, false);
+	tb->change_slot = MakeSingleTupleTableSlot(out, &TTSOpsVirtual);
+}
+
+/* The written columns of the output (without the change column), for the changes' relations. */
+static TupleDesc
+written_desc(TableSinkBatch *tb)
+{
+	TupleDesc	desc = CreateTemplateTupleDesc(tb->nwritten);
+
+	for (int i = 0; i < tb->nwritten; i++)
+		TupleDescCopyEntry(desc, i + 1, tb->base.output->desc, i + 1);
+	return desc;
+}
+
+/* DELETE FROM sink AS t USING deletes AS d WHERE t.key = d.key ... */
+static char *
+delete_using_sql(TableSinkBatch *tb)
+{
+	TupleDesc	out = tb->base.output->desc;
+	StringInfoData sql;
+	bool		first = true;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s AS t USING %s AS d WHERE ", tb->qualified_name,
+					 quote_identifier(CHANGES_ENR_DELETES));
+	for (int i = 0; i < tb->nwritten; i++)
+	{
+		const char *col = quote_identifier(NameStr(TupleDescAttr(out, i)->attname));
+
+		if (!tb->base.output->is_key[i])
+			continue;
+		appendStringInfo(&sql, "%st.%s = d.%s", first ? "" : " AND ", col, col);
+		first = false;
+	}
+	return sql.data;
+}
+
+/* The changes of the batch so far, applied: every upsert in one statement, every delete in another. */
+static void
+apply_changes(TableSinkBatch *tb)
+{
+	const StmSinkOutput *output = tb->base.output;
+	TupleDesc	wdesc;
+	Tuplestorestate *rows[2];
+	double		nrows[2] = {0, 0};
+	const char *names[2] = {CHANGES_ENR_UPSERTS, CHANGES_ENR_DELETES};
+	TupleHashIterator it;
+	TupleHashEntry e;
+	TupleTableSlot *slot;
+
+	if (tb->changes == NULL || tb->nchanges == 0)
+		return;
+	wdesc = written_desc(tb);
+	rows[0] = tuplestore_begin_heap(false, false, work_mem);
+	rows[1] = tuplestore_begin_heap(false, false, work_mem);
+	slot = MakeSingleTupleTableSlot(output->desc, &TTSOpsMinimalTuple);
+	InitTupleHashIterator(tb->changes, &it);
+	while ((e = ScanTupleHashTable(tb->changes, &it)) != NULL)
+	{
+		bool		del;
+		bool		null_key = false;
+
+		ExecStoreMinimalTuple(e->firstTuple, slot, false);
+		slot_getallattrs(slot);
+		del = stm_sink_change_is_delete(output, slot->tts_values, slot->tts_isnull);
+		for (int i = 0; i < tb->nwritten; i++)
+			null_key |= output->is_key[i] && slot->tts_isnull[i];
+		/* a NULL never equals: such a key is deleted on its own, with IS NULL */
+		if (del && null_key)
+		{
+			delete_now(tb, slot->tts_values, slot->tts_isnull);
+			continue;
+		}
+		tuplestore_putvalues(rows[del], wdesc, slot->tts_values, slot->tts_isnull);
+		nrows[del]++;
+	}
+	TermTupleHashIterator(&it);
+	ExecDropSingleTupleTableSlot(slot);
+
+	SPI_connect();
+	for (int k = 0; k < 2; k++)
+	{
+		EphemeralNamedRelation enr = palloc0(sizeof(EphemeralNamedRelationData));
+
+		if (nrows[k] == 0)
+			continue;
+		enr->md.name = (char *) names[k];
+		enr->md.reliddesc = InvalidOid;
+		enr->md.tupdesc = wdesc;
+		enr->md.enrtype = ENR_NAMED_TUPLESTORE;
+		enr->md.enrtuples = nrows[k];
+		enr->reldata = rows[k];
+		if (SPI_register_relation(enr) != SPI_OK_REL_REGISTER)
+			elog(ERROR, "could not register the batch's changes");
+	}
+	if (nrows[0] > 0 && SPI_execute(upsert_sql(tb, CHANGES_ENR_UPSERTS), false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not upsert into sink table %s", tb->qualified_name);
+	if (nrows[1] > 0 && SPI_execute(delete_using_sql(tb), false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete from sink table %s", tb->qualified_name);
+	SPI_finish();
+	tuplestore_end(rows[0]);
+	tuplestore_end(rows[1]);
+	ResetTupleHashTable(tb->changes);
+	MemoryContextReset(tb->changes_cxt);
+	tb->nchanges = 0;
+}
+
+/*
+ * Upsert mode: a change kept as its key's latest (the row's values are
+ * copied); when the changes fill half of the batch's share of memory for
+ * groups, they are applied now.
+ */
+static void
+remember_change(TableSinkBatch *tb, Datum *values, bool *nulls)
+{
+	TupleTableSlot *slot = tb->change_slot;
+	TupleHashEntry e;
+	bool		isnew;
+
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, sizeof(Datum) * slot->tts_tupleDescriptor->natts);
+	memcpy(slot->tts_isnull, nulls, sizeof(bool) * slot->tts_tupleDescriptor->natts);
+	ExecStoreVirtualTuple(slot);
+	e = LookupTupleHashEntry(tb->changes, slot, &isnew, NULL);
+	MemoryContextReset(tb->lookup_cxt);
+	if (!isnew)
+	{
+		/* the same key (equal by the key's equality): the later row wins */
+		MinimalTuple old = e->firstTuple;
+		MemoryContext oldcxt = MemoryContextSwitchTo(tb->changes_cxt);
+
+		e->firstTuple = ExecCopySlotMinimalTuple(slot);
+		MemoryContextSwitchTo(oldcxt);
+		pfree(old);
+	}
+	if (++tb->nchanges % 1024 == 0 &&
+		MemoryContextMemAllocated(tb->changes_cxt, true) > stm_guc_groups_memory() / 2)
+		apply_changes(tb);
+}
+
+/* update mode: a changed group, at once; upsert mode: a change, kept by key */
+void
+stm_table_sink_upsert(StmSinkBatch *batch, Datum *values, bool *nulls)
+{
+	TableSinkBatch *tb = (TableSinkBatch *) batch;
+
+	if (tb->changes)
+		remember_change(tb, values, nulls);
+	else
+		upsert_now(tb, values, nulls);
+}
+
+/* update mode: a session merged away, at once; upsert mode: a delete, kept by key */
+void
+stm_table_sink_delete_key(StmSinkBatch *batch, Datum *values, bool *nulls)
+{
+	TableSinkBatch *tb = (TableSinkBatch *) batch;
+
+	if (tb->changes)
+		remember_change(tb, values, nulls);
+	else
+		delete_now(tb, values, nulls);
 }
 
 void
@@ -517,6 +760,7 @@ stm_table_sink_end(StmSinkBatch *batch)
 {
 	TableSinkBatch *tb = (TableSinkBatch *) batch;
 
+	apply_changes(tb);
 	if (tb->fast)
 	{
 		flush(tb);
@@ -535,6 +779,8 @@ stm_table_sink_end(StmSinkBatch *batch)
 		SPI_freeplan(tb->delete_plan);
 	if (tb->out_slot)
 		ExecDropSingleTupleTableSlot(tb->out_slot);
+	if (tb->change_slot)
+		ExecDropSingleTupleTableSlot(tb->change_slot);
 	table_close(tb->rel, NoLock);
 	CommandCounterIncrement();
 }
@@ -553,7 +799,7 @@ stm_sink_table_ddl(const StmSinkOutput *out, const char *qualified_name, bool ke
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "CREATE TABLE %s (", qualified_name);
-	for (int i = 0; i < out->desc->natts; i++)
+	for (int i = 0; i < stm_sink_output_columns(out); i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(out->desc, i);
 
@@ -638,6 +884,8 @@ check_sink_key(const StmSinkOutput *output, Relation sink)
 			(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
 			 errmsg("sink table \"%s\" needs a unique index on (%s) that treats NULLs as equal",
 					RelationGetRelationName(sink), names.data),
+			 output->mode == STM_OUTPUT_UPSERT ?
+			 errdetail("In upsert mode each row replaces the sink's row of the same key_columns, NULLs being equal.") :
 			 errdetail("In update mode each batch upserts the groups it changed, keyed by the window and group columns; NULL is one group, as in GROUP BY."),
 			 errhint("ALTER TABLE %s ADD UNIQUE NULLS NOT DISTINCT (%s), or let create_stream create the sink.",
 					 quote_identifier(RelationGetRelationName(sink)), names.data)));
@@ -652,7 +900,7 @@ check_sink_columns(const StmSinkOutput *output, Relation sink, const char *strea
 {
 	TupleDesc	desc = RelationGetDescr(sink);
 
-	for (int i = 0; i < output->desc->natts; i++)
+	for (int i = 0; i < stm_sink_output_columns(output); i++)
 	{
 		Form_pg_attribute out = TupleDescAttr(output->desc, i);
 		int			attno = -1;
@@ -705,12 +953,12 @@ table_check_output(StmSinkTarget *target, const StmSinkOutput *output)
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("sink \"%s\" is not a table", target->sink ? target->sink : target->stream)));
 	check_sink_columns(output, rel, target->stream);
-	if (output->mode == STM_OUTPUT_UPDATE)
+	if (output->mode == STM_OUTPUT_UPDATE || output->mode == STM_OUTPUT_UPSERT)
 		check_sink_key(output, rel);
 	table_close(rel, NoLock);
 }
 
-/* A new sink table of the output's columns, keyed in update and complete mode (SPEC 3). */
+/* A new sink table of the output's columns, keyed in update, complete and upsert mode (SPEC 3). */
 static void
 table_create_output(StmSinkTarget *target, const StmSinkOutput *output)
 {

@@ -14,10 +14,13 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 
 #include "api.h"
+#include "avro.h"
+#include "debezium.h"
 #include "options.h"
 #include "source.h"
 
@@ -62,6 +65,12 @@ fill_base(StmSource *base, StmSourceDef *def, Oid stream_owner)
 	base->options = stm_catalog_source_options(def->name);
 	format = stm_option_text(base->options, "format");
 	base->format = format ? stm_parse_format(format) : STM_FORMAT_NONE;
+	base->envelope = stm_parse_envelope(stm_option_text(base->options, "envelope"));
+	base->key_avro = stm_option_given(base->options, "key_format");
+	/* the schemas a registry gives stay cached for the runtime */
+	if (base->format == STM_FORMAT_AVRO || base->key_avro)
+		base->avro = stm_avro_reader_open(base->options,
+										  psprintf("source \"%s\"", def->name));
 	base->has_columns = stm_option_given(base->options, "columns");
 	delimiter = stm_option_text(base->options, "csv_delimiter");
 	base->csv_delimiter = delimiter ? delimiter[0] : ',';
@@ -165,6 +174,22 @@ stm_source_parse(StmParser *parser, const StmRecord *rec, Datum *values, bool *n
 						 values, nulls);
 	else
 		stm_parse_record(parser, rec->data, rec->len, values, nulls);
+	stm_parse_key(parser, rec->key, rec->key_len, values, nulls);
+}
+
+/*
+ * The column of a change stream's cdc_op in the view of its source (SPEC
+ * 2.1.2: a source with an envelope), or InvalidAttrNumber when the view
+ * is not of such a source.
+ */
+AttrNumber
+stm_source_change_column(Oid view)
+{
+	StmSourceDef *def = stm_catalog_get_source_by_view(view);
+
+	if (def == NULL || !stm_option_given(stm_catalog_source_options(def->name), "envelope"))
+		return InvalidAttrNumber;
+	return get_attnum(view, "cdc_op");
 }
 
 /* A numeric argument that must be greater than zero when given. */
@@ -246,19 +271,43 @@ columns_error_callback(void *arg)
 }
 
 /*
+ * The columns a source's format adds after the row's, which the parser
+ * fills: a change event's cdc_op and cdc_ts (SPEC 2.1.2), an Avro key as
+ * kafka_key_avro (2.1.1).
+ */
+static List *
+format_columns(Jsonb *options)
+{
+	static const StmMetaColumn columns[] = {
+		{"cdc_op", "pg_catalog.text"},
+		{"cdc_ts", "pg_catalog.timestamptz"},
+		{"kafka_key_avro", "pg_catalog.jsonb"}
+	};
+	List	   *result = NIL;
+
+	if (stm_option_given(options, "envelope"))
+		result = list_make2((void *) &columns[0], (void *) &columns[1]);
+	if (stm_option_given(options, "key_format"))
+		result = lappend(result, (void *) &columns[2]);
+	return result;
+}
+
+/*
  * The declared columns of a source's view (StmMetaColumn), before its
  * metadata columns: 'a bigint, b numeric(10,2)' parsed with PostgreSQL's
  * grammar (as the column list of a CREATE TABLE) and its types resolved;
  * without columns, one value column of the format (json: jsonb, text:
  * text, bytes: bytea); none when the source has no format (its rows are
- * all metadata, as the rate source's).
+ * all metadata, as the rate source's).  The format's own columns follow
+ * (format_columns).
  */
 List *
 stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine)
 {
 	char	   *columns = stm_option_text(options, "columns");
 	char	   *format = stm_option_text(options, "format");
-	List	   *meta = routine->metadata_columns(options);
+	List	   *extra = format_columns(options);
+	List	   *reserved = list_concat(routine->metadata_columns(options), extra);
 	List	   *result = NIL;
 	ErrorContextCallback errcb;
 	StmArgErrorContext colctx;
@@ -275,7 +324,7 @@ stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine)
 		c->name = "value";
 		c->type = strcmp(format, "json") == 0 ? "pg_catalog.jsonb" :
 			strcmp(format, "bytes") == 0 ? "pg_catalog.bytea" : "pg_catalog.text";
-		return list_make1(c);
+		return lcons(c, extra);
 	}
 
 	/* positions in errors count from the start of the columns text */
@@ -311,7 +360,7 @@ stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("columns may only give names and types"),
 					 errdetail("The columns given were \"%s\".", columns)));
-		foreach(lc2, meta)
+		foreach(lc2, reserved)
 			if (strcmp(col->colname, ((StmMetaColumn *) lfirst(lc2))->name) == 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_DUPLICATE_COLUMN),
@@ -330,7 +379,7 @@ stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine)
 		result = lappend(result, c);
 	}
 	error_context_stack = errcb.previous;
-	return result;
+	return list_concat(result, extra);
 }
 
 /*

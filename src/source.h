@@ -60,6 +60,10 @@ typedef struct StmSource
 	Oid			stream_owner;	/* the stream it runs for (InvalidOid: none) */
 	Jsonb	   *options;		/* as stored in streaming.sources */
 	StmFormat	format;			/* how record payloads are parsed */
+	StmEnvelope envelope;		/* what wraps a record's row (debezium) */
+	bool		key_avro;		/* key_format avro: kafka_key_avro */
+	struct StmAvroReader *avro; /* format or key_format avro: the registry and
+								 * the schemas it gave (avro.c), the runtime's */
 	bool		has_columns;	/* declared columns (else one value column) */
 	char		csv_delimiter;
 	StmBadRecordPolicy on_bad_record;
@@ -84,6 +88,8 @@ typedef struct StmRecord
 {
 	const char *data;			/* the payload; NULL when there is none */
 	int			len;
+	const char *key;			/* the record's key (Kafka), for key_format; NULL: none */
+	int			key_len;
 	void	   *opaque;			/* the source's own (a message, a line) */
 	char	  **fields;			/* split already: nfields values (NULL: SQL NULL) */
 	int			nfields;
@@ -276,6 +282,7 @@ extern void stm_source_check_positive(Jsonb *options, const char *key);
 extern void stm_source_check_positive_interval(Jsonb *options, const char *key);
 extern void stm_source_check_columns(const char *format, bool has_columns);
 extern void stm_source_check_on_bad_record(const char *on_bad_record);
+extern AttrNumber stm_source_change_column(Oid view);
 extern void stm_source_share_begin(StringInfo buf, int chunk_size);
 extern const char *stm_source_share_chunk_size(const char *bounds, int *chunk_size);
 

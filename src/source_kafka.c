@@ -69,12 +69,14 @@
 #include "utils/wait_event.h"
 
 #include "api.h"
+#include "avro.h"
 #include "catalog.h"
 #include "guc.h"
 #include "kafka_conf.h"
 #include "kafka_probe.h"
 #include "options.h"
 #include "positions.h"
+#include "schema_registry.h"
 #include "scaleout.h"
 #include "source.h"
 #include "source_kafka.h"
@@ -1510,15 +1512,24 @@ wait_for_queue(KafkaSource *kc, long timeout_ms)
 static void
 hand_over(KafkaSource *kc, StmChunkFn fn, void *arg, rd_kafka_message_t **msgs, int n)
 {
+	int			nrec = 0;
+
 	for (int i = 0; i < n; i++)
 	{
-		kc->records[i].data = msgs[i]->payload;
-		kc->records[i].len = (int) msgs[i]->len;
-		kc->records[i].opaque = msgs[i];
+		/* a change stream's tombstone (the delete came before it) is no row (SPEC 2.1.2) */
+		if (msgs[i]->payload == NULL && kc->base.envelope == STM_ENVELOPE_DEBEZIUM)
+			continue;
+		kc->records[nrec].data = msgs[i]->payload;
+		kc->records[nrec].len = (int) msgs[i]->len;
+		kc->records[nrec].key = msgs[i]->key;
+		kc->records[nrec].key_len = (int) msgs[i]->key_len;
+		kc->records[nrec].opaque = msgs[i];
+		nrec++;
 	}
 	PG_TRY();
 	{
-		fn(arg, kc->records, n);
+		if (nrec > 0)
+			fn(arg, kc->records, nrec);
 	}
 	PG_FINALLY();
 	{
@@ -1936,11 +1947,77 @@ kafka_metadata_columns(Jsonb *options)
 	return result;
 }
 
+/* The one topic a source reads (topics or partitions name just one), or NULL. */
+static const char *
+single_topic(Jsonb *o)
+{
+	List	   *topics = stm_option_elements(o, "topics");
+	List	   *assigned = stm_option_pairs(o, "partitions");
+
+	if (list_length(topics) == 1)
+		return linitial(topics);
+	if (list_length(assigned) == 1)
+		return ((StmOptionPair *) linitial(assigned))->key;
+	return NULL;
+}
+
+/*
+ * format avro, key_format avro, envelope debezium (SPEC 2.1.1, 2.1.2):
+ * what each needs, and an Avro source's columns from the registry (or
+ * checked against it).  Returns the options as they are to be stored.
+ */
+static Jsonb *
+validate_avro_and_envelope(Jsonb *o, const char *format)
+{
+	static const char *const envelopes[] = {"debezium", NULL};
+	static const char *const key_formats[] = {"avro", NULL};
+	char	   *envelope = stm_arg_lower(stm_option_text(o, "envelope"));
+	char	   *key_format = stm_arg_lower(stm_option_text(o, "key_format"));
+	bool		avro = strcmp(format, "avro") == 0;
+
+	if (envelope)
+	{
+		stm_arg_check_choice("envelope", envelope, envelopes, "The only envelope is \"debezium\".");
+		if (!avro && strcmp(format, "json") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("envelope \"debezium\" needs format \"json\" or \"avro\""),
+					 errdetail("The format given was \"%s\".", format)));
+		o = stm_option_set_text(o, "envelope", envelope);
+	}
+	if (key_format)
+	{
+		stm_arg_check_choice("key_format", key_format, key_formats, "The only key_format is \"avro\".");
+		o = stm_option_set_text(o, "key_format", key_format);
+	}
+	if ((avro || key_format) && !stm_option_given(o, "schema_registry"))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s \"avro\" needs schema_registry", avro ? "format" : "key_format"),
+				 errhint("Give schema_registry => '{\"url\": \"http://registry:8081\"}'.")));
+	if (!avro && !key_format && stm_option_given(o, "schema_registry"))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("schema_registry is only for format \"avro\" and key_format \"avro\"")));
+	if (stm_option_given(o, "schema_registry"))
+		stm_registry_check_options(stm_option_jsonb(o, "schema_registry"));
+	if (stm_option_given(o, "reader_schema_id"))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reader_schema_id is not an argument")));
+	if (avro && !stm_option_given(o, "columns"))
+		o = stm_avro_columns_from_registry(o, single_topic(o));
+	else if (avro)
+		stm_avro_check_columns(o, single_topic(o),
+							   stm_source_declared_columns(o, &stm_kafka_source));
+	return o;
+}
+
 /* create_kafka_source's arguments (SPEC 2.1) */
 static Jsonb *
 kafka_validate(Jsonb *o, Oid role)
 {
-	static const char *const formats[] = {"json", "csv", "text", "bytes", NULL};
+	static const char *const formats[] = {"json", "csv", "text", "bytes", "avro", NULL};
 	static const char *const required[] = {"bootstrap_servers", "starting_offsets", "format",
 	"max_trigger_delay", "fail_on_data_loss", "include_headers", "on_bad_record", "kafka_options", NULL};
 	char	   *topic_pattern = stm_option_text(o, "topic_pattern");
@@ -2036,7 +2113,7 @@ kafka_validate(Jsonb *o, Oid role)
 	}
 
 	stm_arg_check_choice("format", format, formats,
-						 "Valid formats are \"json\", \"csv\", \"text\" and \"bytes\".");
+						 "Valid formats are \"json\", \"csv\", \"text\", \"bytes\" and \"avro\".");
 	stm_source_check_columns(format, has_columns);
 	stm_source_check_positive(o, "max_offsets_per_trigger");
 	stm_source_check_positive(o, "min_offsets_per_trigger");
@@ -2045,6 +2122,8 @@ kafka_validate(Jsonb *o, Oid role)
 
 	/* kafka_options: an object of scalars that librdkafka accepts */
 	stm_kafka_check_options(o, role, STM_KAFKA_CONSUMER, NULL);
+	/* last: it may ask the schema registry */
+	o = validate_avro_and_envelope(o, format);
 
 	/* keywords are stored as normalised */
 	o = stm_option_set_text(o, "starting_offsets", starting);

@@ -17,6 +17,8 @@
 #   stm_cluster_start DATADIR SOCKDIR   initdb and start a throwaway server
 #   stm_kafka_start      export BOOTSTRAP, KAFKA_BOOTSTRAP: $KAFKA_BOOTSTRAP_SERVERS, or
 #                        start the embedded mock broker (test/kafka_env.sh)
+#   stm_registry_start   export SCHEMA_REGISTRY: $SCHEMA_REGISTRY_URL, or start the
+#                        test schema registry (test/registry_env.sh)
 #   stm_cleanup          stop every process started here, remove the temp dir
 #
 # Why a private installation: `make install` into /usr needs root, and a
@@ -45,10 +47,15 @@ STM_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_CONFIG=$(command -v "${PG_CONFIG:-pg_config}" || echo "${PG_CONFIG:-pg_config}")
 STM_TMP=
 STM_KAFKA_STARTED=
+STM_REGISTRY_STARTED=
 
-# The helpers that start the mock broker and create and fill topics.
+# The helpers that start the mock broker and create and fill topics, and
+# the schema registry.
 if [ -f "$STM_SRC/test/kafka_env.sh" ]; then
 	. "$STM_SRC/test/kafka_env.sh"
+fi
+if [ -f "$STM_SRC/test/registry_env.sh" ]; then
+	. "$STM_SRC/test/registry_env.sh"
 fi
 
 stm_err()
@@ -260,6 +267,22 @@ stm_kafka_start()
 	export BOOTSTRAP KAFKA_BOOTSTRAP=$BOOTSTRAP
 }
 
+# stm_registry_start: export SCHEMA_REGISTRY, the schema registry's URL: the
+# one SCHEMA_REGISTRY_URL names, or else the test registry, started by
+# registry_start of test/registry_env.sh (in $STM_TMP; stm_cleanup stops it).
+stm_registry_start()
+{
+	if declare -F registry_start >/dev/null; then
+		STM_REGISTRY_STARTED=1
+		TMPDIR=${STM_TMP:-${TMPDIR:-/tmp}} registry_start || return 1
+	elif [ -n "${SCHEMA_REGISTRY_URL:-}" ]; then
+		export SCHEMA_REGISTRY=$SCHEMA_REGISTRY_URL
+	else
+		stm_err "no test/registry_env.sh to start the schema registry with"
+		return 1
+	fi
+}
+
 # stm_kill_ours: stop every process whose executable lies below $STM_TMP:
 # the copied postgres (every server started here, whoever started it and
 # whether or not it was stopped properly) and binaries of the copied checkout.
@@ -300,6 +323,10 @@ stm_cleanup()
 	if [ -n "$STM_KAFKA_STARTED" ]; then
 		STM_KAFKA_STARTED=
 		kafka_stop >/dev/null 2>&1
+	fi
+	if [ -n "$STM_REGISTRY_STARTED" ]; then
+		STM_REGISTRY_STARTED=
+		registry_stop >/dev/null 2>&1
 	fi
 	if [ -n "$STM_TMP" ] && [ -d "$STM_TMP" ]; then
 		stm_kill_ours

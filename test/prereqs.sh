@@ -19,12 +19,14 @@ packages=(
 	build-essential pkg-config
 	postgresql-15 postgresql-server-dev-15	# server; PGXS, pg_regress, Perl test modules
 	librdkafka-dev							# Kafka client library (and its mock cluster)
+	libavro-dev libcurl4-openssl-dev		# Avro C (format avro); the schema registry's client
 	kcat									# produces and reads test data
 )
 # Only the tests.
 test_packages=(
 	libipc-run-perl							# TAP tests (PostgreSQL::Test::Cluster)
 	postgresql-15-tdigest postgresql-15-hll	# other extensions' aggregates in streams
+	python3-avro							# test/avro_encode.py: Avro records by another implementation
 )
 
 case ${1:-test} in

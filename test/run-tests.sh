@@ -15,7 +15,10 @@
 # A Kafka broker runs for the whole run, its address in $KAFKA_BOOTSTRAP and
 # $BOOTSTRAP: the one named by KAFKA_BOOTSTRAP_SERVERS (then KAFKA_RUN_ID,
 # unless set, is a suffix unique to this run, for topic names), or else the
-# embedded mock broker (test/kafka_env.sh).
+# embedded mock broker (test/kafka_env.sh).  So does a schema registry, its
+# URL in $SCHEMA_REGISTRY: the one named by SCHEMA_REGISTRY_URL, or else
+# test/schema_registry.py (test/registry_env.sh); TAP tests start their own
+# unless SCHEMA_REGISTRY_URL is set.
 #
 # The tests run a build with fault points (make FAULT_INJECTION=1, made in a
 # copy of the sources: src/fault.h); the first check ("build") is that the
@@ -87,6 +90,8 @@ setup()
 		export KAFKA_RUN_ID=_$(date +%s)_$$
 	fi
 	echo "Kafka broker: $BOOTSTRAP"
+	stm_registry_start || return 1
+	echo "Schema registry: $SCHEMA_REGISTRY"
 
 	echo "PostgreSQL: private copy in $STM_INST, tests run as $STM_USER"
 	case " ${tap_files[*]} " in

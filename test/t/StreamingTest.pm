@@ -10,6 +10,8 @@
 #   check_sink($node, 'orders_all', $data, 'after the first run');
 #   check_offsets($node, 'orders_all', $kafka, $topic);
 #   topic_table($node, $kafka, $sink_topic, 'got');  # a Kafka sink's messages
+#   my $registry = StreamingTest::Registry->start;  # test/schema_registry.py, or the real one
+#   $kafka->produce_avro($topic, $p, $registry, $subject, $schema, \@json_lines);
 #
 # Kafka: when KAFKA_BOOTSTRAP_SERVERS is set, that broker is used and every
 # topic gets a unique name; otherwise each test file starts its own mock
@@ -19,6 +21,13 @@
 # producing every partition must still start at offset 0 and end exactly
 # where the records produced so far say: the mock broker silently drops data
 # beyond 5 MiB per partition, and a test that lost input proves nothing.
+#
+# Schema registry: when SCHEMA_REGISTRY_URL is set, that registry is used
+# (and subjects get unique names, as topics do); otherwise a test file
+# starts test/schema_registry.py, which it can stop and start again on the
+# same port with the same schemas (down, up), and which is stopped at exit.
+# Avro records are encoded by test/avro_encode.py (Apache Avro's Python
+# library) and produced with kcat.
 #
 # Nodes: shared_preload_libraries = 'streaming' (unless preload => 0),
 # streaming.naptime = '100ms', max_worker_processes = 32,
@@ -893,6 +902,116 @@ sub produce_orders
 	}
 	my $pos = $self->produce_lines($topic, \@lines);
 	return [ map { [ @{ $pos->[$_] }, $lines[$_] ] } @poison_idx ];
+}
+
+# produce_avro(TOPIC, PARTITION, REGISTRY, SUBJECT, SCHEMA, LINES, %opts):
+# LINES (JSON records) as Avro in the wire format into one partition, the
+# schema (JSON text) registered under SUBJECT; opts: id => N (write that
+# schema id, register nothing), key_subject/key_schema (each line is then
+# {"key": K, "value": V}; a null value is a tombstone).  Returns how many
+# messages were produced.
+sub produce_avro
+{
+	my ($self, $topic, $p, $registry, $subject, $schema, $lines, %opts) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir;
+	my ($out, $err) = ('', '');
+	my @encode = ("$FindBin::RealBin/../avro_encode.py", '--registry', $registry->url,
+		'--schema', $schema,
+		defined $opts{id} ? ('--id', $opts{id}) : ('--subject', $subject),
+		$registry->auth ? ('--basic-auth', $registry->auth) : (),
+		$opts{key_schema} ? ('--key-subject', $opts{key_subject}, '--key-schema', $opts{key_schema}) : ());
+	my $in = join '', map { "$_\n" } @$lines;
+	IPC::Run::run(\@encode, '<', \$in, '>', "$dir/avro.bin", '2>', \$err)
+	  or die "avro_encode.py failed: $err";
+	$self->kcat('-P', '-t', $topic, '-p', $p, '-D', '<<<end-of-avro-record-5c1e>>>',
+		$opts{key_schema} ? ('-K', '<<<end-of-avro-key-5c1e>>>', '-Z') : (),
+		'-X', 'queue.buffering.max.messages=1000000', '-l', "$dir/avro.bin");
+	$self->{produced}{$topic}{$p} += scalar @$lines;
+	return scalar @$lines;
+}
+
+#-------------------------------------------------------------------------
+# A schema registry: test/schema_registry.py of this test file, or the real
+# one SCHEMA_REGISTRY_URL names.
+package StreamingTest::Registry;
+
+use strict;
+use warnings;
+use File::Basename qw(basename);
+use FindBin;
+use IPC::Run ();
+use PostgreSQL::Test::Utils;
+
+my @running_registries;
+
+# start(basic_auth => 'user:secret'): a registry that wants that user
+sub start
+{
+	my ($class, %opts) = @_;
+	my $self = bless { auth => $opts{basic_auth} }, $class;
+
+	if (defined $ENV{SCHEMA_REGISTRY_URL} && $ENV{SCHEMA_REGISTRY_URL} ne '')
+	{
+		$self->{url} = $ENV{SCHEMA_REGISTRY_URL};
+		$self->{mock} = 0;
+		$self->{auth} = $ENV{SCHEMA_REGISTRY_BASIC_AUTH};
+		return $self;
+	}
+	$self->{mock} = 1;
+	$self->{port} = 0;
+	$self->{state} = PostgreSQL::Test::Utils::tempdir . '/registry.json';
+	$self->{log} = "$PostgreSQL::Test::Utils::log_path/" . basename($0, '.pl') . '_registry.log';
+	$self->up;
+	push @running_registries, $self;
+	return $self;
+}
+
+sub url { my ($self) = @_; return $self->{url}; }
+sub auth { my ($self) = @_; return $self->{auth}; }
+sub is_mock { my ($self) = @_; return $self->{mock}; }
+
+# up: (again) on the same port, with the same schemas
+sub up
+{
+	my ($self) = @_;
+	die "cannot start a real registry\n" unless $self->{mock};
+	my $out = '';
+	$self->{harness} = IPC::Run::start(
+		[ "$FindBin::RealBin/../schema_registry.py", '--port', $self->{port},
+			'--state', $self->{state}, '--log', $self->{log},
+			$self->{auth} ? ('--basic-auth', $self->{auth}) : () ],
+		'<', \undef, '>', \$out, '2>>', $self->{log});
+	my $timeout = IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default);
+	IPC::Run::pump($self->{harness}) until $out =~ /\n/ || $timeout->is_expired;
+	die "the schema registry did not start\n" unless $out =~ m{^(http://127\.0\.0\.1:(\d+))\n};
+	($self->{url}, $self->{port}) = ($1, $2);
+	return;
+}
+
+# down: stopped (connections to its port are refused until up)
+sub down
+{
+	my ($self) = @_;
+	die "cannot stop a real registry\n" unless $self->{mock};
+	return unless $self->{harness};
+	$self->{harness}->signal('TERM');
+	eval { $self->{harness}->finish; 1 } or $self->{harness}->kill_kill;
+	delete $self->{harness};
+	return;
+}
+
+# subject(BASE): a subject name, unique per run on a real registry
+sub subject
+{
+	my ($self, $base) = @_;
+	return $self->{mock} ? $base : "${base}_$$";
+}
+
+END
+{
+	my $rc = $?;
+	$_->down for grep { $_->{harness} } @running_registries;
+	$? = $rc;
 }
 
 1;

@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# bench/avro_cdc.sh: issue 20's two benchmarks, by hand (not in CI), each
+# against its baseline measured in the same run on the same server.
+#
+#   bench/avro_cdc.sh [--records N] [--changes M] [--keys K] [--partitions P] [--keep]
+#
+# On a private PostgreSQL 15 installation (test/pg_env.sh: a copy of the
+# system tree with this checkout installed into it), the embedded mock
+# broker and the test schema registry (test/schema_registry.py):
+#
+#   (1) N orders (bench/gen_orders.py, default 1,000,000) as Avro in the
+#       Confluent wire format (test/avro_encode.py) on one topic and the
+#       same orders as JSON on another, P partitions each; two Kafka
+#       sources (format avro, its columns from the registry; format json
+#       with the same columns declared) and a stream on each, run one after
+#       the other, each timed from create_stream until process_available
+#       returns.  Target: Avro >= 1.5x the JSON stream's records/s.
+#   (2) M Debezium change events (JSON, default 1,000,000) of K keys
+#       (default 100,000): creates, updates and deletes of a captured table,
+#       keyed by id (so a key's changes stay in order in its partition), into
+#       a stream in output_mode 'upsert' with key_columns id; against COPY of
+#       the same changes (CSV) into a staging table plus INSERT ... SELECT
+#       DISTINCT ON (id) ... ON CONFLICT (id) DO UPDATE of each key's last
+#       change and a DELETE of the keys whose last change is a delete, in
+#       one transaction.  Target: the stream >= 0.8x the baseline.
+#
+# Both replicas are checked to equal the captured table's final state
+# (computed by the generator), and the order sinks to hold N rows with the
+# orders' sum.  Prints one table; figures are only comparable within a run.
+# As root (servers run as user postgres).
+
+set -uo pipefail
+
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=$(cd "$BENCH/.." && pwd)
+RECORDS=1000000
+CHANGES=1000000
+KEYS=100000
+PARTITIONS=32
+KEEP=
+
+while [ $# -gt 0 ]; do
+	case $1 in
+		--records) RECORDS=$2; shift 2 ;;
+		--changes) CHANGES=$2; shift 2 ;;
+		--keys) KEYS=$2; shift 2 ;;
+		--partitions) PARTITIONS=$2; shift 2 ;;
+		--keep) KEEP=1; shift ;;
+		-h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+		*) echo "bench/avro_cdc.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+done
+
+. "$SRC/test/pg_env.sh"
+say() { printf '%s\n' "$*" >&2; }
+die() { say "bench/avro_cdc.sh: $*"; exit 1; }
+
+stm_setup || die "setup failed"
+[ -n "$KEEP" ] && trap 'say "kept $STM_TMP"' EXIT
+DATA=$STM_TMP/data
+mkdir -p "$DATA" && chmod 755 "$DATA"
+stm_cluster_start "$STM_TMP/pgdata" "$STM_TMP/sock" "shared_buffers = '1GB'
+max_wal_size = '4GB'
+streaming.naptime = '100ms'" || die "the server did not start"
+stm_kafka_start || die "no Kafka broker"
+stm_registry_start || die "no schema registry"
+psql_q() { "$STM_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$STM_TMP/sock" -p 5432 -U "$STM_USER" -d postgres "$@"; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+rate() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%d", n / s }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+now() { date +%s.%N; }
+
+kafka_create_topic orders_json "$PARTITIONS" && kafka_create_topic orders_avro "$PARTITIONS" &&
+	kafka_create_topic customers_cdc "$PARTITIONS" || die "could not create the topics"
+
+# ---- data ------------------------------------------------------------------
+say "generating $RECORDS orders"
+read -r _ _ _ ORDERS_SUM < <(python3 "$BENCH/gen_orders.py" "$RECORDS" "$DATA/orders.jsonl" "$DATA/orders.csv") ||
+	die "gen_orders.py failed"
+cat >"$DATA/orders.avsc" <<'EOF'
+{"type": "record", "name": "Order", "namespace": "bench", "fields": [
+  {"name": "order_id", "type": "long"},
+  {"name": "user_id", "type": "long"},
+  {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+  {"name": "status", "type": "string"},
+  {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
+EOF
+say "producing the orders as JSON and as Avro"
+kcat -P -b "$BOOTSTRAP" -t orders_json -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
+	-X sticky.partitioning.linger.ms=0 -l "$DATA/orders.jsonl" || die "producing JSON failed"
+# the sentinel line of gen_orders.py is not an order: only the first N lines
+head -n "$RECORDS" "$DATA/orders.jsonl" |
+	"$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject orders_avro-value \
+		--schema "$DATA/orders.avsc" >"$DATA/orders.avro" || die "avro_encode.py failed"
+kcat -P -b "$BOOTSTRAP" -t orders_avro -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
+	-X sticky.partitioning.linger.ms=0 -D '<<<end-of-avro-record-5c1e>>>' -l "$DATA/orders.avro" ||
+	die "producing Avro failed"
+JSON_RECORDS=$(wc -l <"$DATA/orders.jsonl")
+
+say "generating $CHANGES changes of $KEYS keys"
+python3 - "$CHANGES" "$KEYS" "$DATA/cdc.jsonl" "$DATA/cdc.csv" >"$DATA/cdc.expected" <<'EOF' || die "the change generator failed"
+import json, random, sys
+n, keys = int(sys.argv[1]), int(sys.argv[2])
+rnd = random.Random(20)
+table = {}          # id => (name, balance in cents)
+
+
+def row(k, r):
+    return None if r is None else {"id": k, "name": r[0], "balance": "%d.%02d" % divmod(r[1], 100)}
+
+
+with open(sys.argv[3], "w") as ev, open(sys.argv[4], "w") as csv:
+    for seq in range(1, n + 1):
+        k = rnd.randrange(1, keys + 1)
+        before = table.get(k)
+        if before is None:
+            op, after = "c", ("n%d" % seq, rnd.randrange(0, 10 ** 7))
+        elif rnd.random() < 0.1:
+            op, after = "d", None
+        else:
+            op, after = "u", ("n%d" % seq, max(before[1] - rnd.randrange(0, 5000), 0))
+        if after is None:
+            del table[k]
+        else:
+            table[k] = after
+        ev.write("%d:%s\n" % (k, json.dumps({"before": row(k, before), "after": row(k, after), "op": op,
+                                              "ts_ms": 1700000000000 + seq, "source": {"table": "customers"}})))
+        r = row(k, after or before)
+        csv.write("%d,%s,%d,%s,%s\n" % (seq, op, k, r["name"], r["balance"]))
+total = sum(r[1] for r in table.values())
+print(len(table), "%d.%02d" % divmod(total, 100))
+EOF
+read -r EXPECT_ROWS EXPECT_SUM <"$DATA/cdc.expected"
+say "producing the changes, keyed by id"
+kcat -P -b "$BOOTSTRAP" -t customers_cdc -K: -z lz4 -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
+	-l "$DATA/cdc.jsonl" || die "producing the changes failed"
+chmod -R a+r "$DATA"
+
+psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" >/dev/null <<'EOF' || die "setup failed"
+CREATE EXTENSION streaming;
+SELECT streaming.create_kafka_source('orders_avro', :'bs', topics => ARRAY['orders_avro'],
+    starting_offsets => 'earliest', format => 'avro', schema_registry => :'reg');
+SELECT streaming.create_kafka_source('orders_json', :'bs', topics => ARRAY['orders_json'],
+    starting_offsets => 'earliest',
+    columns => 'order_id bigint, user_id bigint, amount numeric(10,2), status text, event_time timestamptz');
+SELECT streaming.create_kafka_source('customers_cdc', :'bs', topics => ARRAY['customers_cdc'],
+    starting_offsets => 'earliest', envelope => 'debezium',
+    columns => 'id int, name text, balance numeric(12,2)');
+CREATE TABLE cdc_staging (seq bigint, op text, id int, name text, balance numeric(12,2));
+CREATE TABLE replica_copy (id int PRIMARY KEY, name text, balance numeric(12,2));
+EOF
+
+# run_stream NAME QUERY [create_stream args]: seconds from create_stream to
+# the end of process_available
+run_stream()
+{
+	local name=$1 query=$2 t0 t1
+	shift 2
+	t0=$(now)
+	psql_q -c "SELECT streaming.create_stream('$name', \$q\$$query\$q\$ $*)" \
+		-c "SELECT streaming.process_available('$name', '30 minutes')" >/dev/null || return 1
+	t1=$(now)
+	psql_q -c "SELECT streaming.stop('$name')" >/dev/null
+	secs "$t0" "$t1"
+}
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+say "(1) the JSON stream"
+JSON_SECS=$(run_stream orders_from_json 'SELECT order_id, user_id, amount, status, event_time FROM orders_json') ||
+	die "the JSON stream failed"
+say "(1) the Avro stream"
+AVRO_SECS=$(run_stream orders_from_avro 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro') ||
+	die "the Avro stream failed"
+say "(2) the upsert stream"
+UPSERT_SECS=$(run_stream customers_replica 'SELECT id, name, balance FROM customers_cdc' \
+	", output_mode => 'upsert', key_columns => ARRAY['id']") || die "the upsert stream failed"
+say "(2) COPY + INSERT ... ON CONFLICT"
+t0=$(now)
+psql_q <<EOF || die "the baseline failed"
+BEGIN;
+COPY cdc_staging FROM '$DATA/cdc.csv' (FORMAT csv);
+INSERT INTO replica_copy
+SELECT id, name, balance FROM (
+    SELECT DISTINCT ON (id) id, op, name, balance FROM cdc_staging ORDER BY id, seq DESC) last
+WHERE op <> 'd'
+ON CONFLICT (id) DO UPDATE SET name = excluded.name, balance = excluded.balance;
+DELETE FROM replica_copy r USING (
+    SELECT DISTINCT ON (id) id, op FROM cdc_staging ORDER BY id, seq DESC) last
+WHERE last.id = r.id AND last.op = 'd';
+COMMIT;
+EOF
+COPY_SECS=$(secs "$t0" "$(now)")
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- checks ----------------------------------------------------------------
+check()
+{
+	local what=$1 got=$2 want=$3
+	[ "$got" = "$want" ] || die "$what: got $got, expected $want"
+}
+check "orders from JSON" "$(psql_q -c 'SELECT count(*) || $$ $$ || sum(amount) FROM orders_from_json')" \
+	"$((JSON_RECORDS)) $ORDERS_SUM"
+check "orders from Avro" "$(psql_q -c 'SELECT count(*) || $$ $$ || sum(amount) FROM orders_from_avro WHERE order_id <= '"$RECORDS")" \
+	"$RECORDS $ORDERS_SUM"
+check "the upsert replica" "$(psql_q -c 'SELECT count(*) || $$ $$ || sum(balance) FROM customers_replica')" \
+	"$EXPECT_ROWS $EXPECT_SUM"
+check "the COPY replica" "$(psql_q -c 'SELECT count(*) || $$ $$ || sum(balance) FROM replica_copy')" \
+	"$EXPECT_ROWS $EXPECT_SUM"
+check "the replicas" "$(psql_q -c 'SELECT count(*) FROM (SELECT id, name, balance FROM customers_replica EXCEPT TABLE replica_copy) d')" 0
+
+JSON_RATE=$(rate "$JSON_RECORDS" "$JSON_SECS")
+AVRO_RATE=$(rate "$RECORDS" "$AVRO_SECS")
+UPSERT_RATE=$(rate "$CHANGES" "$UPSERT_SECS")
+COPY_RATE=$(rate "$CHANGES" "$COPY_SECS")
+cat <<EOF
+
+issue 20 benchmarks: $RECORDS orders, $CHANGES changes of $KEYS keys, $PARTITIONS partitions
+load average before: $LOAD_BEFORE, after: $LOAD_AFTER ($(nproc) CPUs)
+
+| what | seconds | records/s | ratio | target |
+| --- | --- | --- | --- | --- |
+| JSON orders stream (baseline) | $JSON_SECS | $JSON_RATE | 1.00 | |
+| Avro orders stream | $AVRO_SECS | $AVRO_RATE | $(ratio "$AVRO_RATE" "$JSON_RATE") | >= 1.5 |
+| COPY + INSERT ... ON CONFLICT of the changes (baseline) | $COPY_SECS | $COPY_RATE | 1.00 | |
+| Debezium upsert stream | $UPSERT_SECS | $UPSERT_RATE | $(ratio "$UPSERT_RATE" "$COPY_RATE") | >= 0.8 |
+
+checked: both order sinks hold the orders (count, sum of amount); both replicas equal the
+captured table's final state ($EXPECT_ROWS rows, sum of balance $EXPECT_SUM) and each other
+EOF
