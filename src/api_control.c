@@ -296,26 +296,71 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 }
 
 /*
- * What a source holds now (its available callback), asked again while it
- * cannot be read whole, until the deadline.
+ * What the source holds now (its available()), or NULL while it cannot be
+ * asked, with *why: a part it cannot read, or a broker that does not answer
+ * (an error of class 08, from a subtransaction, so that the caller can ask
+ * again).  Other errors are raised.
+ */
+static void *
+ask_source(StmSource *src, int32 stream_id, char **why)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	void	   *available = NULL;
+
+	*why = NULL;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		src->problem = NULL;
+		available = src->routine->available(src, stream_id);
+		if (src->problem)
+			*why = pstrdup(src->problem);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_CONNECTION_EXCEPTION)
+			ReThrowError(edata);
+		*why = edata->detail ? psprintf("%s: %s", edata->message, edata->detail) : edata->message;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return *why ? NULL : available;
+}
+
+/*
+ * What a source holds now, asked again while it cannot be read whole or its
+ * broker does not answer, until the deadline.
  */
 static void *
 source_available(StmSource *src, int32 stream_id, TimestampTz deadline)
 {
 	for (;;)
 	{
-		void	   *available;
+		char	   *why;
+		void	   *available = ask_source(src, stream_id, &why);
 
-		src->problem = NULL;
-		available = src->routine->available(src, stream_id);
-		if (src->problem == NULL)
+		if (why == NULL)
 			return available;
 		if (GetCurrentTimestamp() > deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("timed out waiting for source \"%s\" to be readable", src->name),
-					 errdetail("%s", src->problem)));
-		stm_sleep(200);
+					 errdetail("%s", why)));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 200, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
 }
