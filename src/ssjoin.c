@@ -722,24 +722,6 @@ add_to_rows(void *arg, HeapTuple tuple, TupleDesc desc)
 	sr->nrows++;
 }
 
-typedef struct EvictArg
-{
-	SideRun    *sr;
-	bool		keep_unmatched; /* unmatched rows give their own rows */
-} EvictArg;
-
-static void
-evicted_row(void *arg, HeapTuple tuple, TupleDesc desc)
-{
-	EvictArg   *e = arg;
-	bool		isnull;
-	bool		matched = DatumGetBool(heap_getattr(tuple, desc->natts, desc, &isnull));
-
-	e->sr->num_removed++;
-	if (e->keep_unmatched && !matched)
-		add_to_rows(e->sr, tuple, desc);
-}
-
 /* Do the unmatched rows of side s give their own rows (NULL rows, anti rows)? */
 static bool
 gives_unmatched(StmStreamJoin *j, int s)
@@ -749,20 +731,31 @@ gives_unmatched(StmStreamJoin *j, int s)
 	return j->type == STM_JOIN_RIGHT || j->type == STM_JOIN_FULL;
 }
 
-/* Step 2: stored rows past the watermark go; an outer (anti) side's unmatched give their rows. */
+/*
+ * Step 2: stored rows past the watermark go; an outer (anti) side's
+ * unmatched give their rows.  Only those come back: the others are deleted
+ * and counted (most rows of a busy join matched; copying them out for
+ * nothing was a good part of a batch's time).
+ */
 static void
 evict(StmJoinRun *run, int s)
 {
 	SideRun    *sr = &run->sides[s];
-	EvictArg	e = {sr, gives_unmatched(run->j, s)};
+	bool		keep_unmatched = gives_unmatched(run->j, s);
 	StmSql		q;
 
 	if (!run->has_watermark || !stm_ssjoin_side_bounded(run->j, s))
 		return;
+	stm_sql_init(&q, psprintf("DELETE FROM %s WHERE _stm_expires_at <= :w%s", sr->table,
+							  keep_unmatched ? " AND _stm_matched" : ""));
+	stm_sql_timestamptz(&q, "w", run->watermark, false);
+	sr->num_removed += stm_catalog_run(&q, SPI_OK_DELETE, NULL, NULL);
+	if (!keep_unmatched)
+		return;
 	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_expires_at <= :w RETURNING *) %s",
 							  sr->table, state_select(sr, "d")));
 	stm_sql_timestamptz(&q, "w", run->watermark, false);
-	(void) stm_catalog_run(&q, SPI_OK_SELECT, evicted_row, &e);
+	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, add_to_rows, sr);
 }
 
 /* Run one of the batch's queries, its plan kept in slot plan. */

@@ -647,20 +647,27 @@ typedef struct TimeTerm
 	int64		offset_us;
 } TimeTerm;
 
-/* Which side's event-time column this Var is, or -1. */
+/* Which side this Var is a column of, or -1. */
 static int
-time_var_side(StmStreamJoin *j, Var *v, int level)
+var_side(StmStreamJoin *j, Var *v, int level)
 {
 	int			vlevel = level - (int) v->varlevelsup;
 	int			right_level = j->sublink ? 1 : 0;
 
-	if (vlevel == 0 && v->varno == j->sides[STM_JOIN_LEFT_SIDE].rtindex &&
-		v->varattno == j->sides[STM_JOIN_LEFT_SIDE].time_att)
+	if (vlevel == 0 && v->varno == j->sides[STM_JOIN_LEFT_SIDE].rtindex)
 		return STM_JOIN_LEFT_SIDE;
-	if (vlevel == right_level && v->varno == j->sides[STM_JOIN_RIGHT_SIDE].rtindex &&
-		v->varattno == j->sides[STM_JOIN_RIGHT_SIDE].time_att)
+	if (vlevel == right_level && v->varno == j->sides[STM_JOIN_RIGHT_SIDE].rtindex)
 		return STM_JOIN_RIGHT_SIDE;
 	return -1;
+}
+
+/* Which side's event-time column this Var is, or -1. */
+static int
+time_var_side(StmStreamJoin *j, Var *v, int level)
+{
+	int			side = var_side(j, v, level);
+
+	return side >= 0 && v->varattno == j->sides[side].time_att ? side : -1;
 }
 
 /* e is t, t + interval, interval + t or t - interval, t a side's event time */
@@ -718,23 +725,41 @@ tighten(StmJoinSide *side, int64 offset_us, bool strict)
 	}
 }
 
-/* date_bin(size, t, origin) over a side's event time: its size, origin and side */
+/*
+ * date_bin(size, t, origin) over a side's event time: its size, origin and
+ * side.  On a side without a watermark, t may be any column of it (*att:
+ * which), as Spark's window join keys bound both sides when one side has
+ * a watermark.
+ */
 static bool
-window_term(StmStreamJoin *j, Node *e, int level, int *side, int64 *size_us, TimestampTz *origin)
+window_term(StmStreamJoin *j, Node *e, int level, int *side, int64 *size_us, TimestampTz *origin,
+			AttrNumber *att)
 {
 	FuncExpr   *f;
 	TimeTerm	t;
 	Node	   *o;
+	Node	   *arg;
 
 	if (!IsA(e, FuncExpr) || ((FuncExpr *) e)->funcid != F_DATE_BIN_INTERVAL_TIMESTAMPTZ_TIMESTAMPTZ)
 		return false;
 	f = (FuncExpr *) e;
 	o = lthird(f->args);
+	arg = lsecond(f->args);
+	*att = 0;
 	if (!interval_const_us(linitial(f->args), size_us) || *size_us <= 0 ||
-		!time_term(j, lsecond(f->args), level, &t) || t.offset_us != 0 ||
 		!IsA(o, Const) || ((Const *) o)->constisnull)
 		return false;
-	*side = t.side;
+	if (time_term(j, arg, level, &t))
+	{
+		if (t.offset_us != 0)
+			return false;
+		*side = t.side;
+	}
+	else if (IsA(arg, Var) && (*side = var_side(j, (Var *) arg, level)) >= 0 &&
+			 !j->sides[*side].has_delay && ((Var *) arg)->varattno > 0)
+		*att = ((Var *) arg)->varattno;
+	else
+		return false;
 	*origin = DatumGetTimestampTz(((Const *) o)->constvalue);
 	return true;
 }
@@ -757,16 +782,26 @@ bound_from_conjunct(StmStreamJoin *j, Node *c, int level)
 	int64		rsize;
 	TimestampTz lorigin;
 	TimestampTz rorigin;
+	AttrNumber	latt;
+	AttrNumber	ratt;
 
 	if (!IsA(c, OpExpr) || list_length(((OpExpr *) c)->args) != 2)
 		return;
 	op = (OpExpr *) c;
 	set_opfuncid(op);
 	if (op->opfuncid == F_TIMESTAMPTZ_EQ &&
-		window_term(j, linitial(op->args), level, &ls, &lsize, &lorigin) &&
-		window_term(j, lsecond(op->args), level, &rs, &rsize, &rorigin) &&
-		ls != rs && lsize == rsize && lorigin == rorigin)
+		window_term(j, linitial(op->args), level, &ls, &lsize, &lorigin, &latt) &&
+		window_term(j, lsecond(op->args), level, &rs, &rsize, &rorigin, &ratt) &&
+		ls != rs && lsize == rsize && lorigin == rorigin && (latt == 0 || ratt == 0))
 	{
+		/* a side without a watermark: its window's column is its event time */
+		if (latt || ratt)
+		{
+			StmJoinSide *side = &j->sides[latt ? ls : rs];
+
+			side->time_att = latt ? latt : ratt;
+			side->used = bms_add_member(side->used, side->time_att);
+		}
 		for (int s = 0; s < 2; s++)
 		{
 			j->sides[s].bound.has_window = true;
