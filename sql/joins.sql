@@ -189,8 +189,9 @@ SELECT count(*) AS read FROM jn_orders_read o WHERE o.customer <= 50;
 -- refused at create time, with what and why
 --
 SELECT streaming.create_kafka_source('jn_src2', :'bs', topics => ARRAY[:'t'], columns => 'id bigint');
-SELECT streaming.create_stream('bad', 'SELECT a.id FROM jn_src a JOIN jn_src2 b ON a.id = b.id', start => false);
-SELECT streaming.create_stream('bad', 'SELECT a.id FROM jn_src a JOIN jn_src b ON a.id = b.id', start => false);
+-- (two sources joined are a stream-stream join: stream_joins tests them)
+SELECT streaming.create_stream('bad', 'SELECT a.id FROM jn_src a JOIN jn_src2 b ON a.id = b.id JOIN jn_src c ON c.id = a.id', start => false);
+SELECT streaming.create_stream('bad', 'SELECT a.id FROM jn_src a JOIN jn_src b ON a.amount > b.amount', start => false);
 SELECT streaming.create_stream('bad', 'SELECT c.id FROM jn_customers c WHERE EXISTS (SELECT 1 FROM jn_src o WHERE o.customer = c.id)', start => false);
 SELECT streaming.create_stream('bad', 'SELECT o.id FROM (SELECT * FROM jn_src) o JOIN jn_customers c ON c.id = o.customer', start => false);
 SELECT streaming.create_stream('bad', 'SELECT o.id FROM jn_customers c LEFT JOIN jn_src o ON c.id = o.customer', start => false);

@@ -52,6 +52,87 @@ SELECT s.name AS stream, p.part AS topic, p.part_no AS partition,
 FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id;
 
 /*
+ * Joins of two sources (SPEC 3.6).  A stream may read a second source
+ * (other_source), each side with its watermark (watermarks, the policy
+ * that combines them, and per side what batches learnt: side_watermarks);
+ * positions belong to a source of the stream (source, in the key), so that
+ * two sources' parts never meet; progress shows a join's state per side.
+ * create_stream takes watermarks and multiple_watermark_policy.
+ */
+ALTER TABLE streaming.positions ADD COLUMN source text;
+UPDATE streaming.positions p SET source = s.source FROM streaming.stream_defs s WHERE s.id = p.stream_id;
+ALTER TABLE streaming.positions ALTER COLUMN source SET NOT NULL;
+ALTER TABLE streaming.positions DROP CONSTRAINT positions_pkey;
+ALTER TABLE streaming.positions ADD CONSTRAINT positions_pkey PRIMARY KEY (stream_id, source, part, part_no);
+ALTER TABLE streaming.stream_defs
+    ADD COLUMN other_source text REFERENCES streaming.sources (name),
+    ADD COLUMN watermarks jsonb,
+    ADD COLUMN multiple_watermark_policy text NOT NULL DEFAULT 'min'
+        CHECK (multiple_watermark_policy IN ('min', 'max')),
+    ADD COLUMN side_watermarks jsonb;
+ALTER TABLE streaming.batches ADD COLUMN state_operators jsonb;
+
+CREATE OR REPLACE VIEW streaming.source_lag WITH (security_invoker = true) AS
+SELECT s.name AS stream, p.part AS topic, p.part_no AS partition,
+       p.position AS committed_offset, p.end_position AS high_watermark,
+       greatest(coalesce(p.end_position, p.position) - p.position, 0) AS lag,
+       p.source
+FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id;
+
+CREATE OR REPLACE VIEW streaming.streams WITH (security_invoker = true) AS
+SELECT s.name, s.source || coalesce(', ' || s.other_source, '') AS source,
+       coalesce(s.sink_name, s.sink::text) AS sink, s.output_mode, s.trigger,
+       -- running without a worker: waiting for one, and source_error says why
+       CASE WHEN s.status = 'running' AND w.pid IS NULL AND w.problem IS NOT NULL
+            THEN 'waiting' ELSE s.status END AS status,
+       w.pid AS worker_pid, s.last_batch_id,
+       CASE WHEN s.watermark_delay IS NOT NULL OR s.watermarks IS NOT NULL
+            THEN coalesce(s.watermark, 'epoch'::timestamptz) END AS watermark,
+       s.last_error, coalesce(s.source_error, w.problem) AS source_error,
+       (SELECT sum(l.lag)::bigint FROM streaming.source_lag l WHERE l.stream = s.name) AS lag,
+       -- a Kafka sink's messages not delivered yet
+       CASE WHEN s.sink_name IS NOT NULL
+            THEN (SELECT coalesce(sum(o.nmsgs), 0)::bigint FROM streaming.outbox_chunks o WHERE o.stream_id = s.id) END AS outbox_rows
+FROM streaming.stream_defs s
+LEFT JOIN streaming.worker_pids() w ON w.stream_id = s.id;
+
+CREATE OR REPLACE VIEW streaming.progress WITH (security_invoker = true) AS
+SELECT s.name AS stream, b.batch_id, b.started_at, b.duration,
+       b.num_input_rows,
+       -- as Spark: input rate over the time since the previous batch started
+       b.num_input_rows / nullif(extract(epoch FROM b.started_at - lag(b.started_at)
+           OVER (PARTITION BY b.stream_id ORDER BY b.batch_id)), 0) AS input_rows_per_second,
+       b.num_input_rows / nullif(extract(epoch FROM b.duration), 0) AS processed_rows_per_second,
+       b.num_output_rows, b.num_late_rows, b.num_bad_rows, b.num_dedup_rows, b.num_state_rows,
+       b.max_event_time, b.watermark, b.start_positions, b.end_positions, b.data_loss,
+       b.num_delivered_rows, b.num_rejected_rows, b.state_operators
+FROM streaming.batches b JOIN streaming.stream_defs s ON s.id = b.stream_id;
+
+DROP FUNCTION streaming.create_stream(text, text, text, text, interval, text, text[], boolean, text,
+                                      regprocedure, text, interval, boolean, integer);
+CREATE FUNCTION streaming.create_stream(
+    name text,
+    query text,
+    sink text DEFAULT NULL,
+    output_mode text DEFAULT 'append',
+    watermark interval DEFAULT NULL,
+    event_time text DEFAULT NULL,
+    dedup_keys text[] DEFAULT NULL,
+    dedup_within_watermark boolean DEFAULT false,
+    trigger text DEFAULT '0',
+    sink_function regprocedure DEFAULT NULL,
+    late_rows text DEFAULT 'drop',
+    idle_timeout interval DEFAULT NULL,
+    watermarks jsonb DEFAULT NULL,
+    multiple_watermark_policy text DEFAULT 'min',
+    parallel_workers integer DEFAULT 0,
+    start boolean DEFAULT true)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_create_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source (or two joined) whose results go into a sink.';
+
+/*
  * The outbox's chunks compressed in their rows (lz4, when the server has
  * it): a third of the bytes to write, WAL-log and keep in shared buffers
  * for JSON rows.  Rows already there stay as they are; new ones are

@@ -60,7 +60,12 @@ CREATE TABLE streaming.stream_defs (
     failures        integer NOT NULL DEFAULT 0,
     source_started_at timestamptz,  -- the first batch's start: the rate source's time origin
     sink_name       text REFERENCES streaming.sinks (name), -- a named sink (Kafka), instead of a table
-    parallel_workers integer NOT NULL DEFAULT 0 CHECK (parallel_workers >= 0) -- helpers that fetch and parse
+    parallel_workers integer NOT NULL DEFAULT 0 CHECK (parallel_workers >= 0), -- helpers that fetch and parse
+    -- a join of two sources (SPEC 3.6): the right side's source, each side's watermark
+    other_source    text REFERENCES streaming.sources (name),
+    watermarks      jsonb,
+    multiple_watermark_policy text NOT NULL DEFAULT 'min' CHECK (multiple_watermark_policy IN ('min', 'max')),
+    side_watermarks jsonb               -- per side: its watermark and idle clock, written by batches
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
 
@@ -81,7 +86,8 @@ CREATE TABLE streaming.positions (
     position        bigint NOT NULL,    -- where the stream reads next (Kafka: the next offset)
     end_position    bigint,             -- how far the part went when last planned (Kafka: the high watermark)
     detail          jsonb,              -- anything else the kind keeps about the part
-    PRIMARY KEY (stream_id, part, part_no)
+    source          text NOT NULL,      -- whose part: a join's stream reads two sources
+    PRIMARY KEY (stream_id, source, part, part_no)
 );
 COMMENT ON TABLE streaming.positions IS 'Where each stream reads next in each part of its source (a Kafka partition, a rate source''s partition, a file waiting to be read), written in the batch''s transaction; read it through streaming.source_lag.';
 
@@ -105,6 +111,7 @@ CREATE TABLE streaming.batches (
     -- rows that reached the sink: at commit for a table, as Kafka confirms them for a Kafka sink
     num_delivered_rows bigint NOT NULL DEFAULT 0,
     num_rejected_rows  bigint NOT NULL DEFAULT 0, -- refused by Kafka as too large: in dead_letters
+    state_operators jsonb,              -- a join's state per side (SPEC 3.6)
     PRIMARY KEY (stream_id, batch_id)
 );
 
@@ -379,12 +386,14 @@ CREATE FUNCTION streaming.create_stream(
     sink_function regprocedure DEFAULT NULL,
     late_rows text DEFAULT 'drop',
     idle_timeout interval DEFAULT NULL,
-    start boolean DEFAULT true,
-    parallel_workers integer DEFAULT 0)
+    watermarks jsonb DEFAULT NULL,
+    multiple_watermark_policy text DEFAULT 'min',
+    parallel_workers integer DEFAULT 0,
+    start boolean DEFAULT true)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_stream'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
-COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source whose results go into a sink table.';
+COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source (or two joined) whose results go into a sink.';
 
 CREATE FUNCTION streaming.alter_stream(name text, parallel_workers integer DEFAULT NULL)
 RETURNS void
@@ -475,16 +484,18 @@ COMMENT ON FUNCTION streaming.worker_pids IS 'The caller''s streams that should 
 CREATE VIEW streaming.source_lag WITH (security_invoker = true) AS
 SELECT s.name AS stream, p.part AS topic, p.part_no AS partition,
        p.position AS committed_offset, p.end_position AS high_watermark,
-       greatest(coalesce(p.end_position, p.position) - p.position, 0) AS lag
+       greatest(coalesce(p.end_position, p.position) - p.position, 0) AS lag,
+       p.source
 FROM streaming.positions p JOIN streaming.stream_defs s ON s.id = p.stream_id;
 
 CREATE VIEW streaming.streams WITH (security_invoker = true) AS
-SELECT s.name, s.source, coalesce(s.sink_name, s.sink::text) AS sink, s.output_mode, s.trigger,
+SELECT s.name, s.source || coalesce(', ' || s.other_source, '') AS source,
+       coalesce(s.sink_name, s.sink::text) AS sink, s.output_mode, s.trigger,
        -- running without a worker: waiting for one, and source_error says why
        CASE WHEN s.status = 'running' AND w.pid IS NULL AND w.problem IS NOT NULL
             THEN 'waiting' ELSE s.status END AS status,
        w.pid AS worker_pid, s.last_batch_id,
-       CASE WHEN s.watermark_delay IS NOT NULL
+       CASE WHEN s.watermark_delay IS NOT NULL OR s.watermarks IS NOT NULL
             THEN coalesce(s.watermark, 'epoch'::timestamptz) END AS watermark,
        s.last_error, coalesce(s.source_error, w.problem) AS source_error,
        (SELECT sum(l.lag)::bigint FROM streaming.source_lag l WHERE l.stream = s.name) AS lag,
@@ -503,7 +514,7 @@ SELECT s.name AS stream, b.batch_id, b.started_at, b.duration,
        b.num_input_rows / nullif(extract(epoch FROM b.duration), 0) AS processed_rows_per_second,
        b.num_output_rows, b.num_late_rows, b.num_bad_rows, b.num_dedup_rows, b.num_state_rows,
        b.max_event_time, b.watermark, b.start_positions, b.end_positions, b.data_loss,
-       b.num_delivered_rows, b.num_rejected_rows
+       b.num_delivered_rows, b.num_rejected_rows, b.state_operators
 FROM streaming.batches b JOIN streaming.stream_defs s ON s.id = b.stream_id;
 
 GRANT SELECT ON streaming.streams, streaming.progress, streaming.source_lag TO PUBLIC;

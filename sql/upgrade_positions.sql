@@ -43,9 +43,12 @@ SELECT d.source, p.part, p.part_no, p.position, p.end_position, p.detail
 FROM streaming.positions p JOIN streaming.stream_defs d ON d.id = p.stream_id
 ORDER BY 1, 2, 3;
 -- source_lag and streams.lag: the same rows, and the same columns
+-- (0.4.0's source_lag has a source column at the end too: the source each position is of)
 SELECT * FROM streaming.source_lag ORDER BY stream, topic, partition;
-SELECT (SELECT count(*) FROM (SELECT * FROM streaming.source_lag EXCEPT ALL SELECT * FROM before_lag) d) AS new_lag_rows,
-       (SELECT count(*) FROM (SELECT * FROM before_lag EXCEPT ALL SELECT * FROM streaming.source_lag) d) AS lost_lag_rows,
+SELECT (SELECT count(*) FROM (SELECT stream, topic, partition, committed_offset, high_watermark, lag FROM streaming.source_lag
+                              EXCEPT ALL SELECT * FROM before_lag) d) AS new_lag_rows,
+       (SELECT count(*) FROM (SELECT * FROM before_lag EXCEPT ALL
+                              SELECT stream, topic, partition, committed_offset, high_watermark, lag FROM streaming.source_lag) d) AS lost_lag_rows,
        (SELECT count(*) FROM (SELECT name, lag FROM streaming.streams EXCEPT ALL SELECT * FROM before_streams) d) AS changed_streams;
 SELECT name, lag FROM streaming.streams ORDER BY name;
 -- pg_dump keeps the renamed table; no table of the old name is left

@@ -72,6 +72,7 @@ struct StmAggBatch
 	int			time_key;		/* no window: the group column that is the event time, or -1 */
 	bool		closes;			/* groups have a closing time (window end, or time_key) */
 	TimestampTz watermark;		/* the one this batch filters and evicts with */
+	bool		drops_late;		/* rows of closed windows are late (not a join's rows) */
 	StmLateRows *keep_late;		/* late_rows => 'keep', else NULL */
 	bool		update;			/* update mode: changed groups are upserted */
 	StmSinkBatch *sink;
@@ -215,6 +216,7 @@ stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id, StmOutputMode output_mode,
 	/* complete mode drops and evicts nothing (SPEC 3.1) */
 	ab->has_watermark = has_watermark && !ab->complete && ab->closes;
 	ab->watermark = watermark;
+	ab->drops_late = true;
 	ab->update = !ab->complete && !ab->append;
 	ab->sink = sink;
 	ab->table = stm_aggstate_table(stream_id);
@@ -361,7 +363,8 @@ add_to_group(StmAggBatch *ab, ExprContext *econtext, bool has_window,
 	TupleHashEntry entry;
 
 	/* a row counts in a window only while the window is open (SPEC 3.1) */
-	if (ab->has_watermark && group_end(ab, has_window, wstart, vals, nulls) <= ab->watermark)
+	if (ab->has_watermark && ab->drops_late &&
+		group_end(ab, has_window, wstart, vals, nulls) <= ab->watermark)
 	{
 		(void) lookup(ab, ab->late, has_window, wstart, vals, nulls, &isnew);
 		if (isnew)
@@ -400,7 +403,7 @@ add_to_session(StmAggBatch *ab, ExprContext *econtext, TimestampTz ts,
 		entry->additional = MemoryContextAllocZero(ab->group_cxt, sizeof(SessionGroup));
 	group = entry->additional;
 	old = MemoryContextSwitchTo(ab->group_cxt);
-	if (ab->has_watermark && end <= ab->watermark)
+	if (ab->has_watermark && ab->drops_late && end <= ab->watermark)
 	{
 		(void) stm_session_add_row(&group->late, ts, end, NULL);
 		MemoryContextSwitchTo(old);
@@ -474,6 +477,18 @@ stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext)
 		else
 			merge_groups(ab);
 	}
+}
+
+/*
+ * The rows of a join of two sources are never late for the aggregate over
+ * it (ssjoin.c drops the late input rows, and a row of a window the
+ * watermark closed cannot come from it): none is dropped as late, and
+ * windows close as the watermark says.
+ */
+void
+stm_aggbatch_no_late_rows(StmAggBatch *ab)
+{
+	ab->drops_late = false;
 }
 
 /*

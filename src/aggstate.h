@@ -23,6 +23,7 @@ extern StmAggBatch *stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id,
 									   bool has_watermark, TimestampTz watermark,
 									   int event_time_att, StmLateRows *keep_late);
 extern void stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext);
+extern void stm_aggbatch_no_late_rows(StmAggBatch *ab);
 extern void stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows,
 								int64 *num_late_rows);
 

@@ -27,11 +27,13 @@
 
 #include "aggstate.h"
 #include "api.h"
+#include "interrupts.h"
 #include "batch.h"
 #include "catalog.h"
 #include "dedup.h"
 #include "positions.h"
 #include "shmem.h"
+#include "ssjoin.h"
 #include "sink.h"
 #include "source.h"
 
@@ -133,9 +135,11 @@ to_regclass_name(const char *name)
 void
 stm_api_clear_state_tables(int32 stream_id, bool drop)
 {
-	char	   *tables[2] = {stm_aggstate_table(stream_id), stm_dedup_table(stream_id)};
+	char	   *tables[4] = {stm_aggstate_table(stream_id), stm_dedup_table(stream_id),
+		psprintf("streaming.%s", quote_identifier(stm_ssjoin_table(stream_id, 0))),
+	psprintf("streaming.%s", quote_identifier(stm_ssjoin_table(stream_id, 1)))};
 
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < lengthof(tables); i++)
 		if (to_regclass_name(tables[i]))
 			stm_catalog_exec(psprintf(drop ? "DROP TABLE %s" : "DELETE FROM %s", tables[i]),
 							 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
@@ -247,6 +251,7 @@ streaming_reset(PG_FUNCTION_ARGS)
 	stm_catalog_exec("UPDATE streaming.stream_defs SET last_batch_id = CASE WHEN $2 THEN last_batch_id END, "
 					 "watermark = NULL, failures = 0, "
 					 "positions_initialized = false, source_started_at = NULL, no_data_batch_due = false, "
+					 "side_watermarks = NULL, "
 					 "idle_clock_at = now(), "
 					 "last_error = NULL, source_error = NULL, "
 					 "status = CASE WHEN enabled THEN status ELSE 'stopped' END WHERE id = $1",
@@ -291,6 +296,93 @@ streaming_run_batch(PG_FUNCTION_ARGS)
 }
 
 /*
+ * What the source holds now (its available()), or NULL while it cannot be
+ * asked, with *why: a part it cannot read, or a broker that does not answer
+ * (an error of class 08, from a subtransaction, so that the caller can ask
+ * again).  Other errors are raised.
+ */
+static void *
+ask_source(StmSource *src, int32 stream_id, char **why)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	void	   *available = NULL;
+
+	*why = NULL;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		src->problem = NULL;
+		available = src->routine->available(src, stream_id);
+		if (src->problem)
+			*why = pstrdup(src->problem);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_CONNECTION_EXCEPTION)
+			ReThrowError(edata);
+		*why = edata->detail ? psprintf("%s: %s", edata->message, edata->detail) : edata->message;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return *why ? NULL : available;
+}
+
+/*
+ * What a source holds now, asked again while it cannot be read whole or its
+ * broker does not answer, until the deadline.
+ */
+static void *
+source_available(StmSource *src, int32 stream_id, TimestampTz deadline)
+{
+	for (;;)
+	{
+		char	   *why;
+		void	   *available = ask_source(src, stream_id, &why);
+
+		if (why == NULL)
+			return available;
+		if (GetCurrentTimestamp() > deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("timed out waiting for source \"%s\" to be readable", src->name),
+					 errdetail("%s", why)));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 200, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Have the stream's committed positions reached what each source held? */
+static bool
+sources_reached(List *sources, List *available, int32 stream_id)
+{
+	ListCell   *lc;
+	ListCell   *lc2;
+
+	forboth(lc, sources, lc2, available)
+	{
+		StmSource  *src = lfirst(lc);
+
+		if (!src->routine->reached(src, stream_id, lfirst(lc2)))
+			return false;
+	}
+	return true;
+}
+
+/*
  * Wait until the stream's worker has committed every record that was in the
  * source when the call started (Spark's processAllAvailable), and its sink
  * has delivered what those batches wrote (an outbox).  A stream with
@@ -303,11 +395,12 @@ streaming_process_available(PG_FUNCTION_ARGS)
 	char	   *name = stm_arg_name(fcinfo);
 	Interval   *timeout = (stm_arg_require(fcinfo, 1, "timeout"), PG_GETARG_INTERVAL_P(1));
 	StmStreamDef *def = stm_catalog_get_stream(name, false);
-	StmSource  *src = NULL;
+	List	   *sources = NIL;
+	List	   *available = NIL;
+	ListCell   *lc;
 	const StmSinkRoutine *sink = stm_sink_routine_of_stream(def);
 	bool		bounded = def->trigger_kind == STM_TRIGGER_ONCE ||
 		def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW;
-	void	   *available = NULL;
 	TimestampTz deadline;
 	int64		timeout_ms;
 
@@ -324,26 +417,17 @@ streaming_process_available(PG_FUNCTION_ARGS)
 				 errmsg("stream \"%s\" is not running", name),
 				 errhint("Start it with streaming.start(), or run its batches with streaming.run_batch().")));
 
-	/* what the source holds now; a transient outage is asked about again */
+	/* what the sources hold now; a transient outage is asked about again */
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	if (!bounded)
-		src = stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false);
-	while (src != NULL)
 	{
-		src->problem = NULL;
-		available = src->routine->available(src, def->id);
-		if (src->problem == NULL)
-			break;
-		if (GetCurrentTimestamp() > deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("timed out waiting for source \"%s\" to be readable", src->name),
-					 src->problem ? errdetail("%s", src->problem) : 0));
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 200, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		sources = list_make1(stm_source_open(stm_catalog_get_source_of_stream(def), def->owner, false));
+		if (def->other_source)
+			sources = lappend(sources, stm_source_open(stm_catalog_get_other_source_of_stream(def),
+													   def->owner, false));
 	}
+	foreach(lc, sources)
+		available = lappend(available, source_available(lfirst(lc), def->id, deadline));
 
 	for (;;)
 	{
@@ -356,7 +440,7 @@ streaming_process_available(PG_FUNCTION_ARGS)
 					 errmsg("stream \"%s\" was dropped", name)));
 		/* a sink that delivers after the commit has delivered it, too */
 		if (bounded ? now->status == STM_STATUS_FINISHED :
-			(!now->no_data_batch_due && src->routine->reached(src, def->id, available) &&
+			(!now->no_data_batch_due && sources_reached(sources, available, def->id) &&
 			 (sink->pending == NULL || sink->pending(def->id, 1) == 0)))
 			break;
 		if (now->status == STM_STATUS_FAILED)
@@ -378,8 +462,8 @@ streaming_process_available(PG_FUNCTION_ARGS)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-	if (src)
-		stm_source_close(src);
+	foreach(lc, sources)
+		stm_source_close(lfirst(lc));
 	PG_RETURN_VOID();
 }
 

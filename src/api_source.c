@@ -116,7 +116,7 @@ stm_api_drop_source(StmSourceDef *src)
 
 	users = stm_catalog_source_option_list(src->name,
 										   "SELECT string_agg(quote_ident(d.name), ', ' ORDER BY d.name) "
-										   "FROM streaming.stream_defs d WHERE d.source = s.name HAVING count(*) > 0");
+										   "FROM streaming.stream_defs d WHERE s.name IN (d.source, d.other_source) HAVING count(*) > 0");
 	if (users != NIL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),

@@ -34,6 +34,7 @@
 #include "parallel.h"
 #include "query.h"
 #include "sink.h"
+#include "ssjoin.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_stream);
 PG_FUNCTION_INFO_V1(streaming_drop_stream);
@@ -64,6 +65,9 @@ typedef struct StreamArgs
 	bool		keep_late_rows;
 	bool		has_idle_timeout;
 	Interval	idle_timeout;
+	Jsonb	   *watermarks;		/* a join's, per side; NULL: none */
+	char	   *watermark_policy;	/* multiple_watermark_policy */
+	bool		any_watermark;	/* watermark, or a join's watermarks */
 	bool		start;
 	int			parallel_workers;
 } StreamArgs;
@@ -94,6 +98,9 @@ read_stream_args(FunctionCallInfo fcinfo, StreamArgs *a)
 	a->has_idle_timeout = stm_args_given(&args, "idle_timeout");
 	if (a->has_idle_timeout)
 		a->idle_timeout = *DatumGetIntervalP(stm_args_datum(&args, "idle_timeout", true));
+	if (stm_args_given(&args, "watermarks"))
+		a->watermarks = DatumGetJsonbPCopy(stm_args_datum(&args, "watermarks", true));
+	a->watermark_policy = stm_args_keyword(&args, "multiple_watermark_policy", true);
 	a->start = stm_args_bool(&args, "start");
 	a->parallel_workers = DatumGetInt32(stm_args_datum(&args, "parallel_workers", true));
 }
@@ -115,6 +122,7 @@ check_keywords(StreamArgs *a)
 {
 	static const char *const modes[] = {"append", "update", "complete", NULL};
 	static const char *const late_choices[] = {"drop", "keep", NULL};
+	static const char *const policies[] = {"min", "max", NULL};
 	int64		interval_ms;
 
 	stm_arg_check_choice("output_mode", a->output_mode_text, modes,
@@ -130,6 +138,9 @@ check_keywords(StreamArgs *a)
 				 errmsg("invalid trigger \"%s\"", a->trigger),
 				 errhint("Use a processing-time interval such as '30 seconds' (or '0'), 'available_now' or 'once'.")));
 	a->trigger_kind = stm_catalog_parse_trigger(a->trigger, &interval_ms);
+	stm_arg_check_choice("multiple_watermark_policy", a->watermark_policy, policies,
+						 "Valid values are \"min\" and \"max\".");
+	a->any_watermark = a->has_watermark || a->watermarks != NULL;
 	if (a->has_dedup_keys)
 	{
 		Datum	   *keys;
@@ -186,7 +197,9 @@ analyse_query(const StreamArgs *a, StmSourceDef **source)
 	STM_ARG_ERRCONTEXT_BEGIN("query", a->query);
 	qi = stm_query_analyze(a->query);
 	STM_ARG_ERRCONTEXT_END();
-	*source = stm_catalog_get_source_by_view(qi->source_view);
+	*source = stm_catalog_get_source_by_view(qi->ssjoin ?
+											 qi->ssjoin->sides[STM_JOIN_LEFT_SIDE].view :
+											 qi->source_view);
 	if (*source == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -194,6 +207,68 @@ analyse_query(const StreamArgs *a, StmSourceDef **source)
 				 errhint("Create a source first, with one of the streaming.create_*_source() functions.")));
 	ExecCheckRTPerms(qi->query->rtable, true);
 	return qi;
+}
+
+/*
+ * A join of two sources (SPEC 3.6): its watermarks, bound to its sides, and
+ * the refusals of ssjoin_query.c; what one source's arguments would say of
+ * it is refused.  A watermarks argument without a join is refused too.
+ */
+static void
+check_stream_join(const StreamArgs *a, StmQueryInfo *qi)
+{
+	StmStreamJoin *j = qi->ssjoin;
+
+	if (j == NULL)
+	{
+		if (a->watermarks)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("watermarks is for a stream that joins two sources"),
+					 errhint("Give a stream over one source watermark => '10 minutes' and event_time => 'column'.")));
+		return;
+	}
+	if (a->has_watermark || a->event_time)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a stream that joins two sources takes watermarks, not watermark or event_time"),
+				 errhint("Give watermarks => '{\"%s\": {\"event_time\": \"column\", \"delay\": \"10 minutes\"}, \"%s\": {...}}'.",
+						 j->sides[0].alias, j->sides[1].alias)));
+	if (a->has_dedup_keys)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("dedup_keys are not supported for a join of two sources yet")));
+	if (a->has_idle_timeout)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a stream that joins two sources takes an idle_timeout per side, in watermarks"),
+				 errhint("Give watermarks => '{\"%s\": {\"event_time\": ..., \"delay\": ..., \"idle_timeout\": \"1 minute\"}, ...}'.",
+						 j->sides[0].alias)));
+	if (qi->agg == NULL && a->output_mode != STM_OUTPUT_APPEND)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a join of two sources writes each joined row once: output_mode must be \"append\""),
+				 errhint("An aggregate over the join may use \"update\".")));
+	stm_ssjoin_bind_watermarks(j, a->watermarks, a->watermark_policy);
+	stm_ssjoin_check(j, a->name);
+	if (qi->agg && qi->agg->window.kind != STM_WINDOW_NONE)
+	{
+		Var		   *ts = (Var *) qi->agg->window.ts;
+		int			s = qi->source_rtindex == j->sides[STM_JOIN_RIGHT_SIDE].rtindex && !j->sublink ?
+			STM_JOIN_RIGHT_SIDE : STM_JOIN_LEFT_SIDE;
+
+		if (ts->varattno != j->sides[s].time_att)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the window of an aggregate over a join must be on a side's event-time column"),
+					 errdetail("The event-time column of \"%s\" is %s.", j->sides[s].alias,
+							   j->sides[s].time_att ? quote_identifier(get_attname(j->sides[s].view, j->sides[s].time_att, false)) : "not given"),
+					 errhint("Window by the column that watermarks names for that side.")));
+		if (qi->agg->window.kind == STM_WINDOW_SESSION)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("session windows over a join of two sources are not supported yet")));
+	}
 }
 
 /* Every dedup key must be a column of the source. */
@@ -227,7 +302,7 @@ check_aggregate_stream(const StreamArgs *a, StmQueryInfo *qi)
 
 	if (agg->window.kind != STM_WINDOW_NONE)
 		window_column = get_attname(qi->source_view, ((Var *) agg->window.ts)->varattno, false);
-	if (append && !a->has_watermark)
+	if (append && !a->any_watermark)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("output_mode \"append\" needs a watermark on an aggregate query"),
@@ -272,7 +347,7 @@ check_aggregate_stream(const StreamArgs *a, StmQueryInfo *qi)
 					 errhint("The sink's key is the window and the groups.")));
 	if (window_column == NULL)
 		return a->event_time ? pstrdup(a->event_time) : NULL;
-	return a->has_watermark ? window_column : NULL;
+	return a->any_watermark ? window_column : NULL;
 }
 
 /*
@@ -293,7 +368,7 @@ check_query_shape(const StreamArgs *a, StmQueryInfo *qi, const StmSourceDef *sou
 				 errdetail("A query without aggregates writes each input row once; use \"append\".")));
 	if (qi->agg)
 		event_time = check_aggregate_stream(a, qi);
-	if (a->has_watermark && event_time == NULL)
+	if (a->has_watermark && event_time == NULL && qi->ssjoin == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("watermark needs an event-time column"),
@@ -362,9 +437,19 @@ check_sink(const StreamArgs *a, StmSinkTarget *target, const StmSinkOutput *outp
 /* The stream's catalog row, as the checked arguments define it. */
 static int32
 insert_stream(const StreamArgs *a, const StmSourceDef *source, const char *event_time,
-			  const StmSinkTarget *target)
+			  const StmSinkTarget *target, StmQueryInfo *qi)
 {
 	StmStreamDef def = {0};
+
+	if (qi->ssjoin)
+	{
+		StmStreamJoin *j = qi->ssjoin;
+
+		if (!j->self_join)
+			def.other_source = j->sides[STM_JOIN_RIGHT_SIDE].source;
+		def.watermarks = a->watermarks;
+		def.max_watermark_policy = strcmp(a->watermark_policy, "max") == 0;
+	}
 
 	def.name = a->name;
 	def.source = source->name;
@@ -414,8 +499,10 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	if (a.start)
 		stm_api_require_workers(a.name);
 	qi = analyse_query(&a, &source);
+	check_stream_join(&a, qi);
 	event_time = check_query_shape(&a, qi, source);
-	check_event_time_column(event_time, source);
+	if (qi->ssjoin == NULL)
+		check_event_time_column(event_time, source);
 	check_dedup_keys(&a, source);
 	output = stm_sink_output(qi, a.output_mode);
 	sink_kind = check_sink(&a, &target, output);
@@ -423,9 +510,11 @@ streaming_create_stream(PG_FUNCTION_ARGS)
 	/* everything checked: make it */
 	if (sink_kind->create_output)
 		sink_kind->create_output(&target, output);
-	stream_id = insert_stream(&a, source, event_time, &target);
+	stream_id = insert_stream(&a, source, event_time, &target, qi);
 	if (qi->agg)
 		stm_aggstate_create(stream_id, qi->agg, GetUserId());
+	if (qi->ssjoin)
+		stm_ssjoin_create_state(stream_id, qi->ssjoin, GetUserId());
 	if (a.has_dedup_keys)
 		stm_dedup_create(stream_id, GetUserId());
 	if (a.start)

@@ -46,6 +46,8 @@
 #include "parse.h"
 #include "query.h"
 #include "sink.h"
+#include "ssjoin.h"
+#include "statetable.h"
 
 typedef struct BatchContext BatchContext;
 
@@ -62,6 +64,8 @@ typedef struct BatchInput
 	StmParser	parser;
 	TupleTableSlot *slot;
 	int64		num_planned;	/* what its plan bounded */
+	int			join_sides;		/* a join of two sources: the sides it feeds (bit 1 left, 2 right) */
+	int			join_time_att;	/* and its side's event-time column, or -1 */
 } BatchInput;
 
 /*
@@ -101,6 +105,11 @@ struct BatchContext
 	ExprState  *qual;			/* aggregate streams: WHERE */
 	StmAggBatch *aggbatch;		/* aggregate streams: the batch's groups */
 	StmJoin    *join;			/* a query that reads tables: run by the executor */
+	StmJoinRun *ssjoin;			/* a query that joins two sources (ssjoin.c) */
+	char	   *state_operators;	/* its state per side, for progress */
+	bool		side_has_max[2];	/* its sides' largest event times in the batch */
+	TimestampTz side_max[2];
+	char	   *side_watermarks;	/* the sides' watermarks after the batch (jsonb text) */
 	StmDedup   *dedup;			/* dedup_keys */
 	Datum	   *out_values;
 	bool	   *out_nulls;
@@ -141,6 +150,8 @@ typedef struct ParsedRecord
 
 static const BatchOutput output_to_sink;
 static const BatchOutput output_to_leader;
+
+static void begin_stream_join(BatchContext *bc, StmRuntime *rt);
 
 static int64 run_batch_as_owner(StmRuntime *rt, StmStreamDef *def);
 
@@ -332,7 +343,14 @@ static void
 process_row(BatchContext *bc, TupleTableSlot *slot)
 {
 	bc->econtext->ecxt_scantuple = slot;
-	if (bc->join)
+	if (bc->ssjoin)
+	{
+		/* the join runs at the batch's end */
+		for (int s = 0; s < 2; s++)
+			if (bc->error_input->join_sides & (1 << s))
+				stm_ssjoin_add(bc->ssjoin, s, slot);
+	}
+	else if (bc->join)
 		stm_join_add(bc->join, slot);	/* the query runs at the batch's end */
 	else if (bc->aggbatch)
 	{
@@ -477,6 +495,8 @@ record_batch(BatchContext *bc, StmRuntime *rt, bool no_data_batch_due, Timestamp
 	p.no_data_batch_due = no_data_batch_due;
 	p.idle_clock_at = idle_clock;
 	p.source_error = stm_runtime_source_error(rt);
+	p.state_operators = bc->state_operators;
+	p.side_watermarks = bc->side_watermarks;
 	stm_catalog_record_batch(&p, stm_guc_progress_history);
 }
 
@@ -519,6 +539,18 @@ advance_watermark(BatchContext *bc)
 {
 	StmStreamDef *def = bc->def;
 
+	if (bc->qi && bc->qi->ssjoin)
+	{
+		StmStreamJoin *j = bc->qi->ssjoin;
+
+		if (!j->sides[0].has_delay && !j->sides[1].has_delay)
+			return;
+		bc->has_watermark = true;
+		bc->watermark = stm_ssjoin_watermark(j, def->side_watermarks, bc->side_has_max,
+											 bc->side_max, GetCurrentTimestamp(),
+											 previous_watermark(def), &bc->side_watermarks);
+		return;
+	}
 	if (!def->has_watermark)
 		return;
 	bc->has_watermark = true;
@@ -553,6 +585,9 @@ make_inputs(BatchContext *bc, StmRuntime *rt)
 		in->srt = lfirst(lc);
 		in->src = in->srt->src;
 		in->event_time_att = -1;
+		/* a join: the first source is the left side's, the second the right's; one is both */
+		in->join_sides = list_length(stm_runtime_open_sources(rt, bc->def)) == 1 ? 3 :
+			foreach_current_index(lc) == 0 ? 1 : 2;
 		inputs = lappend(inputs, in);
 	}
 	return inputs;
@@ -592,7 +627,10 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	if (!def->positions_initialized)
 		stm_catalog_mark_positions_initialized(def->id);
 	if (bc->num_input_planned == 0 && !no_data_due)
-		bc->idle_advance = idle_watermark(def, GetCurrentTimestamp());
+		bc->idle_advance = def->watermarks ?
+			(stm_ssjoin_idle_due(def->side_watermarks, def->max_watermark_policy,
+								 previous_watermark(def), GetCurrentTimestamp()) ? 1 : 0) :
+			idle_watermark(def, GetCurrentTimestamp());
 	if (bc->num_input_planned == 0 && !no_data_due && bc->idle_advance == 0)
 	{
 		foreach(lc, bc->inputs)
@@ -631,7 +669,8 @@ open_input(BatchInput *in)
 	in->view = relation_open(in->srt->def->view, AccessShareLock);
 	in->desc = CreateTupleDescCopy(RelationGetDescr(in->view));
 	in->ndeclared = in->desc->natts - in->src->nmeta;
-	in->event_time_att = def->event_time ? view_attno(in->desc, def->event_time) : -1;
+	in->event_time_att = in->bc->qi->ssjoin ? in->join_time_att :
+		def->event_time ? view_attno(in->desc, def->event_time) : -1;
 	stm_parser_init(&in->parser, in->src->format, in->src->has_columns, in->src->csv_delimiter,
 					in->desc, in->ndeclared);
 	in->slot = MakeSingleTupleTableSlot(in->desc, &TTSOpsVirtual);
@@ -653,6 +692,43 @@ only_input(BatchContext *bc)
 }
 
 /*
+ * The analysed query still reads the stream's sources, and a join's
+ * watermarks are bound to its sides (each input's event time is its
+ * side's: a NULL one is a bad record).
+ */
+static void
+check_sources_read(BatchContext *bc)
+{
+	StmStreamDef *def = bc->def;
+	StmQueryInfo *qi = bc->qi;
+	StmStreamJoin *j = qi->ssjoin;
+	BatchInput *first = linitial(bc->inputs);
+	Oid			want[2];
+	ListCell   *lc;
+
+	want[0] = j ? j->sides[STM_JOIN_LEFT_SIDE].view : qi->source_view;
+	want[1] = j ? j->sides[STM_JOIN_RIGHT_SIDE].view : InvalidOid;
+	if (want[0] != first->srt->def->view ||
+		(list_length(bc->inputs) == 2 ?
+		 want[1] != ((BatchInput *) lsecond(bc->inputs))->srt->def->view :
+		 j != NULL && !j->self_join))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the query of stream \"%s\" no longer reads its source \"%s\"",
+						def->name, first->srt->def->name)));
+	if (j == NULL)
+		return;
+	stm_ssjoin_bind_watermarks(j, def->watermarks, def->max_watermark_policy ? "max" : "min");
+	foreach(lc, bc->inputs)
+	{
+		BatchInput *in = lfirst(lc);
+		int			s = (in->join_sides & 1) ? STM_JOIN_LEFT_SIDE : STM_JOIN_RIGHT_SIDE;
+
+		in->join_time_att = j->sides[s].time_att - 1;
+	}
+}
+
+/*
  * The stream's query, analysed again as its creator wrote it (with "$user"
  * the owner), its sources' views opened, then the output's own set-up: the
  * sink and the operators (output_to_sink), or a helper's (output_to_leader).
@@ -661,16 +737,13 @@ static void
 begin_query(BatchContext *bc, StmRuntime *rt)
 {
 	StmStreamDef *def = bc->def;
-	BatchInput *in = only_input(bc);
+	ListCell   *lc;
 
 	bc->qi = stm_query_analyze_stored(def, &bc->guc_nest);
-	if (bc->qi->source_view != in->srt->def->view)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the query of stream \"%s\" no longer reads its source \"%s\"",
-						def->name, in->srt->def->name)));
+	check_sources_read(bc);
 	ExecCheckRTPerms(bc->qi->query->rtable, true);
-	open_input(in);
+	foreach(lc, bc->inputs)
+		open_input(lfirst(lc));
 	bc->estate = CreateExecutorState();
 	bc->econtext = GetPerTupleExprContext(bc->estate);
 	bc->sink_output = stm_sink_output(bc->qi, def->output_mode);
@@ -708,11 +781,17 @@ sink_begin(BatchContext *bc, StmRuntime *rt)
 {
 	StmStreamDef *def = bc->def;
 	StmQueryInfo *qi = bc->qi;
-	BatchInput *in = only_input(bc);
+	BatchInput *in;
 	StmLateRows *keep_late = NULL;
 
 	bc->sink = stm_sink_begin_batch(stm_runtime_open_sink(rt, def), bc->sink_output,
 									bc->batch_id, bc->estate);
+	if (qi->ssjoin)
+	{
+		begin_stream_join(bc, rt);
+		return;
+	}
+	in = only_input(bc);
 	if (def->keep_late_rows)
 	{
 		keep_late = palloc(sizeof(StmLateRows));
@@ -742,6 +821,64 @@ sink_begin(BatchContext *bc, StmRuntime *rt)
 									def->watermark_delay.time +
 									(int64) def->watermark_delay.day * USECS_PER_DAY,
 									keep_late);
+}
+
+/*
+ * A join of two sources: each side's rows go to the join (ssjoin.c), late
+ * ones kept when late_rows => 'keep'; an aggregate over it reads the
+ * joined row, and its windows close at the stream's watermark less the
+ * join's largest time bound (SPEC 3.6: no join row can arrive for them
+ * then), with nothing of the join's rows late for it: the join dropped
+ * the late input rows, and no row of a closed window can come from it.
+ */
+static void
+begin_stream_join(BatchContext *bc, StmRuntime *rt)
+{
+	StmStreamDef *def = bc->def;
+	StmQueryInfo *qi = bc->qi;
+	StmStreamJoin *j = qi->ssjoin;
+	StmLateRows *keep_late[2] = {NULL, NULL};
+	bool		has_wm = j->sides[0].has_delay || j->sides[1].has_delay;
+	ListCell   *lc;
+
+	foreach(lc, bc->inputs)
+	{
+		BatchInput *in = lfirst(lc);
+
+		for (int s = 0; s < 2; s++)
+			if (def->keep_late_rows && (in->join_sides & (1 << s)))
+			{
+				keep_late[s] = palloc(sizeof(StmLateRows));
+				keep_late[s]->stream_id = def->id;
+				keep_late[s]->src = in->src;
+				keep_late[s]->meta_att = in->ndeclared;
+			}
+	}
+	bc->ssjoin = stm_ssjoin_begin(j, qi, def->id, def->query, bc->batch_id, has_wm,
+								  previous_watermark(def), rt->ssjoin_plans, rt->cxt, keep_late);
+	if (qi->agg)
+	{
+		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink,
+										  has_wm, previous_watermark(def) - j->max_bound_us,
+										  qi->agg->event_time_att, NULL);
+		stm_aggbatch_no_late_rows(bc->aggbatch);
+	}
+}
+
+/* A join's row: into the sink, or the aggregate (its joined row). */
+static void
+stream_join_row(void *arg, TupleTableSlot *slot)
+{
+	BatchContext *bc = arg;
+
+	if (bc->aggbatch)
+	{
+		bc->econtext->ecxt_scantuple = slot;
+		stm_aggbatch_add(bc->aggbatch, bc->econtext);
+		ResetExprContext(bc->econtext);
+	}
+	else
+		stm_sink_insert(bc->sink, slot->tts_values, slot->tts_isnull);
 }
 
 static void
@@ -781,6 +918,20 @@ joined_row(void *arg, TupleTableSlot *slot)
 static void
 sink_end(BatchContext *bc)
 {
+	if (bc->ssjoin)
+	{
+		StringInfoData json;
+		int64		join_late;
+		int64		join_state;
+
+		stm_ssjoin_run(bc->ssjoin, stream_join_row, bc);
+		initStringInfo(&json);
+		stm_ssjoin_progress(bc->ssjoin, &json, &join_late, &join_state, bc->side_has_max,
+							bc->side_max);
+		bc->state_operators = json.data;
+		bc->num_late += join_late;
+		bc->num_state_rows += join_state;
+	}
 	if (bc->join)
 		stm_join_run(bc->join, joined_row, bc);
 	if (bc->dedup)
@@ -1019,7 +1170,7 @@ static bool
 no_data_batch_due(BatchContext *bc)
 {
 	StmStreamDef *def = bc->def;
-	bool		stateful = bc->aggbatch != NULL || bc->dedup != NULL;
+	bool		stateful = bc->aggbatch != NULL || bc->dedup != NULL || bc->ssjoin != NULL;
 
 	return stateful && (bc->num_input > 0 || bc->idle_advance != 0) &&
 		bc->has_watermark && bc->watermark > previous_watermark(def) &&

@@ -188,7 +188,7 @@ get_bool(CatalogRow *row, const char *name)
 	"dedup_keys, dedup_within_watermark, late_rows, idle_timeout, " \
 	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error, " \
 	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name) AS sink_kind, " \
-	"parallel_workers"
+	"parallel_workers, other_source, watermarks, multiple_watermark_policy, side_watermarks"
 
 static StmStreamDef *
 stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
@@ -248,6 +248,12 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->sink_name = get_text(&row, "sink_name");
 	s->sink_kind = get_text(&row, "sink_kind");
 	s->parallel_workers = DatumGetInt32(get_value(&row, "parallel_workers", &isnull));
+	s->other_source = get_text(&row, "other_source");
+	d = get_value(&row, "watermarks", &isnull);
+	s->watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
+	s->max_watermark_policy = strcmp(get_text(&row, "multiple_watermark_policy"), "max") == 0;
+	d = get_value(&row, "side_watermarks", &isnull);
+	s->side_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
 	return s;
 }
 
@@ -380,6 +386,20 @@ stm_catalog_get_source_of_stream(StmStreamDef *def)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("source \"%s\" of stream \"%s\" does not exist", def->source, def->name)));
+	return s;
+}
+
+/* The right side's source of a stream that joins two (whoever owns it). */
+StmSourceDef *
+stm_catalog_get_other_source_of_stream(StmStreamDef *def)
+{
+	StmSourceDef *s = lookup(SELECT_SOURCE, "name", TEXTOID, CStringGetTextDatum(def->other_source),
+							 false, InvalidOid, read_source);
+
+	if (s == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("source \"%s\" of stream \"%s\" does not exist", def->other_source, def->name)));
 	return s;
 }
 
@@ -553,11 +573,11 @@ stm_catalog_record_batch(const StmBatchProgress *p, int history)
 	stm_sql_init(&q, "INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
 				 "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
 				 "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, "
-				 "num_dedup_rows, num_delivered_rows) "
+				 "num_dedup_rows, num_delivered_rows, state_operators) "
 				 "VALUES (:stream_id, :batch_id, :started_at, clock_timestamp() - :started_at, "
 				 ":num_input_rows, :num_output_rows, :num_bad_rows, :max_event_time, :watermark, "
 				 ":start_positions, :end_positions, :data_loss, :num_state_rows, :num_late_rows, "
-				 ":num_dedup_rows, :num_delivered_rows)");
+				 ":num_dedup_rows, :num_delivered_rows, :state_operators)");
 	stm_sql_int4(&q, "stream_id", p->stream_id);
 	stm_sql_int8(&q, "batch_id", p->batch_id);
 	stm_sql_timestamptz(&q, "started_at", p->started_at, false);
@@ -573,6 +593,7 @@ stm_catalog_record_batch(const StmBatchProgress *p, int history)
 	stm_sql_int8(&q, "num_late_rows", p->num_late_rows);
 	stm_sql_int8(&q, "num_dedup_rows", p->num_dedup_rows);
 	stm_sql_int8(&q, "num_delivered_rows", p->num_delivered_rows);
+	stm_sql_jsonb(&q, "state_operators", p->state_operators);
 	(void) stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
 
 	stm_sql_init(&q, "DELETE FROM streaming.batches WHERE stream_id = :stream_id "
@@ -585,13 +606,15 @@ stm_catalog_record_batch(const StmBatchProgress *p, int history)
 	stm_sql_init(&q, "UPDATE streaming.stream_defs SET last_batch_id = :batch_id, watermark = :watermark, "
 				 "no_data_batch_due = :no_data_batch_due, "
 				 "idle_clock_at = coalesce(:idle_clock_at, idle_clock_at), "
-				 "failures = 0, last_error = NULL, source_error = :source_error WHERE id = :stream_id");
+				 "failures = 0, last_error = NULL, source_error = :source_error, "
+				 "side_watermarks = coalesce(:side_watermarks, side_watermarks) WHERE id = :stream_id");
 	stm_sql_int4(&q, "stream_id", p->stream_id);
 	stm_sql_int8(&q, "batch_id", p->batch_id);
 	stm_sql_timestamptz(&q, "watermark", p->watermark, !p->has_watermark);
 	stm_sql_bool(&q, "no_data_batch_due", p->no_data_batch_due);
 	stm_sql_timestamptz(&q, "idle_clock_at", p->idle_clock_at, p->idle_clock_at == 0);
 	stm_sql_text(&q, "source_error", p->source_error);
+	stm_sql_jsonb(&q, "side_watermarks", p->side_watermarks);
 	(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
 }
 
@@ -761,12 +784,13 @@ stm_catalog_insert_stream(const StmStreamDef *def)
 	stm_sql_init(&q, "INSERT INTO streaming.stream_defs (name, source, query, sink, output_mode, "
 				 "watermark_delay, event_time, trigger, late_rows, idle_timeout, enabled, status, "
 				 "search_path, sink_function, dedup_keys, dedup_within_watermark, owner, sink_name, "
-				 "parallel_workers) "
+				 "parallel_workers, other_source, watermarks, multiple_watermark_policy) "
 				 "VALUES (:name, :source, :query, :sink::oid::regclass, :output_mode, "
 				 ":watermark_delay, :event_time, :trigger, :late_rows, :idle_timeout, false, "
 				 "'stopped', :search_path, "
 				 ":sink_function::oid::regprocedure, :dedup_keys, :dedup_within_watermark, "
-				 ":owner::oid::regrole, :sink_name, :parallel_workers) RETURNING id");
+				 ":owner::oid::regrole, :sink_name, :parallel_workers, :other_source, :watermarks, "
+				 ":multiple_watermark_policy) RETURNING id");
 	stm_sql_text(&q, "name", def->name);
 	stm_sql_text(&q, "source", def->source);
 	stm_sql_text(&q, "query", def->query);
@@ -786,6 +810,9 @@ stm_catalog_insert_stream(const StmStreamDef *def)
 	stm_sql_oid(&q, "owner", def->owner);
 	stm_sql_text(&q, "sink_name", def->sink_name);
 	stm_sql_int4(&q, "parallel_workers", def->parallel_workers);
+	stm_sql_text(&q, "other_source", def->other_source);
+	stm_sql_param(&q, "watermarks", JSONBOID, PointerGetDatum(def->watermarks), def->watermarks == NULL);
+	stm_sql_text(&q, "multiple_watermark_policy", def->max_watermark_policy ? "max" : "min");
 	(void) stm_catalog_run(&q, SPI_OK_INSERT_RETURNING, returned_id, &id);
 	/* inserted stopped: a row inserted running is a restore's (restore_stopped) */
 	if (def->enabled)

@@ -80,6 +80,11 @@ typedef struct StmStreamDef
 	char	   *sink_name;		/* a named sink (streaming.sinks), else NULL */
 	char	   *sink_kind;		/* its kind */
 	int			parallel_workers;	/* helpers that fetch and parse (parallel.c); 0: none */
+	/* a join of two sources (SPEC 3.6) */
+	char	   *other_source;	/* the right side's source (NULL: none, or a self-join) */
+	Jsonb	   *watermarks;		/* each side's event time and delay, as given */
+	bool		max_watermark_policy;	/* multiple_watermark_policy 'max' (else 'min') */
+	Jsonb	   *side_watermarks;	/* per side: what the batches learnt (NULL: nothing yet) */
 } StmStreamDef;
 
 typedef struct StmSourceDef
@@ -123,6 +128,8 @@ typedef struct StmBatchProgress
 	bool		no_data_batch_due;
 	TimestampTz idle_clock_at;	/* 0: unchanged */
 	const char *source_error;	/* or NULL */
+	const char *state_operators;	/* a join's state per side (jsonb text), or NULL */
+	const char *side_watermarks;	/* a join's sides' watermarks (jsonb text), or NULL */
 } StmBatchProgress;
 
 /* the catalog is at the library's version (else reported at elevel) */
@@ -135,6 +142,7 @@ extern StmSourceDef *stm_catalog_get_source(const char *name, bool missing_ok);
 extern bool stm_catalog_source_exists(const char *name);
 extern StmSourceDef *stm_catalog_get_source_of_stream(StmStreamDef *def);
 extern StmSourceDef *stm_catalog_get_source_by_view(Oid view);
+extern StmSourceDef *stm_catalog_get_other_source_of_stream(StmStreamDef *def);
 extern Jsonb *stm_catalog_source_options(const char *source);
 extern StmSinkDef *stm_catalog_get_sink(const char *name, bool missing_ok);
 extern bool stm_catalog_sink_exists(const char *name);

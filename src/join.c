@@ -140,8 +140,8 @@ forget_plan(void *arg)
  * same columns, so every Var over it stays as it is.  Its permissions were
  * checked on the view (batch.c); a tuplestore has none.
  */
-static void
-source_as_tuplestore(Query *q, int rtindex, TupleDesc desc)
+void
+stm_join_rte_as_tuplestore(Query *q, int rtindex, TupleDesc desc, const char *name)
 {
 	RangeTblEntry *rte = rt_fetch(rtindex, q->rtable);
 
@@ -153,7 +153,7 @@ source_as_tuplestore(Query *q, int rtindex, TupleDesc desc)
 	rte->requiredPerms = 0;
 	rte->checkAsUser = InvalidOid;
 	rte->selectedCols = NULL;
-	rte->enrname = pstrdup(SOURCE_ENR_NAME);
+	rte->enrname = pstrdup(name);
 	rte->enrtuples = 1000;		/* set to the batch's rows when planned */
 	rte->coltypes = rte->coltypmods = rte->colcollations = NIL;
 	for (int a = 0; a < desc->natts; a++)
@@ -164,6 +164,10 @@ source_as_tuplestore(Query *q, int rtindex, TupleDesc desc)
 		rte->coltypmods = lappend_int(rte->coltypmods, att->atttypmod);
 		rte->colcollations = lappend_oid(rte->colcollations, att->attcollation);
 	}
+	/* columns past the view's (a stream-stream join's own) get their names too */
+	for (int a = list_length(rte->eref->colnames); a < desc->natts; a++)
+		rte->eref->colnames = lappend(rte->eref->colnames,
+									  makeString(pstrdup(NameStr(TupleDescAttr(desc, a)->attname))));
 }
 
 /* A Var of the joined row (or the query's output): column attno. */
@@ -176,10 +180,14 @@ row_var(int attno, Node *like)
 /*
  * An aggregate query: what is planned produces the joined row, and the
  * batch's aggregation (qi->agg) is made to read it: its GROUP BY
- * expressions and aggregate arguments become the row's columns.
+ * expressions and aggregate arguments become the row's columns.  The row
+ * is the source row's columns (qi->source_rtindex, of source_desc: so
+ * event time, late rows and errors still see the source row), then each
+ * GROUP BY expression, then each aggregate argument.  Returns the target
+ * list over q's range table; called once per batch (it changes qi->agg).
  */
-static void
-joined_row_query(Query *q, StmQueryInfo *qi, TupleDesc source_desc)
+List *
+stm_join_row_targetlist(Query *q, StmQueryInfo *qi, TupleDesc source_desc)
 {
 	StmAggQuery *agg = qi->agg;
 	List	   *tlist = NIL;
@@ -228,7 +236,13 @@ joined_row_query(Query *q, StmQueryInfo *qi, TupleDesc source_desc)
 			arg->expr = (Expr *) row_var(list_length(tlist), (Node *) arg->expr);
 		}
 	}
-	q->targetList = tlist;
+	return tlist;
+}
+
+/* What is planned of an aggregate query gives rows, not groups: its aggregation goes. */
+void
+stm_join_strip_aggregation(Query *q)
+{
 	q->groupClause = NIL;
 	q->hasAggs = false;
 	q->havingQual = NULL;
@@ -252,10 +266,13 @@ stm_join_begin(StmJoinPlan **cache, MemoryContext cache_cxt, StmQueryInfo *qi,
 	j->query_text = query_text;
 	j->source_desc = source_desc;
 	if (qi->agg)
-		joined_row_query(q, qi, source_desc);
+	{
+		q->targetList = stm_join_row_targetlist(q, qi, source_desc);
+		stm_join_strip_aggregation(q);
+	}
 	else
 		q->targetList = stm_query_output_targetlist(qi);
-	source_as_tuplestore(q, qi->source_rtindex, source_desc);
+	stm_join_rte_as_tuplestore(q, qi->source_rtindex, source_desc, SOURCE_ENR_NAME);
 	j->query = q;
 	/* in memory up to work_mem, on disk after that */
 	j->rows = tuplestore_begin_heap(false, false, work_mem);
@@ -271,22 +288,39 @@ stm_join_add(StmJoin *j, TupleTableSlot *slot)
 }
 
 /*
- * The kept plan, if it is for this query and this size of batch and nothing
- * it uses changed; else a new one.  The plan's relations are locked first,
- * which processes invalidations (as the plan cache does).
+ * The kept plan, if it is for this query and this size of input and
+ * nothing it uses changed; else a new one.  The plan's relations are
+ * locked first, which processes invalidations (as the plan cache does).
+ * Each named tuplestore is planned with its own row count (from env).
  */
 static PlannedStmt *
-get_plan(StmJoin *j)
+get_plan(StmJoinPlan **cache, MemoryContext cache_cxt, Query *query, const char *query_text,
+		 QueryEnvironment *env)
 {
-	StmJoinPlan *p = *j->cache;
-	int			size_class = (int) floor(log10((double) Max(j->nrows, 1)));
-	char	   *key = nodeToString(j->query);
+	StmJoinPlan *p = *cache;
+	double		rows = 0;
+	int			size_class;
+	char	   *key = nodeToString(query);
 	MemoryContext old;
 	Query	   *q;
 	List	   *rewritten;
 	PlannedStmt *plan;
 	ListCell   *lc;
 
+	q = copyObject(query);
+	foreach(lc, q->rtable)
+	{
+		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
+
+		if (rte->rtekind == RTE_NAMEDTUPLESTORE)
+		{
+			EphemeralNamedRelation enr = get_ENR(env, rte->enrname);
+
+			rte->enrtuples = enr ? Max(enr->md.enrtuples, 1) : 1;
+			rows += rte->enrtuples;
+		}
+	}
+	size_class = (int) floor(log10(Max(rows, 1)));
 	if (p != NULL)
 	{
 		foreach(lc, p->plan->rtable)
@@ -299,26 +333,18 @@ get_plan(StmJoin *j)
 		if (p->valid && p->size_class == size_class && strcmp(p->query_key, key) == 0)
 			return p->plan;
 		MemoryContextDelete(p->cxt);	/* forget_plan unregisters it */
-		*j->cache = NULL;
+		*cache = NULL;
 	}
 
 	/* as the plan cache makes a plan: rewrite (views), then plan */
-	q = copyObject(j->query);
-	foreach(lc, q->rtable)
-	{
-		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
-
-		if (rte->rtekind == RTE_NAMEDTUPLESTORE)
-			rte->enrtuples = (double) Max(j->nrows, 1);
-	}
 	AcquireRewriteLocks(q, true, false);
 	rewritten = QueryRewrite(q);
 	if (list_length(rewritten) != 1)
 		elog(ERROR, "a stream query rewrote into %d queries", list_length(rewritten));
-	plan = pg_plan_query(linitial_node(Query, rewritten), j->query_text, 0, NULL);
+	plan = pg_plan_query(linitial_node(Query, rewritten), query_text, 0, NULL);
 
-	p = MemoryContextAllocZero(j->cache_cxt, sizeof(StmJoinPlan));
-	p->cxt = AllocSetContextCreate(j->cache_cxt, "streaming join plan", ALLOCSET_SMALL_SIZES);
+	p = MemoryContextAllocZero(cache_cxt, sizeof(StmJoinPlan));
+	p->cxt = AllocSetContextCreate(cache_cxt, "streaming join plan", ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(p->cxt);
 	p->plan = copyObject(plan);
 	p->query_key = pstrdup(key);
@@ -335,7 +361,7 @@ get_plan(StmJoin *j)
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	live_plans = lappend(live_plans, p);
 	MemoryContextSwitchTo(old);
-	*j->cache = p;
+	*cache = p;
 	return p->plan;
 }
 
@@ -373,26 +399,21 @@ join_destroy(DestReceiver *self)
 }
 
 /*
- * Run the query over the batch's source rows, in the batch's snapshot, as
- * the current user (the stream's owner); every result row goes to fn.
+ * Run a query over named tuplestores (env) in the batch's snapshot, as the
+ * current user (the stream's owner), planned once per query and size of
+ * input (the plan kept in *cache, in cache_cxt); every result row goes to
+ * fn.
  */
 void
-stm_join_run(StmJoin *j, StmJoinRowFn fn, void *arg)
+stm_join_exec(StmJoinPlan **cache, MemoryContext cache_cxt, Query *query, const char *query_text,
+			  QueryEnvironment *env, StmJoinRowFn fn, void *arg)
 {
-	PlannedStmt *plan = get_plan(j);
-	QueryEnvironment *env = create_queryEnv();
-	EphemeralNamedRelation enr = palloc0(sizeof(EphemeralNamedRelationData));
+	PlannedStmt *plan;
 	JoinDest	dest;
 	QueryDesc  *qd;
 
-	enr->md.name = SOURCE_ENR_NAME;
-	enr->md.reliddesc = InvalidOid;
-	enr->md.tupdesc = j->source_desc;
-	enr->md.enrtype = ENR_NAMED_TUPLESTORE;
-	enr->md.enrtuples = (double) j->nrows;
-	enr->reldata = j->rows;
-	register_ENR(env, enr);
-
+	register_callbacks();
+	plan = get_plan(cache, cache_cxt, query, query_text, env);
 	memset(&dest, 0, sizeof(dest));
 	dest.pub.receiveSlot = join_receive;
 	dest.pub.rStartup = join_startup;
@@ -405,7 +426,7 @@ stm_join_run(StmJoin *j, StmJoinRowFn fn, void *arg)
 	/* the batch's snapshot, seeing the batch's own writes so far (as SPI does) */
 	PushCopiedSnapshot(GetActiveSnapshot());
 	UpdateActiveSnapshotCommandId();
-	qd = CreateQueryDesc(plan, j->query_text, GetActiveSnapshot(), InvalidSnapshot,
+	qd = CreateQueryDesc(plan, query_text, GetActiveSnapshot(), InvalidSnapshot,
 						 (DestReceiver *) &dest, NULL, env, 0);
 	ExecutorStart(qd, 0);
 	ExecutorRun(qd, ForwardScanDirection, 0, true);
@@ -413,6 +434,34 @@ stm_join_run(StmJoin *j, StmJoinRowFn fn, void *arg)
 	ExecutorEnd(qd);
 	FreeQueryDesc(qd);
 	PopActiveSnapshot();
+}
+
+/* A named tuplestore of rows of desc, for a query's environment. */
+EphemeralNamedRelation
+stm_join_enr(const char *name, TupleDesc desc, Tuplestorestate *rows, double nrows)
+{
+	EphemeralNamedRelation enr = palloc0(sizeof(EphemeralNamedRelationData));
+
+	enr->md.name = pstrdup(name);
+	enr->md.reliddesc = InvalidOid;
+	enr->md.tupdesc = desc;
+	enr->md.enrtype = ENR_NAMED_TUPLESTORE;
+	enr->md.enrtuples = nrows;
+	enr->reldata = rows;
+	return enr;
+}
+
+/*
+ * Run the query over the batch's source rows, in the batch's snapshot, as
+ * the current user (the stream's owner); every result row goes to fn.
+ */
+void
+stm_join_run(StmJoin *j, StmJoinRowFn fn, void *arg)
+{
+	QueryEnvironment *env = create_queryEnv();
+
+	register_ENR(env, stm_join_enr(SOURCE_ENR_NAME, j->source_desc, j->rows, (double) j->nrows));
+	stm_join_exec(j->cache, j->cache_cxt, j->query, j->query_text, env, fn, arg);
 	tuplestore_end(j->rows);
 	j->rows = NULL;
 }

@@ -133,21 +133,137 @@ discover_all_databases(void)
 	list_free(dbs);
 }
 
-void
-streaming_launcher_main(Datum main_arg)
+/* What the launcher keeps per slot: the worker it started, of which generation. */
+typedef struct LauncherSlots
 {
 	BackgroundWorkerHandle **handles;
 	uint64	   *generations;
-	bool		warned_full = false;
+	bool		warned_full;	/* a WARNING said every background worker slot is taken */
+} LauncherSlots;
+
+/*
+ * Slot i's worker exited: without being told to (the slot is still
+ * wanted), it is restarted after a backoff that grows with each crash.
+ */
+static void
+note_exit(LauncherSlots *ls, int i, TimestampTz now)
+{
+	StmWorkerSlot *slot = &stm_shared->slots[i];
+
+	pfree(ls->handles[i]);
+	ls->handles[i] = NULL;
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	slot->pid = 0;
+	if (slot->wanted)
+	{
+		int			delay = Min(MAX_RESTART_DELAY_MS, 1000 << Min(slot->crashes, 16));
+
+		slot->crashes++;
+		slot->next_start = TimestampTzPlusMilliseconds(now, delay);
+		snprintf(slot->problem, sizeof(slot->problem),
+				 "the worker exited %d time(s) without finishing a batch (see the server log); it restarts in %d ms",
+				 slot->crashes, delay);
+		ereport(LOG,
+				(errmsg("streaming worker for stream \"%s\" of database \"%s\" exited, restarting in %d ms",
+						slot->name, slot->dbname, delay)));
+	}
+	LWLockRelease(stm_shared->lock);
+}
+
+/*
+ * Start slot i's worker (the lock is held, and released around the
+ * registration); when no background worker slot is free, the slot says so
+ * and one WARNING is logged until a start succeeds again.
+ */
+static void
+start_worker(LauncherSlots *ls, int i)
+{
+	StmWorkerSlot *slot = &stm_shared->slots[i];
+	char		name[BGW_MAXLEN];
+	bool		started;
+
+	snprintf(name, sizeof(name), "streaming worker for stream \"%s\"", slot->name);
+	LWLockRelease(stm_shared->lock);
+	started = register_dynamic("streaming_worker_main", name, Int32GetDatum(i), &ls->handles[i]);
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	if (started)
+	{
+		ls->generations[i] = slot->generation;
+		ls->warned_full = false;
+		if (strncmp(slot->problem, "no background worker", 20) == 0)
+			slot->problem[0] = '\0';
+		return;
+	}
+	ls->handles[i] = NULL;
+	snprintf(slot->problem, sizeof(slot->problem),
+			 "no background worker could be started (max_worker_processes = %d); it starts when one is free",
+			 max_worker_processes);
+	if (!ls->warned_full)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start background worker for stream \"%s\" of database \"%s\"",
+						slot->name, slot->dbname),
+				 errdetail("max_worker_processes is %d; every background worker slot is taken.",
+						   max_worker_processes),
+				 errhint("Raise max_worker_processes: each running stream takes one, and each of its parallel helpers another.")));
+	ls->warned_full = true;
+}
+
+/*
+ * One slot's turn: forget a worker of a reused slot, note one that
+ * exited, free a slot no longer wanted, start a wanted one's worker when
+ * its backoff has passed.  Returns how long until that backoff ends (or
+ * wait_ms).
+ */
+static long
+tend_slot(LauncherSlots *ls, int i, TimestampTz now, long wait_ms)
+{
+	StmWorkerSlot *slot = &stm_shared->slots[i];
+	pid_t		pid;
+
+	/* a worker of a reused slot is not ours to track */
+	if (ls->handles[i] && ls->generations[i] != slot->generation)
+	{
+		pfree(ls->handles[i]);
+		ls->handles[i] = NULL;
+	}
+	if (ls->handles[i] && GetBackgroundWorkerPid(ls->handles[i], &pid) == BGWH_STOPPED)
+		note_exit(ls, i, now);
+
+	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
+	if (slot->in_use && !slot->wanted && ls->handles[i] == NULL && slot->pid == 0)
+		slot->in_use = false;
+	if (slot->in_use && slot->wanted && ls->handles[i] == NULL && slot->pid == 0)
+	{
+		if (slot->next_start <= now)
+			start_worker(ls, i);
+		else
+			wait_ms = Min(wait_ms, (slot->next_start - now) / 1000 + 1);
+	}
+	LWLockRelease(stm_shared->lock);
+	return wait_ms;
+}
+
+/*
+ * The launcher: discovers the databases' enabled streams when asked to
+ * (at start, after a crash restart, when the SQL API wakes it), then keeps
+ * one worker per wanted slot, restarting one that dies with a backoff; it
+ * sleeps on its latch between turns, at most streaming.naptime.
+ */
+void
+streaming_launcher_main(Datum main_arg)
+{
+	LauncherSlots ls;
 
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
-	handles = MemoryContextAllocZero(TopMemoryContext,
-									 sizeof(BackgroundWorkerHandle *) * stm_shared->nslots);
-	generations = MemoryContextAllocZero(TopMemoryContext, sizeof(uint64) * stm_shared->nslots);
+	ls.handles = MemoryContextAllocZero(TopMemoryContext,
+										sizeof(BackgroundWorkerHandle *) * stm_shared->nslots);
+	ls.generations = MemoryContextAllocZero(TopMemoryContext, sizeof(uint64) * stm_shared->nslots);
+	ls.warned_full = false;
 
 	LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
 	stm_shared->launcher_latch = MyLatch;
@@ -168,96 +284,14 @@ streaming_launcher_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-
 		LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
 		rescan = stm_shared->rescan_requested;
 		stm_shared->rescan_requested = false;
 		LWLockRelease(stm_shared->lock);
 		if (rescan)
 			discover_all_databases();
-
 		for (int i = 0; i < stm_shared->nslots; i++)
-		{
-			StmWorkerSlot *slot = &stm_shared->slots[i];
-			pid_t		pid;
-
-			/* a worker of a reused slot is not ours to track */
-			if (handles[i] && generations[i] != slot->generation)
-			{
-				pfree(handles[i]);
-				handles[i] = NULL;
-			}
-			if (handles[i] &&
-				GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED)
-			{
-				pfree(handles[i]);
-				handles[i] = NULL;
-				LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
-				slot->pid = 0;
-				if (slot->wanted)
-				{
-					/* it died without being told to: back off, then restart */
-					int			delay = Min(MAX_RESTART_DELAY_MS,
-											1000 << Min(slot->crashes, 16));
-
-					slot->crashes++;
-					slot->next_start = TimestampTzPlusMilliseconds(now, delay);
-					snprintf(slot->problem, sizeof(slot->problem),
-							 "the worker exited %d time(s) without finishing a batch (see the server log); it restarts in %d ms",
-							 slot->crashes, delay);
-					ereport(LOG,
-							(errmsg("streaming worker for stream \"%s\" of database \"%s\" exited, restarting in %d ms",
-									slot->name, slot->dbname, delay)));
-				}
-				LWLockRelease(stm_shared->lock);
-			}
-
-			LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
-			if (slot->in_use && !slot->wanted && handles[i] == NULL && slot->pid == 0)
-				slot->in_use = false;
-			if (slot->in_use && slot->wanted && handles[i] == NULL && slot->pid == 0)
-			{
-				if (slot->next_start <= now)
-				{
-					char		name[BGW_MAXLEN];
-
-					snprintf(name, sizeof(name), "streaming worker for stream \"%s\"", slot->name);
-					LWLockRelease(stm_shared->lock);
-					if (register_dynamic("streaming_worker_main", name, Int32GetDatum(i), &handles[i]))
-					{
-						generations[i] = slot->generation;
-						warned_full = false;
-						LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
-						if (strncmp(slot->problem, "no background worker", 20) == 0)
-							slot->problem[0] = '\0';
-						LWLockRelease(stm_shared->lock);
-					}
-					else
-					{
-						handles[i] = NULL;
-						LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
-						snprintf(slot->problem, sizeof(slot->problem),
-								 "no background worker could be started (max_worker_processes = %d); it starts when one is free",
-								 max_worker_processes);
-						LWLockRelease(stm_shared->lock);
-						if (!warned_full)
-							ereport(WARNING,
-									(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-									 errmsg("could not start background worker for stream \"%s\" of database \"%s\"",
-											slot->name, slot->dbname),
-									 errdetail("max_worker_processes is %d; every background worker slot is taken.",
-											   max_worker_processes),
-									 errhint("Raise max_worker_processes: each running stream takes one, and each of its parallel helpers another.")));
-						warned_full = true;
-					}
-					LWLockAcquire(stm_shared->lock, LW_EXCLUSIVE);
-				}
-				else
-					wait_ms = Min(wait_ms, (slot->next_start - now) / 1000 + 1);
-			}
-			LWLockRelease(stm_shared->lock);
-		}
-
+			wait_ms = tend_slot(&ls, i, now, wait_ms);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Max(wait_ms, 1), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

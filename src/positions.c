@@ -2,7 +2,9 @@
  * positions.c: the one reader and writer of streaming.positions, for every
  * source kind (positions.h says what a part and a position are).
  *
- * A kind hands over its parts as a List of StmPosition; each call is one
+ * A stream's positions belong to one of its sources (a join reads two):
+ * every call names the source, and touches that source's parts only.  A
+ * kind hands over its parts as a List of StmPosition; each call is one
  * statement over arrays of them (unnest), as the extension's owner with
  * search_path pinned (catalog.c), in the caller's transaction: a batch's
  * positions commit with its results.  Reads are not read-only SPI calls, so
@@ -18,10 +20,8 @@
 #include "utils/builtins.h"
 
 #include "catalog.h"
+#include "sql.h"
 #include "positions.h"
-
-/* the arguments of every statement below: $1 the stream, then one array per column */
-#define POSITION_ARGS 6
 
 StmPosition *
 stm_position_make(const char *part, int32 part_no, int64 position, int64 end_position)
@@ -36,177 +36,162 @@ stm_position_make(const char *part, int32 part_no, int64 position, int64 end_pos
 	return p;
 }
 
-/* The columns the statements pass as arrays, in the order of $2 .. $6. */
-typedef struct ArrayColumn
-{
-	Oid			elem_type;
-	Oid			array_type;
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-} ArrayColumn;
-
-static const ArrayColumn array_columns[POSITION_ARGS - 1] = {
-	{TEXTOID, TEXTARRAYOID, -1, false, TYPALIGN_INT},	/* part */
-	{INT4OID, INT4ARRAYOID, 4, true, TYPALIGN_INT}, /* part_no */
-	{INT8OID, INT8ARRAYOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE},	/* position */
-	{INT8OID, INT8ARRAYOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE},	/* end_position */
-	{TEXTOID, TEXTARRAYOID, -1, false, TYPALIGN_INT}	/* detail, as text */
-};
-
 /*
- * The statements' arguments: $1 the stream, then part, part_no, position,
- * end_position and detail of every position, each an array.
+ * The statement's parameters: the stream, the source, and one array per
+ * column of the parts (part, part_no, position, end_position, detail).
  */
 static void
-position_args(int32 stream_id, List *positions, Oid *types, Datum *values)
+bind_positions(StmSql *q, int32 stream_id, const char *source, List *positions)
 {
 	int			n = list_length(positions);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
-	Datum	   *elems[POSITION_ARGS - 1];
-	bool	   *nulls[POSITION_ARGS - 1];
+	Datum	   *parts = palloc0(sizeof(Datum) * Max(n, 1));
+	Datum	   *part_nos = palloc0(sizeof(Datum) * Max(n, 1));
+	Datum	   *pos = palloc0(sizeof(Datum) * Max(n, 1));
+	Datum	   *ends = palloc0(sizeof(Datum) * Max(n, 1));
+	bool	   *end_nulls = palloc0(sizeof(bool) * Max(n, 1));
+	Datum	   *details = palloc0(sizeof(Datum) * Max(n, 1));
+	bool	   *detail_nulls = palloc0(sizeof(bool) * Max(n, 1));
 	ListCell   *lc;
 
-	for (int c = 0; c < POSITION_ARGS - 1; c++)
-	{
-		elems[c] = palloc0(sizeof(Datum) * Max(n, 1));
-		nulls[c] = palloc0(sizeof(bool) * Max(n, 1));
-	}
 	foreach(lc, positions)
 	{
 		StmPosition *p = lfirst(lc);
 		int			i = foreach_current_index(lc);
 
-		elems[0][i] = CStringGetTextDatum(p->part);
-		elems[1][i] = Int32GetDatum(p->part_no);
-		elems[2][i] = Int64GetDatum(p->position);
-		elems[3][i] = Int64GetDatum(p->end_position);
-		nulls[3][i] = !p->has_end;
-		elems[4][i] = p->detail ? CStringGetTextDatum(p->detail) : (Datum) 0;
-		nulls[4][i] = p->detail == NULL;
+		parts[i] = CStringGetTextDatum(p->part);
+		part_nos[i] = Int32GetDatum(p->part_no);
+		pos[i] = Int64GetDatum(p->position);
+		ends[i] = Int64GetDatum(p->end_position);
+		end_nulls[i] = !p->has_end;
+		details[i] = p->detail ? CStringGetTextDatum(p->detail) : (Datum) 0;
+		detail_nulls[i] = p->detail == NULL;
 	}
-	types[0] = INT4OID;
-	values[0] = Int32GetDatum(stream_id);
-	for (int c = 0; c < POSITION_ARGS - 1; c++)
-	{
-		const ArrayColumn *col = &array_columns[c];
+	stm_sql_int4(q, "stream_id", stream_id);
+	stm_sql_text(q, "source", source);
+	stm_sql_param(q, "parts", TEXTARRAYOID,
+				  PointerGetDatum(construct_md_array(parts, NULL, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT)), false);
+	stm_sql_param(q, "part_nos", INT4ARRAYOID,
+				  PointerGetDatum(construct_md_array(part_nos, NULL, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT)), false);
+	stm_sql_param(q, "positions", INT8ARRAYOID,
+				  PointerGetDatum(construct_md_array(pos, NULL, 1, dims, lbs, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)), false);
+	stm_sql_param(q, "ends", INT8ARRAYOID,
+				  PointerGetDatum(construct_md_array(ends, end_nulls, 1, dims, lbs, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)), false);
+	stm_sql_param(q, "details", TEXTARRAYOID,
+				  PointerGetDatum(construct_md_array(details, detail_nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT)), false);
+}
 
-		types[c + 1] = col->array_type;
-		values[c + 1] = PointerGetDatum(construct_md_array(elems[c], nulls[c], 1, dims, lbs,
-														   col->elem_type, col->typlen,
-														   col->typbyval, col->typalign));
-	}
+static void
+read_position(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	List	  **result = arg;
+	StmPosition *p = palloc0(sizeof(StmPosition));
+	bool		isnull;
+	Datum		end;
+
+	p->part = stm_sql_get_text(tuple, desc, "part");
+	p->part_no = DatumGetInt32(stm_sql_get_datum(tuple, desc, "part_no", &isnull));
+	p->position = DatumGetInt64(stm_sql_get_datum(tuple, desc, "position", &isnull));
+	end = stm_sql_get_datum(tuple, desc, "end_position", &isnull);
+	p->has_end = !isnull;
+	p->end_position = isnull ? 0 : DatumGetInt64(end);
+	p->detail = stm_sql_get_text(tuple, desc, "detail");
+	*result = lappend(*result, p);
 }
 
 /*
- * The stream's positions, every part (StmPosition, in the caller's memory
- * context), in a fresh snapshot.
+ * The positions of the stream's source, every part (StmPosition, in the
+ * caller's memory context), in a fresh snapshot.
  */
 List *
-stm_positions_read(int32 stream_id)
+stm_positions_read(int32 stream_id, const char *source)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	Oid			type = INT4OID;
-	Datum		value = Int32GetDatum(stream_id);
 	List	   *result = NIL;
-	StmCatalogScope scope = stm_catalog_begin();
+	StmSql		q;
 
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT part, part_no, position, end_position, detail::text "
-							  "FROM streaming.positions WHERE stream_id = $1",
-							  1, &type, &value, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.positions");
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
-		StmPosition *p = palloc0(sizeof(StmPosition));
-		bool		isnull;
-		Datum		end;
-		char	   *detail;
-
-		p->part = pstrdup(SPI_getvalue(tup, desc, 1));
-		p->part_no = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		p->position = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
-		end = SPI_getbinval(tup, desc, 4, &isnull);
-		p->has_end = !isnull;
-		p->end_position = isnull ? 0 : DatumGetInt64(end);
-		detail = SPI_getvalue(tup, desc, 5);
-		p->detail = detail ? pstrdup(detail) : NULL;
-		result = lappend(result, p);
-		MemoryContextSwitchTo(oldcxt);
-	}
-	SPI_finish();
-	stm_catalog_end(scope);
+	stm_sql_init(&q, "SELECT part, part_no, position, end_position, detail::text AS detail "
+				 "FROM streaming.positions WHERE stream_id = :stream_id AND source = :source");
+	stm_sql_int4(&q, "stream_id", stream_id);
+	stm_sql_text(&q, "source", source);
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, read_position, &result);
 	return result;
 }
 
 /*
  * Store these parts' positions (insert, or update a part's row when it
- * says something else); the stream's other parts keep theirs.
+ * says something else); the source's other parts keep theirs.
  */
 void
-stm_positions_write(int32 stream_id, List *positions)
+stm_positions_write(int32 stream_id, const char *source, List *positions)
 {
-	Oid			types[POSITION_ARGS];
-	Datum		values[POSITION_ARGS];
+	StmSql		q;
 
 	if (positions == NIL)
 		return;
-	position_args(stream_id, positions, types, values);
-	stm_catalog_exec("INSERT INTO streaming.positions AS p (stream_id, part, part_no, position, end_position, detail) "
-					 "SELECT $1, u.part, u.part_no, u.position, u.end_position, u.detail::jsonb "
-					 "FROM unnest($2, $3, $4, $5, $6) AS u(part, part_no, position, end_position, detail) "
-					 "ON CONFLICT (stream_id, part, part_no) DO UPDATE "
-					 "SET position = EXCLUDED.position, end_position = EXCLUDED.end_position, detail = EXCLUDED.detail "
-					 "WHERE (p.position, p.end_position, p.detail) IS DISTINCT FROM "
-					 "(EXCLUDED.position, EXCLUDED.end_position, EXCLUDED.detail)",
-					 POSITION_ARGS, types, values, NULL, SPI_OK_INSERT);
+	stm_sql_init(&q, "INSERT INTO streaming.positions AS p (stream_id, source, part, part_no, position, end_position, detail) "
+				 "SELECT :stream_id, :source, u.part, u.part_no, u.position, u.end_position, u.detail::jsonb "
+				 "FROM unnest(:parts, :part_nos, :positions, :ends, :details) "
+				 "AS u(part, part_no, position, end_position, detail) "
+				 "ON CONFLICT (stream_id, source, part, part_no) DO UPDATE "
+				 "SET position = EXCLUDED.position, end_position = EXCLUDED.end_position, detail = EXCLUDED.detail "
+				 "WHERE (p.position, p.end_position, p.detail) IS DISTINCT FROM "
+				 "(EXCLUDED.position, EXCLUDED.end_position, EXCLUDED.detail)");
+	bind_positions(&q, stream_id, source, positions);
+	(void) stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
 }
 
-/* These parts' positions, and no others: the stream's other parts are forgotten. */
+/* These parts' positions, and no others: the source's other parts are forgotten. */
 void
-stm_positions_replace(int32 stream_id, List *positions)
+stm_positions_replace(int32 stream_id, const char *source, List *positions)
 {
-	Oid			types[POSITION_ARGS];
-	Datum		values[POSITION_ARGS];
+	StmSql		q;
 
-	position_args(stream_id, positions, types, values);
-	stm_catalog_exec("DELETE FROM streaming.positions p WHERE p.stream_id = $1 AND NOT EXISTS "
-					 "(SELECT FROM unnest($2, $3) AS k(part, part_no) WHERE k.part = p.part AND k.part_no = p.part_no)",
-					 3, types, values, NULL, SPI_OK_DELETE);
-	stm_positions_write(stream_id, positions);
+	stm_sql_init(&q, "DELETE FROM streaming.positions p WHERE p.stream_id = :stream_id AND p.source = :source "
+				 "AND NOT EXISTS (SELECT FROM unnest(:parts, :part_nos) AS k(part, part_no) "
+				 "WHERE k.part = p.part AND k.part_no = p.part_no)");
+	bind_positions(&q, stream_id, source, positions);
+	q.nparams = 4;				/* positions, ends and details are not used */
+	(void) stm_catalog_run(&q, SPI_OK_DELETE, NULL, NULL);
+	stm_positions_write(stream_id, source, positions);
+}
+
+static void
+read_bool(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, 1, &isnull);
+
+	*(bool *) arg = !isnull && DatumGetBool(d);
 }
 
 /*
  * Has the stream's committed position reached the target's in every target
- * part (a part it has no position in has not)?  In a fresh snapshot.
+ * part of the source (a part it has no position in has not)?  In a fresh
+ * snapshot.
  */
 bool
-stm_positions_reached(int32 stream_id, List *targets)
+stm_positions_reached(int32 stream_id, const char *source, List *targets)
 {
-	Oid			types[POSITION_ARGS];
-	Datum		values[POSITION_ARGS];
-	bool		isnull;
-	Datum		reached;
+	StmSql		q;
+	bool		reached = false;
 
-	position_args(stream_id, targets, types, values);
-	reached = stm_catalog_value("SELECT NOT EXISTS (SELECT FROM unnest($2, $3, $4) AS t(part, part_no, position) "
-								"LEFT JOIN streaming.positions p ON p.stream_id = $1 AND p.part = t.part "
-								"AND p.part_no = t.part_no WHERE coalesce(p.position, -1) < t.position)",
-								4, types, values, &isnull);
-	return !isnull && DatumGetBool(reached);
+	stm_sql_init(&q, "SELECT NOT EXISTS (SELECT FROM unnest(:parts, :part_nos, :positions) AS t(part, part_no, position) "
+				 "LEFT JOIN streaming.positions p ON p.stream_id = :stream_id AND p.source = :source "
+				 "AND p.part = t.part AND p.part_no = t.part_no WHERE coalesce(p.position, -1) < t.position)");
+	bind_positions(&q, stream_id, source, targets);
+	q.nparams = 5;				/* ends and details are not used */
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, read_bool, &reached);
+	return reached;
 }
 
-/* streaming.reset(): the stream forgets every position. */
+/* streaming.reset(): the stream forgets every position, of every source. */
 void
 stm_positions_forget(int32 stream_id)
 {
-	Oid			type = INT4OID;
-	Datum		value = Int32GetDatum(stream_id);
+	StmSql		q;
 
-	stm_catalog_exec("DELETE FROM streaming.positions WHERE stream_id = $1",
-					 1, &type, &value, NULL, SPI_OK_DELETE);
+	stm_sql_init(&q, "DELETE FROM streaming.positions WHERE stream_id = :stream_id");
+	stm_sql_int4(&q, "stream_id", stream_id);
+	(void) stm_catalog_run(&q, SPI_OK_DELETE, NULL, NULL);
 }

@@ -33,10 +33,10 @@ typedef struct StmPosition
 
 extern StmPosition *stm_position_make(const char *part, int32 part_no, int64 position,
 									  int64 end_position);
-extern List *stm_positions_read(int32 stream_id);
-extern void stm_positions_write(int32 stream_id, List *positions);
-extern void stm_positions_replace(int32 stream_id, List *positions);
-extern bool stm_positions_reached(int32 stream_id, List *targets);
+extern List *stm_positions_read(int32 stream_id, const char *source);
+extern void stm_positions_write(int32 stream_id, const char *source, List *positions);
+extern void stm_positions_replace(int32 stream_id, const char *source, List *positions);
+extern bool stm_positions_reached(int32 stream_id, const char *source, List *targets);
 extern void stm_positions_forget(int32 stream_id);
 
 #endif

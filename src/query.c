@@ -47,6 +47,7 @@
 #include "aggregate.h"
 #include "catalog.h"
 #include "query.h"
+#include "ssjoin.h"
 #include "window.h"
 
 static void
@@ -625,6 +626,40 @@ check_outer_joins(Node *node, int rtindex, const char *source)
 }
 
 /*
+ * A query that joins two sources (SPEC 3.6, ssjoin_query.c).  The source
+ * the query's own code reads as "the source" (qi->source_view) is the
+ * side of the aggregate's window, else the left one: windows, event time
+ * and late rows of an aggregate over the join are that side's.
+ */
+static void
+find_sources_of_join(StmQueryInfo *qi, List *top)
+{
+	Query	   *q = qi->query;
+	StmStreamJoin *j = stm_ssjoin_analyze(q, top);
+	int			s = STM_JOIN_LEFT_SIDE;
+	ListCell   *lc;
+
+	foreach(lc, q->groupClause)
+	{
+		TargetEntry *tle = get_sortgroupclause_tle(lfirst_node(SortGroupClause, lc), q->targetList);
+
+		if (IsA(tle->expr, FuncExpr) &&
+			stm_window_kind(((FuncExpr *) tle->expr)->funcid) != STM_WINDOW_NONE)
+		{
+			Node	   *ts = linitial(((FuncExpr *) tle->expr)->args);
+
+			if (IsA(ts, Var) && j->sublink == NULL &&
+				((Var *) ts)->varno == j->sides[STM_JOIN_RIGHT_SIDE].rtindex)
+				s = STM_JOIN_RIGHT_SIDE;
+		}
+	}
+	qi->ssjoin = j;
+	qi->source_view = j->sides[s].view;
+	qi->source_rtindex = j->sides[s].rtindex;
+	qi->planned = true;
+}
+
+/*
  * A query that reads more than its source (SPEC 3.5: tables, views,
  * materialized views, subqueries and WITH over them): exactly one source,
  * in the stream query's own FROM, never on the nullable side of an outer
@@ -643,28 +678,12 @@ find_source(StmQueryInfo *qi)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("the stream query reads no streaming source"),
-				 errhint("A stream query reads one source, which it may join with tables.")));
+				 errhint("A stream query reads one source, which it may join with tables, or two joined.")));
+	/* two sources (or one under two aliases): a stream-stream join */
 	if (list_length(ctx.names) > 1)
 	{
-		StringInfoData names;
-		ListCell   *lc;
-
-		List	   *distinct = NIL;
-
-		initStringInfo(&names);
-		foreach(lc, ctx.names)
-			if (!list_member(distinct, makeString(lfirst(lc))))
-			{
-				distinct = lappend(distinct, makeString(lfirst(lc)));
-				appendStringInfo(&names, "%s%s", names.len ? ", " : "", quote_identifier(lfirst(lc)));
-			}
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a stream query reads exactly one source"),
-				 list_length(distinct) > 1 ?
-				 errdetail("It reads the sources %s.", names.data) :
-				 errdetail("It reads the source %s more than once.", names.data),
-				 errhint("Joins of two sources (stream-stream joins) are not supported; join the source with tables.")));
+		find_sources_of_join(qi, ctx.top);
+		return;
 	}
 	if (ctx.nested > 0)
 		ereport(ERROR,
@@ -717,6 +736,8 @@ stm_query_analyze(const char *sql)
 				 errmsg("query must be a SELECT statement")));
 
 	q = parse_analyze_fixedparams(rawstmt, sql, NULL, 0, NULL);
+	/* a join of two sources may compare windows in its condition */
+	stm_ssjoin_prepare(q);
 
 	if (q->setOperations)
 		refuse("set operations (UNION, INTERSECT, EXCEPT)", NULL);

@@ -39,6 +39,7 @@ typedef struct StmQueryInfo
 	Oid			source_view;
 	int			source_rtindex; /* the source's entry in query->rtable */
 	bool		planned;		/* reads tables too: run by the executor (join.c) */
+	struct StmStreamJoin *ssjoin;	/* reads two sources (ssjoin_query.c), else NULL */
 	int			noutputs;
 	char	  **out_names;
 	Oid		   *out_types;

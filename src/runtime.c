@@ -40,7 +40,8 @@ stm_runtime_create(int32 stream_id)
 /*
  * The stream's sources, opened by the runtime's first batch (for a worker,
  * once in its life; again after the helpers changed who fetches): they
- * live in the runtime's memory context.  Today a stream reads one source.
+ * live in the runtime's memory context.  A stream reads one source, or a
+ * join's two: the left side's, then the right side's.
  */
 List *
 stm_runtime_open_sources(StmRuntime *rt, StmStreamDef *def)
@@ -54,6 +55,13 @@ stm_runtime_open_sources(StmRuntime *rt, StmStreamDef *def)
 
 		srt->def = stm_catalog_get_source_of_stream(def);
 		rt->sources = list_make1(srt);
+		/* a join's right side, when it is another source (a self-join reads one) */
+		if (def->other_source)
+		{
+			srt = palloc0(sizeof(StmSourceRuntime));
+			srt->def = stm_catalog_get_other_source_of_stream(def);
+			rt->sources = lappend(rt->sources, srt);
+		}
 		MemoryContextSwitchTo(oldcxt);
 	}
 	foreach(lc, rt->sources)

@@ -26,6 +26,7 @@ typedef struct StmRuntime
 	List	   *sources;		/* StmSourceRuntime: the query's sources, in its order */
 	struct StmSink *sink;		/* opened by the first batch, in cxt */
 	struct StmJoinPlan *join_plan;	/* a query that reads tables: its kept plan (join.c) */
+	struct StmJoinPlan *ssjoin_plans[4];	/* a join of two sources: its kept plans (ssjoin.c) */
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */

@@ -213,6 +213,7 @@ typedef struct NameEntry
 static OneFile *csv_reading = NULL;
 
 static void clean_files(FileSource *fs, int32 stream_id);
+static List *list_directory(FileSource *fs);
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -305,6 +306,53 @@ entry_arrays(List *entries, Datum *values)
 								construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[1] = PointerGetDatum(int8_like_array(sizes, n, INT8OID));
 	values[2] = PointerGetDatum(int8_like_array(mtimes, n, TIMESTAMPTZOID));
+}
+
+/* The names, sizes and mtimes of FileEntry as a statement's :names, :sizes and :mtimes. */
+static void
+bind_entries(StmSql *q, List *entries)
+{
+	Datum		v[3];
+
+	entry_arrays(entries, v);
+	stm_sql_param(q, "names", TEXTARRAYOID, v[0], false);
+	stm_sql_param(q, "sizes", INT8ARRAYOID, v[1], false);
+	stm_sql_param(q, "mtimes", TIMESTAMPTZARRAYOID, v[2], false);
+}
+
+static void
+unread_entry(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	List	  **entries = arg;
+	FileEntry  *f = palloc(sizeof(FileEntry));
+	bool		isnull;
+
+	f->name = stm_sql_get_text(tuple, desc, "name");
+	f->size = DatumGetInt64(stm_sql_get_datum(tuple, desc, "size", &isnull));
+	f->mtime = DatumGetTimestampTz(stm_sql_get_datum(tuple, desc, "mtime", &isnull));
+	*entries = lappend(*entries, f);
+}
+
+/*
+ * The directory's files that the stream has not read (nor set aside), in
+ * the order batches take them (FileEntry, in the current memory context).
+ */
+static List *
+unread_files(FileSource *fs, int32 stream_id)
+{
+	List	   *entries = NIL;
+	StmSql		q;
+
+	stm_sql_init(&q, psprintf("SELECT f.name, f.size, f.mtime "
+							  "FROM unnest(:names, :sizes, :mtimes) AS f(name, size, mtime) "
+							  "WHERE NOT EXISTS (SELECT FROM streaming.files p "
+							  "WHERE p.stream_id = :stream_id AND p.file_name = f.name) "
+							  "ORDER BY f.mtime %s, f.name COLLATE \"C\"",
+							  fs->latest_first ? "DESC" : "ASC"));
+	stm_sql_int4(&q, "stream_id", stream_id);
+	bind_entries(&q, list_directory(fs));
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, unread_entry, &entries);
+	return entries;
 }
 
 /*
@@ -508,8 +556,6 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	FileSource *fs = (FileSource *) src;
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz settled_before = now - (TimestampTz) stm_guc_file_settle_time_ms * 1000;
-	Oid			types[4] = {INT4OID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID};
-	Datum		values[4];
 	List	   *stored;
 	HTAB	   *pending_sizes;
 	int64		unchanged = 0;
@@ -518,9 +564,6 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	int			nreadable = 0;	/* the other files the plan saw */
 	bool		fix_allowed;
 	MemoryContext oldcxt;
-	MemoryContext spi_cxt;
-	StmCatalogScope scope;
-	bool		isnull;
 	ListCell   *lc;
 
 	fs->chunk_size = ctx->chunk_size;
@@ -537,35 +580,14 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 		fs->allowed = name_set(fs->cxt, "streaming available_now files");
 
 	/* the pending files as the last plan stored them, and their sizes then */
-	stored = stm_positions_read(ctx->stream_id);
+	stored = stm_positions_read(ctx->stream_id, fs->base.name);
 	pending_sizes = pending_set(stored);
-	values[0] = Int32GetDatum(ctx->stream_id);
-	entry_arrays(list_directory(fs), values + 1);
-	scope = stm_catalog_begin();
-	SPI_connect();
-	spi_cxt = CurrentMemoryContext;
-	if (SPI_execute_with_args(psprintf("SELECT f.name, f.size, f.mtime "
-									   "FROM unnest($2, $3, $4) AS f(name, size, mtime) "
-									   "WHERE NOT EXISTS (SELECT FROM streaming.files p WHERE p.stream_id = $1 AND p.file_name = f.name) "
-									   "ORDER BY f.mtime %s, f.name COLLATE \"C\"",
-									   fs->latest_first ? "DESC" : "ASC"),
-							  4, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.files");
-	for (uint64 i = 0; i < SPI_processed; i++)
+	foreach(lc, unread_files(fs, ctx->stream_id))
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		PendingSize *seen;
-		FileEntry  *f;
+		FileEntry  *f = lfirst(lc);
+		PendingSize *seen = hash_search(pending_sizes, f->name, HASH_FIND, NULL);
 		bool		settled;
 
-		/* the plan's lists outlive SPI's memory */
-		MemoryContextSwitchTo(fs->plan_cxt);
-		f = palloc(sizeof(FileEntry));
-		f->name = pstrdup(SPI_getvalue(tup, desc, 1));
-		f->size = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-		f->mtime = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
-		seen = hash_search(pending_sizes, f->name, HASH_FIND, NULL);
 		/* max_file_age counts when the stream first sees a file */
 		if (!seen && fs->max_file_age_ms >= 0 && now - f->mtime > fs->max_file_age_ms * 1000)
 		{
@@ -601,9 +623,6 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 	/* held back files are source_error; only they left: the stream waits */
 	fs->base.problem = nheld > 0 ? fs->problem.data : NULL;
 	fs->base.unreadable = nheld > 0 && nreadable == 0;
-	MemoryContextSwitchTo(spi_cxt);
-	SPI_finish();
-	stm_catalog_end(scope);
 	/* what streaming.positions holds is not the pending files now */
 	fs->pending_changed = list_length(stored) != unchanged ||
 		unchanged != list_length(fs->pending) + list_length(fs->batch);
@@ -626,31 +645,32 @@ file_plan(StmSource *src, StmPlanContext *ctx)
 static void
 write_positions(FileSource *fs, int32 stream_id, int64 batch_id)
 {
-	Oid			types[6] = {INT4OID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID, INT8OID, INT4OID};
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', batch_id >= 0 ? ' ' : 'n', ' '};
 	List	   *read = batch_id >= 0 ? fs->batch : NIL;
 	List	   *files = list_concat_copy(read, fs->skipped);
 	List	   *pending = NIL;
 	ListCell   *lc;
 
-	values[0] = Int32GetDatum(stream_id);
-	values[4] = Int64GetDatum(batch_id);
-	values[5] = Int32GetDatum(list_length(read));
-	/* the batch's files (the first $6) with its id, the skipped ones with NULL */
-	entry_arrays(files, values + 1);
+	/* the batch's files (the first :nread) with its id, the skipped ones with NULL */
 	if (files != NIL)
-		stm_catalog_exec("INSERT INTO streaming.files (stream_id, file_name, size, mtime, batch_id) "
-						 "SELECT $1, f.name, f.size, f.mtime, CASE WHEN f.n <= $6 THEN $5 END "
-						 "FROM unnest($2, $3, $4) WITH ORDINALITY AS f(name, size, mtime, n)",
-						 6, types, values, nulls, SPI_OK_INSERT);
+	{
+		StmSql		q;
+
+		stm_sql_init(&q, "INSERT INTO streaming.files (stream_id, file_name, size, mtime, batch_id) "
+					 "SELECT :stream_id, f.name, f.size, f.mtime, CASE WHEN f.n <= :nread THEN :batch_id END "
+					 "FROM unnest(:names, :sizes, :mtimes) WITH ORDINALITY AS f(name, size, mtime, n)");
+		stm_sql_int4(&q, "stream_id", stream_id);
+		stm_sql_int4(&q, "nread", list_length(read));
+		stm_sql_param(&q, "batch_id", INT8OID, Int64GetDatum(batch_id), batch_id < 0);
+		bind_entries(&q, files);
+		(void) stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
+	}
 	foreach(lc, fs->pending)
 	{
 		FileEntry  *f = lfirst(lc);
 
 		pending = lappend(pending, stm_position_make(f->name, 0, 0, f->size));
 	}
-	stm_positions_replace(stream_id, pending);
+	stm_positions_replace(stream_id, fs->base.name, pending);
 	list_free_deep(pending);
 }
 
@@ -1528,55 +1548,72 @@ written_here(char *xids)
  * transaction read (an earlier run_batch in it) wait, as it may roll back.
  * Files whose clean-up failed in this runtime are not tried again in it.
  */
+typedef struct CleanCandidate
+{
+	char	   *name;
+	int64		size;
+	TimestampTz mtime;
+	char	   *xmins;			/* of every stream's row of the file */
+	bool		unread;			/* a stream of the source has not read it */
+} CleanCandidate;
+
+static void
+clean_candidate(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	List	  **list = arg;
+	CleanCandidate *c = palloc(sizeof(CleanCandidate));
+	bool		isnull;
+
+	c->name = stm_sql_get_text(tuple, desc, "file_name");
+	c->size = DatumGetInt64(stm_sql_get_datum(tuple, desc, "size", &isnull));
+	c->mtime = DatumGetTimestampTz(stm_sql_get_datum(tuple, desc, "mtime", &isnull));
+	c->xmins = stm_sql_get_text(tuple, desc, "xmins");
+	c->unread = DatumGetBool(stm_sql_get_datum(tuple, desc, "unread", &isnull));
+	*list = lappend(*list, c);
+}
+
 static void
 clean_files(FileSource *fs, int32 stream_id)
 {
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		values[2] = {Int32GetDatum(stream_id), CStringGetTextDatum(fs->base.name)};
+	List	   *candidates = NIL;
 	List	   *done = NIL;
 	bool		removed = false;
-	StmCatalogScope scope = stm_catalog_begin();
+	ListCell   *lc;
+	StmSql		q;
 
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT f.file_name, f.size, f.mtime, "
-							  "(SELECT string_agg(g.xmin::text, ',') FROM streaming.files g "
-							  " JOIN streaming.stream_defs d ON d.id = g.stream_id "
-							  " WHERE d.source = $2 AND g.file_name = f.file_name), "
-							  "EXISTS (SELECT FROM streaming.stream_defs d WHERE d.source = $2 AND NOT EXISTS "
-							  " (SELECT FROM streaming.files g WHERE g.stream_id = d.id AND g.file_name = f.file_name)) "
-							  "FROM streaming.files f "
-							  "WHERE f.stream_id = $1 AND f.batch_id IS NOT NULL AND f.cleaned_at IS NULL",
-							  2, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read streaming.files");
-	for (uint64 i = 0; i < SPI_processed; i++)
+	/* a join's stream may read the source as its second */
+	stm_sql_init(&q, "SELECT f.file_name, f.size, f.mtime, "
+				 "(SELECT string_agg(g.xmin::text, ',') FROM streaming.files g "
+				 " JOIN streaming.stream_defs d ON d.id = g.stream_id "
+				 " WHERE :source IN (d.source, d.other_source) AND g.file_name = f.file_name) AS xmins, "
+				 "EXISTS (SELECT FROM streaming.stream_defs d WHERE :source IN (d.source, d.other_source) "
+				 " AND NOT EXISTS (SELECT FROM streaming.files g WHERE g.stream_id = d.id "
+				 " AND g.file_name = f.file_name)) AS unread "
+				 "FROM streaming.files f "
+				 "WHERE f.stream_id = :stream_id AND f.batch_id IS NOT NULL AND f.cleaned_at IS NULL");
+	stm_sql_int4(&q, "stream_id", stream_id);
+	stm_sql_text(&q, "source", fs->base.name);
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, clean_candidate, &candidates);
+	foreach(lc, candidates)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		char	   *name = SPI_getvalue(tup, desc, 1);
-		bool		isnull;
-		int64		size = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-		TimestampTz mtime = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
-		bool		unread = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
+		CleanCandidate *c = lfirst(lc);
 		CleanResult result;
 
-		if (unread || written_here(SPI_getvalue(tup, desc, 4)) || name_in(fs->reported, name))
+		if (c->unread || written_here(c->xmins) || name_in(fs->reported, c->name))
 			continue;
-		result = clean_file(fs, name, size, mtime);
+		result = clean_file(fs, c->name, c->size, c->mtime);
 		if (result != CLEAN_FAILED)
-			done = lappend(done, name);
+			done = lappend(done, c->name);
 		removed |= (result == CLEANED);
 	}
 	if (done != NIL)
 	{
-		values[1] = PointerGetDatum(text_array(done));
-		types[1] = TEXTARRAYOID;
-		if (SPI_execute_with_args("UPDATE streaming.files SET cleaned_at = now() "
-								  "WHERE stream_id = $1 AND file_name = ANY ($2)",
-								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "could not write streaming.files");
+		stm_sql_init(&q, "UPDATE streaming.files SET cleaned_at = now() "
+					 "WHERE stream_id = :stream_id AND file_name = ANY (:names)");
+		stm_sql_int4(&q, "stream_id", stream_id);
+		stm_sql_param(&q, "names", TEXTARRAYOID, PointerGetDatum(text_array(done)), false);
+		(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
 	}
-	SPI_finish();
-	stm_catalog_end(scope);
 	/* the removals last, as far as the file systems go */
 	if (removed)
 	{
@@ -1610,14 +1647,12 @@ static void *
 file_available(StmSource *src, int32 stream_id)
 {
 	FileSource *fs = (FileSource *) src;
-	Oid			types[4] = {INT4OID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID};
-	Datum		values[4];
+	List	   *names = NIL;
+	ListCell   *lc;
 
-	values[0] = Int32GetDatum(stream_id);
-	entry_arrays(list_directory(fs), values + 1);
-	return stm_catalog_strings("SELECT f.name FROM unnest($2) AS f(name) "
-							   "WHERE NOT EXISTS (SELECT FROM streaming.files p WHERE p.stream_id = $1 AND p.file_name = f.name)",
-							   2, types, values);
+	foreach(lc, unread_files(fs, stream_id))
+		names = lappend(names, ((FileEntry *) lfirst(lc))->name);
+	return names;
 }
 
 /* Has the stream read (or set aside) every file file_available saw? */

@@ -958,7 +958,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	foreach(lc, kc->partitions)
 		((KafkaPartition *) lfirst(lc))->stored = false;
 	/* a part is a topic's partition, its position the next offset */
-	stored = stm_positions_read(stream_id);
+	stored = stm_positions_read(stream_id, kc->base.name);
 	foreach(lc, stored)
 	{
 		StmPosition *pos = lfirst(lc);
@@ -1677,7 +1677,7 @@ save_positions(KafkaSource *kc, int32 stream_id)
 		if (has_position(p))
 			positions = lappend(positions, stm_position_make(p->topic, p->partition, p->end, p->high));
 	}
-	stm_positions_write(stream_id, positions);
+	stm_positions_write(stream_id, kc->base.name, positions);
 	list_free_deep(positions);
 }
 
@@ -1872,7 +1872,7 @@ kafka_available(StmSource *src, int32 stream_id)
 static bool
 kafka_reached(StmSource *src, int32 stream_id, void *available)
 {
-	return stm_positions_reached(stream_id, (List *) available);
+	return stm_positions_reached(stream_id, src->name, (List *) available);
 }
 
 /* ---- create time --------------------------------------------------------- */

@@ -312,7 +312,7 @@ read_positions(RateSource *rs, int32 stream_id, TimestampTz *start, int64 *offse
 								1, &type, &value, &isnull);
 	if (!isnull)
 		*start = DatumGetTimestampTz(started);
-	stored = stm_positions_read(stream_id);
+	stored = stm_positions_read(stream_id, rs->base.name);
 	foreach(lc, stored)
 	{
 		StmPosition *pos = lfirst(lc);
@@ -473,24 +473,21 @@ rate_save_positions(StmSource *src, int32 stream_id, int64 batch_id)
 
 	if (rs->start_is_new)
 	{
-		Oid			types[2] = {INT4OID, TIMESTAMPTZOID};
-		Datum		values[2] = {Int32GetDatum(stream_id), TimestampTzGetDatum(rs->start)};
-		StmCatalogScope scope = stm_catalog_begin();
+		StmSql		q;
 
-		SPI_connect();
-		if (SPI_execute_with_args("UPDATE streaming.stream_defs SET source_started_at = $2 "
-								  "WHERE id = $1 AND source_started_at IS NULL",
-								  2, types, values, NULL, false, 0) != SPI_OK_UPDATE ||
-			SPI_processed != 1)
+		/* a join of two rate sources starts both with the stream's first batch */
+		stm_sql_init(&q, "UPDATE streaming.stream_defs SET source_started_at = :start "
+					 "WHERE id = :stream_id AND coalesce(source_started_at, :start) = :start");
+		stm_sql_int4(&q, "stream_id", stream_id);
+		stm_sql_timestamptz(&q, "start", rs->start, false);
+		if (stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL) != 1)
 			elog(ERROR, "could not write the start time of stream %d", stream_id);
-		SPI_finish();
-		stm_catalog_end(scope);
 	}
 	for (int32 p = 0; p < rs->num_partitions; p++)
 		positions = lappend(positions,
 							stm_position_make(rs->base.name, p, partition_offset(rs, p, rs->to),
 											  partition_offset(rs, p, rs->due)));
-	stm_positions_write(stream_id, positions);
+	stm_positions_write(stream_id, rs->base.name, positions);
 	list_free_deep(positions);
 	rs->start_is_new = false;
 }

@@ -26,6 +26,7 @@
 #include "utils/rel.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/queryenvironment.h"
 #include "utils/timestamp.h"
 
 #include "catalog.h"
@@ -138,6 +139,14 @@ stm_sql_init(StmSql *q, const char *sql)
 {
 	q->sql = sql;
 	q->nparams = 0;
+	q->enrs = NIL;
+}
+
+/* A named tuplestore the statement reads by its name (as trigger transition tables are). */
+void
+stm_sql_relation(StmSql *q, EphemeralNamedRelation enr)
+{
+	q->enrs = lappend(q->enrs, enr);
 }
 
 /*
@@ -273,13 +282,17 @@ numbered_sql(const StmSql *q)
 /* One statement in an SPI connection of its own; its rows to fn (NULL: none). */
 static uint64
 execute(const char *sql, int nparams, Oid *types, Datum *values, const char *nulls,
-		int expect, StmSqlRowFn fn, void *arg)
+		int expect, StmSqlRowFn fn, void *arg, List *enrs)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	uint64		n;
 	int			rc;
+	ListCell   *lc;
 
 	SPI_connect();
+	foreach(lc, enrs)
+		if (SPI_register_relation(lfirst(lc)) != SPI_OK_REL_REGISTER)
+			elog(ERROR, "could not register a named tuplestore for: %s", sql);
 	rc = SPI_execute_with_args(sql, nparams, types, values, nulls, false, 0);
 	if (rc != expect)
 		elog(ERROR, "unexpected result %s of: %s", SPI_result_code_string(rc), sql);
@@ -300,7 +313,7 @@ static uint64
 run(StmSql *q, int expect, StmSqlRowFn fn, void *arg)
 {
 	char	   *sql = numbered_sql(q);
-	uint64		n = execute(sql, q->nparams, q->types, q->values, q->nulls, expect, fn, arg);
+	uint64		n = execute(sql, q->nparams, q->types, q->values, q->nulls, expect, fn, arg, q->enrs);
 
 	pfree(sql);
 	return n;
@@ -361,7 +374,7 @@ stm_sql_get_datum(HeapTuple tuple, TupleDesc desc, const char *column, bool *isn
 void
 stm_spi_exec(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
 {
-	(void) execute(sql, nargs, types, values, nulls, expect, NULL, NULL);
+	(void) execute(sql, nargs, types, values, nulls, expect, NULL, NULL, NIL);
 }
 
 /* Change the catalog: as the extension's owner, after the caller was checked. */
@@ -370,7 +383,7 @@ stm_catalog_exec(const char *sql, int nargs, Oid *types, Datum *values, const ch
 {
 	StmCatalogScope scope = stm_catalog_begin();
 
-	(void) execute(sql, nargs, types, values, nulls, expect, NULL, NULL);
+	(void) execute(sql, nargs, types, values, nulls, expect, NULL, NULL, NIL);
 	stm_catalog_end(scope);
 }
 
@@ -408,7 +421,7 @@ stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *values, bool *i
 	FirstValue	v = {false, (Datum) 0, true, false, NULL};
 	StmCatalogScope scope = stm_catalog_begin();
 
-	(void) execute(sql, nargs, types, values, NULL, SPI_OK_SELECT, first_value, &v);
+	(void) execute(sql, nargs, types, values, NULL, SPI_OK_SELECT, first_value, &v, NIL);
 	stm_catalog_end(scope);
 	*isnull = !v.found || v.isnull;
 	return *isnull ? (Datum) 0 : v.value;
@@ -425,7 +438,7 @@ stm_catalog_text(const char *sql, Oid argtype, Datum arg)
 	FirstValue	v = {false, (Datum) 0, true, true, NULL};
 	StmCatalogScope scope = stm_catalog_begin();
 
-	(void) execute(sql, 1, &argtype, &arg, NULL, SPI_OK_SELECT, first_value, &v);
+	(void) execute(sql, 1, &argtype, &arg, NULL, SPI_OK_SELECT, first_value, &v, NIL);
 	stm_catalog_end(scope);
 	return v.text;
 }
@@ -448,7 +461,7 @@ stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values)
 	List	   *result = NIL;
 	StmCatalogScope scope = stm_catalog_begin();
 
-	(void) execute(sql, nargs, types, values, NULL, SPI_OK_SELECT, append_first_text, &result);
+	(void) execute(sql, nargs, types, values, NULL, SPI_OK_SELECT, append_first_text, &result, NIL);
 	stm_catalog_end(scope);
 	return result;
 }

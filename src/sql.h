@@ -52,6 +52,8 @@ extern Datum stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *va
 extern List *stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values);
 extern char *stm_catalog_text(const char *sql, Oid argtype, Datum arg);
 
+struct EphemeralNamedRelationData;
+
 #define STM_SQL_MAX_PARAMS 32
 
 typedef struct StmSql
@@ -62,6 +64,7 @@ typedef struct StmSql
 	Oid			types[STM_SQL_MAX_PARAMS];
 	Datum		values[STM_SQL_MAX_PARAMS];
 	char		nulls[STM_SQL_MAX_PARAMS];
+	List	   *enrs;			/* named tuplestores the statement reads */
 } StmSql;
 
 /*
@@ -80,6 +83,7 @@ extern void stm_sql_int8(StmSql *q, const char *name, int64 value);
 extern void stm_sql_bool(StmSql *q, const char *name, bool value);
 extern void stm_sql_oid(StmSql *q, const char *name, Oid value);
 extern void stm_sql_timestamptz(StmSql *q, const char *name, TimestampTz value, bool isnull);
+extern void stm_sql_relation(StmSql *q, struct EphemeralNamedRelationData *enr);
 
 /* as the current user, search_path pinned (user objects: sinks, views) */
 extern uint64 stm_sql_run(StmSql *q, int expect, StmSqlRowFn fn, void *arg);

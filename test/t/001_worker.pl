@@ -69,10 +69,11 @@ $node->safe_psql('postgres', "SELECT streaming.stop('orders_all')");
 $row = stream_row($node, 'orders_all');
 is($row->{status}, 'stopped', 'after stop() the status is stopped');
 is($row->{worker_pid}, '', 'after stop() the stream has no worker');
-is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid OR backend_type = 'streaming worker'"),
-	'0',
-	'after stop() the worker process is gone');
+# stop() returns once the worker's slot is free, which the worker does
+# first thing on its way out: its pg_stat_activity entry goes a little later
+wait_for($node,
+	"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid OR backend_type = 'streaming worker'",
+	'0', 'after stop() the worker process is gone');
 
 # records produced while stopped are consumed after start(), once
 $kafka->produce_orders($topic, $orders, 10_000);
@@ -191,8 +192,8 @@ $node->safe_psql('postgres', "SELECT streaming.drop_stream('orders_tmp', drop_si
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM streaming.streams WHERE name = 'orders_tmp'"),
 	'0', 'the dropped stream is gone');
-is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE pid = $tmp_pid"),
+# as after stop(): the slot is free before the process has gone
+wait_for($node, "SELECT count(*) FROM pg_stat_activity WHERE pid = $tmp_pid",
 	'0', 'the worker of the dropped stream is gone');
 is($node->safe_psql('postgres', "SELECT to_regclass('orders_tmp') IS NULL"),
 	't', 'drop_sink => true dropped the sink');

@@ -62,36 +62,34 @@ my ($kills, $with_backlog) = (0, 0);
 for my $round (1 .. $rounds)
 {
 	my $kind = $kinds[ $round - 1 ];
+	my $pid = '';
+	my $victim = $streams[ $round % @streams ];
+
+	if ($kind eq 'kill_worker')
+	{
+		wait_for($node,
+			"SELECT worker_pid IS NOT NULL FROM streaming.streams WHERE name = '$victim'",
+			't', "round $round: the stream has a worker", $victim);
+		$pid = stream_row($node, $victim)->{worker_pid};
+	}
 
 	# a backlog of several batches, all there before the worker plans its
-	# next batch: hold the stream's catalog row, as a batch does first thing
-	my $hold = $node->background_psql('postgres');
-	$hold->query_safe('BEGIN');
-	$hold->query_safe(
-		"SELECT count(*) FROM (SELECT FROM streaming.stream_defs WHERE name IN ($names) FOR UPDATE) s");
+	# next batch (hold_streams)
+	my $hold = hold_streams($node, "name IN ($names)");
 	note "round $round: producing 25,000 more orders";
 	$kafka->produce_orders($topic, $orders, 25_000);
 	$hold->query_safe('COMMIT');
-	$hold->quit;
 
-	# strike at a random moment while the stream works through it
+	# strike at a random moment while the stream works through it (what it
+	# has done is asked in the session already open: new connections of a
+	# loaded machine took longer than the stream needed for the backlog)
 	usleep(int(rand(40_000)));
-	my %before = map { $_ => sink_rows($_) } @streams;
+	my %before = map { $_ => $hold->query_safe("SELECT count(*) FROM $_") } @streams;
 	my $before = join '/', map { $before{$_} } @streams;
-	my $pid = '';
-	my $victim = $streams[ $round % @streams ];
 	$with_backlog++ if grep { $before{$_} < $orders->count } @streams;
 
 	if ($kind eq 'kill_worker')
 	{
-		$pid = stream_row($node, $victim)->{worker_pid};
-		if ($pid eq '')
-		{
-			wait_for($node,
-				"SELECT worker_pid IS NOT NULL FROM streaming.streams WHERE name = '$victim'",
-				't', "round $round: the stream has a worker", $victim);
-			$pid = stream_row($node, $victim)->{worker_pid};
-		}
 		note "round $round: kill -9 of worker $pid of $victim at $before of "
 		  . $orders->count . " rows";
 		ok(kill('KILL', $pid), "round $round: killed worker $pid");
@@ -104,6 +102,8 @@ for my $round (1 .. $rounds)
 		$node->stop('immediate');
 		$node->start;
 	}
+	# (the holding session went with the crash)
+	eval { $hold->quit; 1 };
 
 	# every stream runs again, in a new worker, and makes progress (or has
 	# caught up)

@@ -85,8 +85,10 @@ my $attempts = () = $log =~
 is($attempts, 3, 'the server log shows three failed attempts');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM streaming.dead_letters'),
 	'0', 'a failed batch is not a bad record');
-is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'streaming worker'"),
+# worker_pid goes when the worker frees its slot, its pg_stat_activity
+# entry a little later
+wait_for($node,
+	"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'streaming worker'",
 	'0', 'no worker runs');
 
 #

@@ -6,12 +6,14 @@
 # batch's groups, a few thousand of them).  60,000 records with 30,000
 # distinct keys (every key twice, far apart) are read by one batch of a
 # worker-driven update-mode stream (count, sum and avg by key), which merges
-# its groups part-way many times.  Once the server log shows the first
-# part-way merge, the worker is killed with SIGKILL; the postmaster restarts
-# everything, the stream runs the batch again, and at the end its sink must
-# equal a plain GROUP BY, streaming.progress must show every record read
-# once, and the killed worker must never have finished its batch (it did
-# not log it).
+# its groups part-way many times.  The batch is held at the fault point
+# after_fetch (src/fault.h: a sleep), once it has read every record and
+# merged part-way, so that it cannot end before the kill whatever the
+# machine's speed; then the worker is killed with SIGKILL, the postmaster
+# restarts everything, the stream runs the batch again (the fault cleared),
+# and at the end its sink must equal a plain GROUP BY, streaming.progress
+# must show every record read once, and the killed worker must never have
+# finished its batch (it did not log it).
 use strict;
 use warnings;
 
@@ -30,6 +32,8 @@ $kafka->produce_lines($topic,
 	[ map { sprintf('{"id": %d, "v": %d}', $_ % $keys, $_ % 101) } 0 .. $records - 1 ]);
 
 my $node = streaming_node('main', conf => "streaming.batch_memory = '1MB'\n");
+# the first batch waits after its fetch until it is killed
+set_fault($node, 'after_fetch:sleep:600');
 $node->safe_psql(
 	'postgres', qq{
 SELECT streaming.create_kafka_source('mem_src', '@{[ $kafka->bootstrap ]}', topics => ARRAY['$topic'],
@@ -39,16 +43,13 @@ SELECT streaming.create_stream('mem_update',
     output_mode => 'update');
 });
 
-# the first part-way merge of the first batch, then SIGKILL
+# the first batch, held after its fetch, then SIGKILL
 my $merge_re = qr/merging them into streaming\.state_\d+ part-way/;
-my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-until (slurp_file($node->logfile) =~ $merge_re)
-{
-	die "no part-way merge in the server log\n" if time() > $deadline;
-	select(undef, undef, undef, 0.05);    # poll interval
-}
+$node->wait_for_log(qr/streaming fault point reached: after_fetch/);
+# the batch asleep goes on sleeping; the worker after the crash runs it whole
+set_fault($node, undef);
 my $pid = stream_row($node, 'mem_update')->{worker_pid};
-ok($pid, "the stream's worker ($pid) is merging its batch's groups part-way");
+ok($pid, "the stream's worker ($pid) has read its batch and waits before its end");
 ok(kill('KILL', $pid), "killed worker $pid in the middle of its batch");
 
 wait_for($node,

@@ -204,8 +204,15 @@ my $signal_9 = () = $log =~ /terminated by signal 9: Killed/g;
 is($signal_9, $kills, 'the postmaster saw every killed worker');
 
 #
-# a file written slowly in place is never read half
+# a file written slowly in place is never read half: its writer adds a line
+# every 100 ms for 3 s; the settle time is 10 s here, so that a writer the
+# machine does not run for a while (a loaded machine) still never leaves the
+# file quiet that long
 #
+$node->safe_psql('postgres', "ALTER SYSTEM SET streaming.file_settle_time = '10s'");
+$node->reload;
+wait_for($node, "SELECT current_setting('streaming.file_settle_time')", '10s',
+	'the settle time is 10 s for the slow writer');
 $node->safe_psql('postgres', qq{
 SELECT streaming.create_file_source('slow_files', '$dir', format => 'text', pattern => 'slow*');
 SELECT streaming.create_stream('slow_lines', 'SELECT value, file_name, file_line FROM slow_files');
@@ -216,7 +223,7 @@ $sfh->autoflush(1);
 for my $k (1 .. 30)
 {
 	print $sfh "line $k\n";
-	usleep(100_000);    # the writer's pace: a line every 100 ms, never 1 s quiet
+	usleep(100_000);    # the writer's pace: a line every 100 ms
 }
 close $sfh or die "$slow: $!";
 my $slow_size = -s $slow;
@@ -229,6 +236,10 @@ is( $node->safe_psql('postgres',
 is( $node->safe_psql('postgres',
 		"SELECT size FROM streaming.processed_files WHERE stream = 'slow_lines'"),
 	$slow_size, 'processed_files has its final size');
+$node->safe_psql('postgres', "ALTER SYSTEM RESET streaming.file_settle_time");
+$node->reload;
+wait_for($node, "SELECT current_setting('streaming.file_settle_time')", '1s',
+	'the settle time is 1 s again');
 
 #
 # a rolled-back run_batch leaves its files in place; they are read later

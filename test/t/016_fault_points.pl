@@ -35,20 +35,12 @@ my ($topic) = $kafka->create_topic('orders_016', 4);
 my $orders = StreamingTest::Orders->new;
 $kafka->produce_orders($topic, $orders, 10_000, poison_at => [ 100, 5_000, 9_000 ]);
 
-my $node = streaming_node('main', conf => "streaming.retry_delay = '100ms'\n");
+# retries without a limit: a stream that errs at its fault point until the
+# test has cleared it must not fail for good, however long that takes
+my $node = streaming_node('main',
+	conf => "streaming.retry_delay = '100ms'\nstreaming.max_retries = 1000\n");
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_settings WHERE name = 'streaming.test_fault'"),
 	'1', 'the tests run a build with fault points');
-
-# set_fault(VALUE): for the whole server (the workers read it on reload)
-sub set_fault
-{
-	my ($value) = @_;
-	my $sql = defined $value
-	  ? "ALTER SYSTEM SET streaming.test_fault = '$value'"
-	  : 'ALTER SYSTEM RESET streaming.test_fault';
-	query_retry($node, "$sql; SELECT pg_reload_conf()");
-	return;
-}
 
 sub dead_letters
 {
@@ -70,11 +62,11 @@ for my $point (@points)
 		create_orders_source($node, "${name}_src", $kafka, $topic,
 			max_offsets_per_trigger => 2_500);
 		create_orders_stream($node, $name, "${name}_src", start => 'false');
-		set_fault($what);
+		set_fault($node, $what);
 		my $log_start = -s $node->logfile;
 		$node->safe_psql('postgres', "SELECT streaming.start('$name')");
 		$node->wait_for_log(qr/streaming fault point reached: $point\b/, $log_start);
-		set_fault(undef);
+		set_fault($node, undef);
 		query_retry($node, "SELECT streaming.process_available('$name', '120s')");
 		check_sink($node, $name, $orders, $what);
 		is(dead_letters($name), '3/3', "$what: the malformed records are dead letters once each");
@@ -106,11 +98,11 @@ for my $action (qw(kill9 error fatal))
 		"SELECT streaming.create_file_source('${name}_src', '$dir', columns => 'id int, amount numeric'); "
 		  . "SELECT streaming.create_stream('$name', 'SELECT id, amount, file_name, file_line FROM ${name}_src', "
 		  . "start => false)");
-	set_fault($what);
+	set_fault($node, $what);
 	my $log_start = -s $node->logfile;
 	$node->safe_psql('postgres', "SELECT streaming.start('$name')");
 	$node->wait_for_log(qr/streaming fault point reached: mid_file/, $log_start);
-	set_fault(undef);
+	set_fault($node, undef);
 	query_retry($node, "SELECT streaming.process_available('$name', '120s')");
 	is( query_retry($node,
 			"SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || sum(id) || ' ' || "
@@ -129,7 +121,7 @@ for my $action (qw(kill9 error fatal))
 #
 create_orders_source($node, 'sleepy_src', $kafka, $topic);
 create_orders_stream($node, 'sleepy', 'sleepy_src', start => 'false');
-set_fault('before_commit:sleep:60');
+set_fault($node, 'before_commit:sleep:60');
 my $log_start = -s $node->logfile;
 $node->safe_psql('postgres', "SELECT streaming.start('sleepy')");
 $node->wait_for_log(qr/streaming fault point reached: before_commit/, $log_start);
@@ -154,7 +146,7 @@ cmp_ok($secs, '<', 10, 'stop() gives up a batch that cannot finish');
 $node->wait_for_log(qr/stream "sleepy" stopped during a batch: the batch was rolled back/, $log_start);
 is($node->safe_psql('postgres', 'SELECT count(*) FROM sleepy'), '0', 'the batch given up left nothing');
 
-set_fault(undef);
+set_fault($node, undef);
 $node->safe_psql('postgres', "SELECT streaming.start('sleepy')");
 $node->safe_psql('postgres', "SELECT streaming.process_available('sleepy', '120s')");
 check_sink($node, 'sleepy', $orders, 'after the sleep, the stop and the restart');

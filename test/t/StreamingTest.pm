@@ -47,7 +47,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
-  wait_for query_retry stream_row sink_stats check_sink check_offsets check_progress
+  wait_for query_retry set_fault hold_streams rehold_streams release_streams stream_row sink_stats check_sink check_offsets check_progress
   orders_table compare_rows topic_table
   diag_stream psql_error test_seed parallel_workers_list ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
@@ -164,6 +164,12 @@ sub create_orders_stream
 }
 
 # stream_row(NODE, NAME): the stream's row of streaming.streams, as a hash.
+# Read right after process_available (nothing produced since), its status,
+# lag, last_error and source_error are what the batch that committed the
+# last positions wrote in its transaction, and stay so while the source can
+# be read; read at any other moment while a worker runs, or for a stream
+# with a Kafka sink (the worker shows its sink's state after delivering, in
+# a transaction of its own), wait_for the state meant instead.
 sub stream_row
 {
 	my ($node, $name) = @_;
@@ -238,6 +244,68 @@ sub wait_for
 	diag("last result of $sql:\n$out\n$err");
 	diag_stream($node, $stream) if defined $stream;
 	die "timed out waiting: $what\n";
+}
+
+# hold_streams(NODE, WHERE): a session that holds the catalog rows of the
+# streams WHERE (a condition on streaming.stream_defs) FOR UPDATE, as a
+# batch locks its stream's row first thing (src/README.md, offset
+# protocol): their workers wait before their next batch until
+# release_streams(SESSION).
+# rehold_streams(SESSION, WHERE, UNTIL): let them go, and hold them again
+# once UNTIL (an SQL condition) holds, in the same session (no new
+# connection in between, which a loaded machine makes slow) and polled in
+# the statement that takes the rows (each statement of a DO block sees what
+# was committed), so that no batch but one in flight commits after UNTIL
+# was seen.
+sub hold_streams
+{
+	my ($node, $where) = @_;
+	# the session's own timeout after rehold's, which says what it waited for
+	my $hold = $node->background_psql('postgres',
+		timeout => 2 * $PostgreSQL::Test::Utils::timeout_default);
+
+	$hold->query_safe("BEGIN; DO \$\$ BEGIN PERFORM FROM streaming.stream_defs WHERE $where FOR UPDATE; END \$\$");
+	return $hold;
+}
+
+sub rehold_streams
+{
+	my ($hold, $where, $until) = @_;
+
+	$hold->query_safe(
+		"COMMIT; BEGIN; DO \$\$ BEGIN WHILE NOT ($until) LOOP "
+		  . "IF clock_timestamp() > now() + interval '$PostgreSQL::Test::Utils::timeout_default seconds' THEN "
+		  . "RAISE EXCEPTION 'timed out waiting for: %', " . quote_literal($until) . "; END IF; "
+		  . "PERFORM pg_sleep(0.01); END LOOP; "
+		  . "PERFORM FROM streaming.stream_defs WHERE $where FOR UPDATE; END \$\$");
+	return;
+}
+
+sub release_streams
+{
+	my ($hold) = @_;
+	$hold->query_safe('COMMIT');
+	$hold->quit;
+	return;
+}
+
+# set_fault(NODE, VALUE): streaming.test_fault (src/fault.h, the test
+# build's fault points) for the whole server, or cleared when VALUE is
+# undef; returns once a new session sees it: the postmaster has read it,
+# so every process it starts from then on (a worker, the processes after
+# a crash) has it.  A server that is restarting is waited for.
+sub set_fault
+{
+	my ($node, $value) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $sql = defined $value
+	  ? "ALTER SYSTEM SET streaming.test_fault = " . quote_literal($value)
+	  : 'ALTER SYSTEM RESET streaming.test_fault';
+
+	query_retry($node, "$sql; SELECT pg_reload_conf()");
+	wait_for($node, "SELECT current_setting('streaming.test_fault')",
+		$value // '', 'streaming.test_fault is ' . ($value // 'cleared'));
+	return;
 }
 
 # query_retry(NODE, SQL): the output of SQL, retried while it fails (the
@@ -385,7 +453,7 @@ sub topic_table
 	my $n = 0;
 
 	open my $fh, '>', $file or die "$file: $!";
-	for my $line (split /\n/, $kafka->kcat('-C', '-t', $topic, '-e', '-J', '-q'))
+	for my $line (split /\n/, $kafka->kcat_query('-C', '-t', $topic, '-e', '-J', '-q'))
 	{
 		next if $line eq '';
 		my $m = JSON::PP->new->decode($line);
@@ -607,6 +675,7 @@ END
 	$? = $rc;
 }
 
+# kcat(ARGS): kcat's output; dies when it fails.
 sub kcat
 {
 	my ($self, @args) = @_;
@@ -615,6 +684,26 @@ sub kcat
 		'<', \undef, '>', \$out, '2>', \$err)
 	  or die "kcat @args failed: $err";
 	return $out;
+}
+
+# kcat_query(ARGS): kcat's output for a call that only reads (metadata,
+# offsets, consuming from the beginning), tried again while it fails, for
+# up to $PostgreSQL::Test::Utils::timeout_default seconds.  The broker may
+# refuse any client's request for a while (the mock broker's injected
+# errors, say request-errors 2 ..., are not only for the stream's client),
+# and a test's own look must not fail for that.
+sub kcat_query
+{
+	my ($self, @args) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+
+	while (1)
+	{
+		my $out = eval { $self->kcat(@args) };
+		return $out if defined $out;
+		die $@ if time() > $deadline;
+		select(undef, undef, undef, 0.1);
+	}
 }
 
 # create_topic(NAME, PARTITIONS): returns the topic's real name (unique on
@@ -673,26 +762,59 @@ sub create_topic
 
 sub partitions { my ($self, $topic) = @_; return $self->{partitions}{$topic}; }
 
-# watermarks(TOPIC): { partition => [low, high] }
+# watermarks(TOPIC, PARTITION...): { partition => [low, high] } of the
+# partitions given (default: all), asked again while the broker does not
+# answer for all of them (for up to $PostgreSQL::Test::Utils::timeout_default
+# seconds).
 sub watermarks
 {
-	my ($self, $topic) = @_;
-	my $n = $self->{partitions}{$topic};
-	my %wm;
-	for my $which ([ 0, -2 ], [ 1, -1 ])
+	my ($self, $topic, @parts) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+
+	@parts = 0 .. $self->{partitions}{$topic} - 1 unless @parts;
+	while (1)
 	{
-		my $out = $self->kcat('-Q', map { ('-t', "$topic:$_:$which->[1]") } 0 .. $n - 1);
-		while ($out =~ /^\S+ \[(\d+)\] offset (-?\d+)$/mg)
+		my %wm;
+		for my $which ([ 0, -2 ], [ 1, -1 ])
 		{
-			$wm{$1}[ $which->[0] ] = $2;
+			my $out = $self->kcat_query('-Q', map { ('-t', "$topic:$_:$which->[1]") } @parts);
+			while ($out =~ /^\S+ \[(\d+)\] offset (\d+)$/mg)
+			{
+				$wm{$1}[ $which->[0] ] = $2;
+			}
 		}
+		my @missing = grep { !defined $wm{$_}[0] || !defined $wm{$_}[1] } @parts;
+		return \%wm unless @missing;
+		die "no watermarks for $topic [@missing]\n" if time() > $deadline;
+		select(undef, undef, undef, 0.1);
 	}
-	for my $p (0 .. $n - 1)
+}
+
+# produce_file(TOPIC, PARTITION, FILE, N, KCAT_OPTION...): the N lines of
+# FILE into one partition.  When kcat fails and none of them arrived (the
+# partition's high watermark says), it is tried again, for up to
+# $PostgreSQL::Test::Utils::timeout_default seconds; when some of them
+# arrived, it dies (trying again would write them twice).
+sub produce_file
+{
+	my ($self, $topic, $p, $file, $n, @opts) = @_;
+	my $before = $self->{produced}{$topic}{$p};
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+
+	while (1)
 	{
-		die "no watermarks for $topic [$p]\n"
-		  unless defined $wm{$p}[0] && defined $wm{$p}[1];
+		last if eval { $self->kcat('-P', '-t', $topic, '-p', $p, '-l', @opts, $file); 1 };
+		my $err = $@;
+		my $high = $self->watermarks($topic, $p)->{$p}[1];
+		last if $high == $before + $n;
+		die "kcat could not produce to $topic [$p], and " . ($high - $before)
+		  . " of its $n records arrived: $err"
+		  if $high != $before;
+		die $err if time() > $deadline;
+		select(undef, undef, undef, 0.1);
 	}
-	return \%wm;
+	$self->{produced}{$topic}{$p} += $n;
+	return;
 }
 
 # produce_lines(TOPIC, LINES): LINES round robin over the partitions,
@@ -719,10 +841,9 @@ sub produce_lines
 		open my $fh, '>', $file or die "$file: $!";
 		print $fh map { "$_\n" } @{ $per[$p] };
 		close $fh or die "$file: $!";
-		$self->kcat('-P', '-t', $topic, '-p', $p, '-l',
+		$self->produce_file($topic, $p, $file, scalar @{ $per[$p] },
 			'-X', 'queue.buffering.max.messages=1000000',
-			'-X', 'linger.ms=50', $file);
-		$self->{produced}{$topic}{$p} += scalar @{ $per[$p] };
+			'-X', 'linger.ms=50');
 	}
 
 	my $wm = $self->watermarks($topic);
@@ -746,8 +867,7 @@ sub produce_to
 	open my $fh, '>', $file or die "$file: $!";
 	print $fh map { "$_\n" } @$lines;
 	close $fh or die "$file: $!";
-	$self->kcat('-P', '-t', $topic, '-p', $p, '-l', $file);
-	$self->{produced}{$topic}{$p} += scalar @$lines;
+	$self->produce_file($topic, $p, $file, scalar @$lines);
 	return;
 }
 

@@ -1,0 +1,1178 @@
+/*
+ * ssjoin.c: one batch of a stream-stream join (SPEC 3.6), run by
+ * PostgreSQL's planner and executor.
+ *
+ * Each side keeps the rows that can still match in a state table of its
+ * own, streaming.join_<stream id>_<left|right> (the columns the query uses,
+ * then the row's id, event time, expiry and whether it matched; an index on
+ * the equality's columns and one on the expiry), written in the batch's
+ * transaction.  A batch's new rows of a side are a named tuplestore of the
+ * side's view's columns and the same four.  Every relation the queries read
+ * has that shape, so the stream query's own range-table entry of a side
+ * can become any of them: its new rows, its state, both, the rows to give
+ * NULL rows, or none.
+ *
+ * A batch, with the watermark W the previous batch committed:
+ *   1. new rows of each side whose event time is <= W are late: dropped
+ *      and counted (or kept, late_rows => 'keep');
+ *   2. stored rows whose expiry is <= W are evicted (their partners would
+ *      all be late); on an outer side the unmatched ones give their NULL
+ *      rows, on an anti join's left side they are its rows;
+ *   3. the pairs: new-left with (state-right and new-right), then
+ *      state-left with new-right, each the user's query made an inner join
+ *      over those relations, so a pair is found once whatever batches its
+ *      rows come in; an outer join's WHERE is evaluated per pair (a pair
+ *      that fails it still counts as matched, as in SQL); semi and anti
+ *      joins find pairs with the EXISTS's condition;
+ *   4. new rows already past their expiry are not stored: on an outer side
+ *      the unmatched ones give their NULL rows now, on an anti join's left
+ *      side its rows;
+ *   5. the other new rows are stored with whether they matched, and stored
+ *      rows that matched now are marked (an outer side's), or dropped (a
+ *      semi or anti join's left side: its row was given, or never will be).
+ * NULL rows are the user's query with the row's side reading those rows and
+ * the other side none, so its expressions and tables apply as in SQL; a
+ * semi join's rows, and an anti join's, are the user's query with its
+ * EXISTS true, over those rows of the left side.
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "executor/executor.h"
+#include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
+#include "nodes/nodeFuncs.h"
+#include "parser/analyze.h"
+#include "parser/parser.h"
+#include "parser/parsetree.h"
+#include "rewrite/rewriteManip.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "aggstate.h"
+#include "join.h"
+#include "options.h"
+#include "ssjoin.h"
+#include "statetable.h"
+
+/* the four columns every side relation has after the view's */
+#define HIDDEN_ROW_ID		0
+#define HIDDEN_EVENT_TIME	1
+#define HIDDEN_EXPIRES_AT	2
+#define HIDDEN_MATCHED		3
+#define NHIDDEN				4
+
+static const char *const hidden_names[NHIDDEN] = {
+	"_stm_row_id", "_stm_event_time", "_stm_expires_at", "_stm_matched"
+};
+static const Oid hidden_types[NHIDDEN] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID};
+
+static const char *const side_names[2] = {"left", "right"};
+
+/* the relations a side's range-table entry can read */
+typedef enum SideRelation
+{
+	SIDE_NEW,					/* the batch's new rows */
+	SIDE_STATE,					/* the stored rows */
+	SIDE_ALL,					/* both */
+	SIDE_ROWS,					/* rows to give their own rows (NULL rows, semi, anti) */
+	SIDE_NONE					/* no rows */
+} SideRelation;
+
+/* One side, in one batch. */
+typedef struct SideRun
+{
+	StmJoinSide *side;
+	char	   *table;			/* its state table, qualified and quoted */
+	TupleDesc	view_desc;		/* its view's columns */
+	TupleDesc	desc;			/* the view's, then the hidden ones */
+	Tuplestorestate *new_rows;
+	int64		nnew;
+	int64		cap;			/* new_matched and new_expired have room for this many */
+	bool	   *new_matched;	/* per new row (index: row id - first id) */
+	bool	   *new_expired;	/* already past its expiry (not stored) */
+	List	   *matched_state;	/* ids of stored rows that matched for the first time */
+	Tuplestorestate *rows;		/* SIDE_ROWS: rows to give their own rows */
+	int64		nrows;
+	TimestampTz max_event_time;
+	bool		has_max_event_time;
+	StmLateRows *keep_late;
+	ExprState  *own_qual;		/* the condition's part over this side alone, or NULL */
+	/* progress (Spark's state operator metrics) */
+	int64		num_late;
+	int64		num_removed;
+	int64		num_updated;
+	int64		num_null_rows;
+	int64		num_total;
+} SideRun;
+
+struct StmJoinRun
+{
+	StmStreamJoin *j;
+	StmQueryInfo *qi;
+	int32		stream_id;
+	const char *query_text;
+	int64		first_id;		/* row ids of this batch start here */
+	bool		has_watermark;
+	TimestampTz watermark;		/* W: the previous batch's */
+	SideRun		sides[2];
+	List	   *out_tlist;		/* what every query gives the batch: the output
+								 * row, or the joined row of an aggregate */
+	int			nout;
+	ExprContext *econtext;		/* for the sides' own quals */
+	StmJoinPlan **plans;		/* the runtime's kept plans, STM_SSJOIN_NPLANS */
+	MemoryContext plans_cxt;
+	MemoryContext cxt;			/* the batch's */
+	/* the batch's row function, while a query runs */
+	StmJoinRowFn fn;
+	void	   *arg;
+	int64		num_output;
+};
+
+static bool gives_unmatched(StmStreamJoin *j, int s);
+
+/* ---- names and shapes ---------------------------------------------------- */
+
+/* streaming.join_<stream id>_<left|right>, unquoted */
+char *
+stm_ssjoin_table(int32 stream_id, int side)
+{
+	return psprintf("join_%d_%s", stream_id, side_names[side]);
+}
+
+static char *
+enr_name(int side, SideRelation rel)
+{
+	return psprintf("streaming join %s %s", side_names[side],
+					rel == SIDE_NEW ? "new" : rel == SIDE_ROWS ? "rows" : "none");
+}
+
+/* the side relations' shape: the view's columns, then the hidden ones */
+static TupleDesc
+side_desc(TupleDesc view_desc)
+{
+	TupleDesc	desc = CreateTemplateTupleDesc(view_desc->natts + NHIDDEN);
+
+	for (int a = 0; a < view_desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(view_desc, a);
+
+		TupleDescInitEntry(desc, a + 1, NameStr(att->attname), att->atttypid, att->atttypmod, 0);
+		TupleDescInitEntryCollation(desc, a + 1, att->attcollation);
+	}
+	for (int h = 0; h < NHIDDEN; h++)
+		TupleDescInitEntry(desc, view_desc->natts + h + 1, hidden_names[h], hidden_types[h], -1, 0);
+	return desc;
+}
+
+/* The state table's columns (CREATE TABLE), the used view columns then the hidden ones. */
+static char *
+state_columns(StmJoinSide *side, TupleDesc view_desc)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int a = 0; a < view_desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(view_desc, a);
+
+		if (!bms_is_member(a + 1, side->used))
+			continue;
+		appendStringInfo(&buf, "%s %s, ", quote_identifier(NameStr(att->attname)),
+						 format_type_with_typemod(att->atttypid, att->atttypmod));
+	}
+	appendStringInfoString(&buf, "_stm_row_id bigint NOT NULL, _stm_event_time timestamptz, "
+						   "_stm_expires_at timestamptz, _stm_matched boolean NOT NULL");
+	return buf.data;
+}
+
+/*
+ * The state table as a side relation: the view's columns (NULL for those
+ * the query does not use, which are not stored), then the hidden ones.
+ */
+static char *
+state_select(SideRun *sr, const char *from)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "SELECT ");
+	for (int a = 0; a < sr->view_desc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(sr->view_desc, a);
+
+		if (bms_is_member(a + 1, sr->side->used))
+			appendStringInfo(&buf, "%s, ", quote_identifier(NameStr(att->attname)));
+		else
+			appendStringInfo(&buf, "NULL::%s AS %s, ",
+							 format_type_with_typemod(att->atttypid, att->atttypmod),
+							 quote_identifier(NameStr(att->attname)));
+	}
+	appendStringInfo(&buf, "_stm_row_id, _stm_event_time, _stm_expires_at, _stm_matched FROM %s", from);
+	return buf.data;
+}
+
+static TupleDesc
+view_desc_of(Oid view)
+{
+	Relation	rel = relation_open(view, AccessShareLock);
+	TupleDesc	desc = CreateTupleDescCopy(RelationGetDescr(rel));
+
+	relation_close(rel, AccessShareLock);
+	return desc;
+}
+
+/*
+ * create_stream: each side's state table in schema streaming (the
+ * extension's owner's, readable by the stream's owner), with an index on
+ * the columns the equality compares and one on the expiry.
+ */
+void
+stm_ssjoin_create_state(int32 stream_id, StmStreamJoin *j, Oid owner)
+{
+	for (int s = 0; s < 2; s++)
+	{
+		StmJoinSide *side = &j->sides[s];
+		TupleDesc	view_desc = view_desc_of(side->view);
+		StringInfoData keys;
+		ListCell   *lc;
+
+		initStringInfo(&keys);
+		foreach(lc, side->key_attnos)
+			appendStringInfo(&keys, "%s%s", keys.len ? ", " : "",
+							 quote_identifier(NameStr(TupleDescAttr(view_desc, lfirst_int(lc) - 1)->attname)));
+		stm_statetable_create(stm_ssjoin_table(stream_id, s), state_columns(side, view_desc),
+							  keys.len ? keys.data : "_stm_row_id",
+							  stm_ssjoin_side_bounded(j, s) ? "_stm_expires_at" : NULL, owner);
+	}
+}
+
+/* ---- the side relations -------------------------------------------------- */
+
+/* Parse and analyse SQL over the side relations' named tuplestores (env). */
+static Query *
+analyse(const char *sql, QueryEnvironment *env)
+{
+	List	   *raw = raw_parser(sql, RAW_PARSE_DEFAULT);
+
+	return parse_analyze_fixedparams(linitial_node(RawStmt, raw), sql, NULL, 0, env);
+}
+
+/*
+ * The range-table entry rtindex of q (a side's source) becomes the side
+ * relation rel: a named tuplestore, or a subquery over the state table.
+ */
+static void
+side_as_relation(StmJoinRun *run, Query *q, int rtindex, int s, SideRelation rel,
+				 QueryEnvironment *env)
+{
+	SideRun    *sr = &run->sides[s];
+	RangeTblEntry *rte;
+	Query	   *sub;
+
+	if (rel == SIDE_NEW || rel == SIDE_ROWS || rel == SIDE_NONE)
+	{
+		stm_join_rte_as_tuplestore(q, rtindex, sr->desc, enr_name(s, rel));
+		return;
+	}
+	if (rel == SIDE_STATE)
+		sub = analyse(state_select(sr, sr->table), env);
+	else
+		sub = analyse(psprintf("%s UNION ALL SELECT * FROM %s", state_select(sr, sr->table),
+							   quote_identifier(enr_name(s, SIDE_NEW))), env);
+	rte = rt_fetch(rtindex, q->rtable);
+	rte->rtekind = RTE_SUBQUERY;
+	rte->subquery = sub;
+	rte->relid = InvalidOid;
+	rte->relkind = 0;
+	rte->rellockmode = NoLock;
+	rte->inh = false;
+	rte->requiredPerms = 0;
+	rte->checkAsUser = InvalidOid;
+	rte->selectedCols = NULL;
+	rte->security_barrier = false;
+	for (int h = 0; h < NHIDDEN; h++)
+		rte->eref->colnames = lappend(rte->eref->colnames, makeString(pstrdup(hidden_names[h])));
+}
+
+/* A Var of a side's hidden column, in q's range table at rtindex. */
+static Var *
+hidden_var(StmJoinRun *run, int s, int rtindex, int hidden)
+{
+	return makeVar(rtindex, run->sides[s].view_desc->natts + hidden + 1, hidden_types[hidden],
+				   -1, InvalidOid, 0);
+}
+
+/* ---- the queries --------------------------------------------------------- */
+
+/* the kinds of queries a batch runs, each with a plan the runtime keeps */
+enum
+{
+	PLAN_PAIRS_NEW_LEFT,		/* new-left x (state-right + new-right) */
+	PLAN_PAIRS_STATE_LEFT,		/* state-left x new-right */
+	PLAN_ROWS_LEFT,				/* NULL rows of left rows, or semi / anti rows */
+	PLAN_ROWS_RIGHT				/* NULL rows of right rows */
+};
+
+/* The environment of a batch's queries: every side's named tuplestores. */
+static QueryEnvironment *
+batch_env(StmJoinRun *run)
+{
+	QueryEnvironment *env = create_queryEnv();
+
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+
+		register_ENR(env, stm_join_enr(enr_name(s, SIDE_NEW), sr->desc, sr->new_rows, sr->nnew));
+		register_ENR(env, stm_join_enr(enr_name(s, SIDE_ROWS), sr->desc, sr->rows, sr->nrows));
+		register_ENR(env, stm_join_enr(enr_name(s, SIDE_NONE), sr->desc,
+									   tuplestore_begin_heap(false, false, 64), 0));
+	}
+	return env;
+}
+
+/* The JoinExpr of range-table index rtindex in a join tree. */
+static JoinExpr *
+find_join(Node *node, int rtindex)
+{
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, JoinExpr))
+	{
+		JoinExpr   *j = (JoinExpr *) node;
+		JoinExpr   *found;
+
+		if (j->rtindex == rtindex)
+			return j;
+		if ((found = find_join(j->larg, rtindex)) != NULL)
+			return found;
+		return find_join(j->rarg, rtindex);
+	}
+	if (IsA(node, FromExpr))
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((FromExpr *) node)->fromlist)
+		{
+			JoinExpr   *found = find_join(lfirst(lc), rtindex);
+
+			if (found)
+				return found;
+		}
+	}
+	return NULL;
+}
+
+/* The EXISTS conjunct of a semi or anti join's WHERE, replaced by TRUE. */
+static Node *
+exists_true(Node *node, SubLink *sublink)
+{
+	if (node == NULL)
+		return NULL;
+	if (equal(node, sublink))
+		return makeBoolConst(true, false);
+	if (IsA(node, BoolExpr) && ((BoolExpr *) node)->boolop == NOT_EXPR &&
+		equal(linitial(((BoolExpr *) node)->args), sublink))
+		return makeBoolConst(true, false);
+	if (IsA(node, BoolExpr) && ((BoolExpr *) node)->boolop == AND_EXPR)
+	{
+		BoolExpr   *b = (BoolExpr *) copyObject(node);
+		ListCell   *lc;
+
+		foreach(lc, b->args)
+			lfirst(lc) = exists_true(lfirst(lc), sublink);
+		return (Node *) b;
+	}
+	return node;
+}
+
+/*
+ * The pairs of an inner or outer join: the user's query made an inner join
+ * with the left side reading left_rel and the right right_rel; its rows are
+ * the output (or joined) row, whether an outer join's WHERE holds for it,
+ * and both sides' ids and matched flags.
+ */
+static Query *
+pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, QueryEnvironment *env)
+{
+	StmStreamJoin *j = run->j;
+	Query	   *q = copyObject(run->qi->query);
+	int			l = j->sides[STM_JOIN_LEFT_SIDE].rtindex;
+	int			r = j->sides[STM_JOIN_RIGHT_SIDE].rtindex;
+	Node	   *pass = (Node *) makeBoolConst(true, false);
+	List	   *tlist = copyObject(run->out_tlist);
+
+	if (run->qi->agg)
+		stm_join_strip_aggregation(q);
+	if (j->type != STM_JOIN_INNER)
+	{
+		/* the same JoinExpr in the copy, by its range-table index */
+		JoinExpr   *join = find_join((Node *) q->jointree, j->join->rtindex);
+
+		join->jointype = JOIN_INNER;
+		rt_fetch(join->rtindex, q->rtable)->jointype = JOIN_INNER;
+		/* a pair that fails the WHERE still matched, as in SQL: the WHERE is per pair */
+		if (q->jointree->quals)
+			pass = q->jointree->quals;
+		q->jointree->quals = NULL;
+	}
+	side_as_relation(run, q, l, STM_JOIN_LEFT_SIDE, left_rel, env);
+	side_as_relation(run, q, r, STM_JOIN_RIGHT_SIDE, right_rel, env);
+	tlist = lappend(tlist, makeTargetEntry((Expr *) pass, list_length(tlist) + 1, "_stm_pass", false));
+	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 0, l, HIDDEN_ROW_ID), list_length(tlist) + 1, NULL, false));
+	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 0, l, HIDDEN_MATCHED), list_length(tlist) + 1, NULL, false));
+	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 1, r, HIDDEN_ROW_ID), list_length(tlist) + 1, NULL, false));
+	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 1, r, HIDDEN_MATCHED), list_length(tlist) + 1, NULL, false));
+	q->targetList = tlist;
+	return q;
+}
+
+/*
+ * The pairs of a semi or anti join: FROM left, right WHERE the EXISTS's
+ * condition (its Vars moved to this query's levels), giving the left row's
+ * id and matched flag.
+ */
+static Query *
+exists_pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel,
+				   QueryEnvironment *env)
+{
+	StmStreamJoin *j = run->j;
+	Query	   *top = run->qi->query;
+	Query	   *sub = (Query *) j->sublink->subselect;
+	Query	   *q = makeNode(Query);
+	Node	   *cond = copyObject(sub->jointree->quals);
+	int			l = j->sides[STM_JOIN_LEFT_SIDE].rtindex;
+	const int	tmp = 10000;
+
+	/* the right side (1 in the EXISTS) becomes 2, the left (one level up) 1 */
+	ChangeVarNodes(cond, 1, tmp, 0);
+	IncrementVarSublevelsUp(cond, -1, 1);
+	ChangeVarNodes(cond, l, 1, 0);
+	ChangeVarNodes(cond, tmp, 2, 0);
+	q->commandType = CMD_SELECT;
+	q->querySource = QSRC_ORIGINAL;
+	q->canSetTag = true;
+	q->rtable = list_make2(copyObject(rt_fetch(l, top->rtable)),
+						   copyObject(linitial(sub->rtable)));
+	q->jointree = makeFromExpr(list_make2(makeNode(RangeTblRef), makeNode(RangeTblRef)), cond);
+	((RangeTblRef *) linitial(q->jointree->fromlist))->rtindex = 1;
+	((RangeTblRef *) lsecond(q->jointree->fromlist))->rtindex = 2;
+	q->hasSubLinks = sub->hasSubLinks;
+	side_as_relation(run, q, 1, STM_JOIN_LEFT_SIDE, left_rel, env);
+	side_as_relation(run, q, 2, STM_JOIN_RIGHT_SIDE, right_rel, env);
+	q->targetList = list_make2(makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_ROW_ID), 1, "id", false),
+							   makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_MATCHED), 2, "matched", false));
+	return q;
+}
+
+/*
+ * A side's own rows (SIDE_ROWS): an outer join's NULL rows (the user's
+ * query, the other side reading no rows), or a semi or anti join's rows
+ * (the user's query, its EXISTS true).
+ */
+static Query *
+rows_query(StmJoinRun *run, int s, QueryEnvironment *env)
+{
+	StmStreamJoin *j = run->j;
+	Query	   *q = copyObject(run->qi->query);
+
+	if (run->qi->agg)
+		stm_join_strip_aggregation(q);
+	q->targetList = copyObject(run->out_tlist);
+	if (j->sublink)
+	{
+		q->jointree->quals = exists_true(q->jointree->quals, j->sublink);
+		q->hasSubLinks = true;	/* others may remain; the planner looks */
+		side_as_relation(run, q, j->sides[STM_JOIN_LEFT_SIDE].rtindex, STM_JOIN_LEFT_SIDE,
+						 SIDE_ROWS, env);
+		return q;
+	}
+	side_as_relation(run, q, j->sides[s].rtindex, s, SIDE_ROWS, env);
+	side_as_relation(run, q, j->sides[1 - s].rtindex, 1 - s, SIDE_NONE, env);
+	return q;
+}
+
+/* ---- a batch --------------------------------------------------------------- */
+
+/*
+ * A batch's join: the sides' new rows are gathered (stm_ssjoin_add), then
+ * stm_ssjoin_run does the rest.  watermark: W, the previous batch's (none
+ * before the stream has one); plans: the runtime's STM_SSJOIN_NPLANS kept
+ * plans.  An aggregate query's joined row is made here (it changes
+ * qi->agg to read it), with qi->source_rtindex the side of its window.
+ */
+StmJoinRun *
+stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char *query_text,
+				 int64 batch_id, bool has_watermark, TimestampTz watermark,
+				 StmJoinPlan **plans, MemoryContext plans_cxt, StmLateRows **keep_late)
+{
+	StmJoinRun *run = palloc0(sizeof(StmJoinRun));
+
+	run->j = j;
+	run->qi = qi;
+	run->stream_id = stream_id;
+	run->query_text = query_text;
+	run->first_id = batch_id << 32;
+	run->has_watermark = has_watermark;
+	run->watermark = watermark;
+	run->plans = plans;
+	run->plans_cxt = plans_cxt;
+	run->cxt = CurrentMemoryContext;
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+
+		sr->side = &j->sides[s];
+		sr->table = psprintf("streaming.%s", quote_identifier(stm_ssjoin_table(stream_id, s)));
+		sr->view_desc = view_desc_of(sr->side->view);
+		sr->desc = side_desc(sr->view_desc);
+		sr->new_rows = tuplestore_begin_heap(false, false, work_mem);
+		sr->rows = tuplestore_begin_heap(false, false, work_mem);
+		sr->keep_late = keep_late ? keep_late[s] : NULL;
+		if (sr->side->own_quals)
+			sr->own_qual = ExecInitQual((List *) expression_planner((Expr *) sr->side->own_quals), NULL);
+	}
+	run->econtext = CreateStandaloneExprContext();
+	if (qi->agg)
+	{
+		Query	   *q = copyObject(qi->query);
+		int			s = qi->source_rtindex == j->sides[STM_JOIN_RIGHT_SIDE].rtindex &&
+			!j->sublink ? STM_JOIN_RIGHT_SIDE : STM_JOIN_LEFT_SIDE;
+
+		run->out_tlist = stm_join_row_targetlist(q, qi, run->sides[s].view_desc);
+	}
+	else
+		run->out_tlist = stm_query_output_targetlist(qi);
+	run->nout = list_length(run->out_tlist);
+	return run;
+}
+
+/* the per-row flags of a side's new rows, grown as rows come */
+static void
+grow_flags(SideRun *sr)
+{
+	int64		cap = Max(sr->cap * 2, 1024);
+
+	if (sr->cap == 0)
+	{
+		sr->new_matched = palloc0(cap);
+		sr->new_expired = palloc0(cap);
+	}
+	else
+	{
+		sr->new_matched = repalloc(sr->new_matched, cap);
+		sr->new_expired = repalloc(sr->new_expired, cap);
+		memset(sr->new_matched + sr->cap, 0, cap - sr->cap);
+		memset(sr->new_expired + sr->cap, 0, cap - sr->cap);
+	}
+	sr->cap = cap;
+}
+
+/*
+ * A new row of a side (the view's columns): its event time moves the side's
+ * watermark; a late row (event time <= W) is dropped and counted, or kept
+ * with late_rows => 'keep'; the others join, with their id and expiry.
+ */
+void
+stm_ssjoin_add(StmJoinRun *run, int s, TupleTableSlot *slot)
+{
+	SideRun    *sr = &run->sides[s];
+	StmJoinSide *side = sr->side;
+	int			natts = sr->view_desc->natts;
+	Datum	   *values = palloc(sizeof(Datum) * (natts + NHIDDEN));
+	bool	   *nulls = palloc0(sizeof(bool) * (natts + NHIDDEN));
+	TimestampTz t = 0;
+	bool		has_time = false;
+
+	slot_getallattrs(slot);
+	memcpy(values, slot->tts_values, sizeof(Datum) * natts);
+	memcpy(nulls, slot->tts_isnull, sizeof(bool) * natts);
+	if (side->time_att > 0 && !nulls[side->time_att - 1])
+	{
+		t = DatumGetTimestampTz(values[side->time_att - 1]);
+		has_time = true;
+		if (!sr->has_max_event_time || t > sr->max_event_time)
+			sr->max_event_time = t;
+		sr->has_max_event_time = true;
+		if (run->has_watermark && t <= run->watermark)
+		{
+			sr->num_late++;
+			if (sr->keep_late)
+				stm_late_row_keep(sr->keep_late, values, nulls, side->time_att - 1);
+			return;
+		}
+	}
+	/* what fails the condition's part over this side alone matches nothing: never stored */
+	if (sr->own_qual)
+	{
+		bool		pass;
+
+		run->econtext->ecxt_scantuple = slot;
+		pass = ExecQual(sr->own_qual, run->econtext);
+		ResetExprContext(run->econtext);
+		if (!pass)
+		{
+			/* an outer side's row gives its NULL row now, an anti join's its row */
+			if (gives_unmatched(run->j, s))
+			{
+				values[natts + HIDDEN_ROW_ID] = Int64GetDatum(-1);
+				values[natts + HIDDEN_EVENT_TIME] = TimestampTzGetDatum(t);
+				nulls[natts + HIDDEN_EVENT_TIME] = !has_time;
+				nulls[natts + HIDDEN_EXPIRES_AT] = true;
+				values[natts + HIDDEN_MATCHED] = BoolGetDatum(false);
+				tuplestore_putvalues(sr->rows, sr->desc, values, nulls);
+				sr->nrows++;
+			}
+			return;
+		}
+	}
+	if (sr->nnew == sr->cap)
+		grow_flags(sr);
+	values[natts + HIDDEN_ROW_ID] = Int64GetDatum(run->first_id + sr->nnew);
+	values[natts + HIDDEN_EVENT_TIME] = TimestampTzGetDatum(t);
+	nulls[natts + HIDDEN_EVENT_TIME] = !has_time;
+	nulls[natts + HIDDEN_EXPIRES_AT] = true;
+	if (has_time && stm_ssjoin_side_bounded(run->j, s))
+	{
+		TimestampTz expiry = stm_ssjoin_expiry(&side->bound, t);
+
+		values[natts + HIDDEN_EXPIRES_AT] = TimestampTzGetDatum(expiry);
+		nulls[natts + HIDDEN_EXPIRES_AT] = false;
+		/* not late, but past its own bound: joined now, never stored */
+		sr->new_expired[sr->nnew] = run->has_watermark && expiry <= run->watermark;
+	}
+	values[natts + HIDDEN_MATCHED] = BoolGetDatum(false);
+	tuplestore_putvalues(sr->new_rows, sr->desc, values, nulls);
+	sr->nnew++;
+	pfree(values);
+	pfree(nulls);
+}
+
+/* An id of a side that matched: a new row's flag, or a stored row to mark. */
+static void
+note_match(StmJoinRun *run, int s, int64 id, bool was_matched)
+{
+	SideRun    *sr = &run->sides[s];
+
+	if (id >= run->first_id && id < run->first_id + sr->nnew)
+		sr->new_matched[id - run->first_id] = true;
+	else if (!was_matched)
+	{
+		MemoryContext old = MemoryContextSwitchTo(run->cxt);
+
+		sr->matched_state = lappend(sr->matched_state, palloc(sizeof(int64)));
+		*(int64 *) llast(sr->matched_state) = id;
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/* A pair of an inner or outer join: the flags, and the row when the WHERE holds. */
+static void
+pair_row(void *arg, TupleTableSlot *slot)
+{
+	StmJoinRun *run = arg;
+	int			n = run->nout;
+	Datum	   *v = slot->tts_values;
+	bool	   *isnull = slot->tts_isnull;
+
+	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(v[n + 1]), DatumGetBool(v[n + 2]));
+	note_match(run, STM_JOIN_RIGHT_SIDE, DatumGetInt64(v[n + 3]), DatumGetBool(v[n + 4]));
+	if (!isnull[n] && DatumGetBool(v[n]))
+	{
+		run->num_output++;
+		run->fn(run->arg, slot);
+	}
+}
+
+/* A pair of a semi or anti join: the left row matched. */
+static void
+exists_pair_row(void *arg, TupleTableSlot *slot)
+{
+	StmJoinRun *run = arg;
+
+	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(slot->tts_values[0]),
+			   DatumGetBool(slot->tts_values[1]));
+}
+
+/* A row of a rows query (NULL rows, semi and anti rows): the batch's. */
+static void
+own_row(void *arg, TupleTableSlot *slot)
+{
+	StmJoinRun *run = arg;
+
+	run->num_output++;
+	run->fn(run->arg, slot);
+}
+
+/* A tuple of the side's shape (a SPI result row) into its rows to give their own rows. */
+static void
+add_to_rows(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	SideRun    *sr = arg;
+
+	tuplestore_puttuple(sr->rows, tuple);
+	sr->nrows++;
+}
+
+typedef struct EvictArg
+{
+	SideRun    *sr;
+	bool		keep_unmatched; /* unmatched rows give their own rows */
+} EvictArg;
+
+static void
+evicted_row(void *arg, HeapTuple tuple, TupleDesc desc)
+{
+	EvictArg   *e = arg;
+	bool		isnull;
+	bool		matched = DatumGetBool(heap_getattr(tuple, desc->natts, desc, &isnull));
+
+	e->sr->num_removed++;
+	if (e->keep_unmatched && !matched)
+		add_to_rows(e->sr, tuple, desc);
+}
+
+/* Do the unmatched rows of side s give their own rows (NULL rows, anti rows)? */
+static bool
+gives_unmatched(StmStreamJoin *j, int s)
+{
+	if (s == STM_JOIN_LEFT_SIDE)
+		return j->type == STM_JOIN_LEFT || j->type == STM_JOIN_FULL || j->type == STM_JOIN_ANTI;
+	return j->type == STM_JOIN_RIGHT || j->type == STM_JOIN_FULL;
+}
+
+/* Step 2: stored rows past the watermark go; an outer (anti) side's unmatched give their rows. */
+static void
+evict(StmJoinRun *run, int s)
+{
+	SideRun    *sr = &run->sides[s];
+	EvictArg	e = {sr, gives_unmatched(run->j, s)};
+	StmSql		q;
+
+	if (!run->has_watermark || !stm_ssjoin_side_bounded(run->j, s))
+		return;
+	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_expires_at <= :w RETURNING *) %s",
+							  sr->table, state_select(sr, "d")));
+	stm_sql_timestamptz(&q, "w", run->watermark, false);
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, evicted_row, &e);
+}
+
+/* Run one of the batch's queries, its plan kept in slot plan. */
+static void
+run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRowFn fn)
+{
+	stm_join_exec(&run->plans[plan], run->plans_cxt, q, run->query_text, env, fn, run);
+}
+
+/* Step 3: the pairs, each once: new-left x (state + new right), state-left x new-right. */
+static void
+find_pairs(StmJoinRun *run, QueryEnvironment *env)
+{
+	bool		exists = run->j->sublink != NULL;
+	StmJoinRowFn fn = exists ? exists_pair_row : pair_row;
+
+	if (run->sides[STM_JOIN_LEFT_SIDE].nnew > 0)
+		run_query(run, PLAN_PAIRS_NEW_LEFT,
+				  exists ? exists_pairs_query(run, SIDE_NEW, SIDE_ALL, env) :
+				  pairs_query(run, SIDE_NEW, SIDE_ALL, env), env, fn);
+	if (run->sides[STM_JOIN_RIGHT_SIDE].nnew > 0)
+		run_query(run, PLAN_PAIRS_STATE_LEFT,
+				  exists ? exists_pairs_query(run, SIDE_STATE, SIDE_NEW, env) :
+				  pairs_query(run, SIDE_STATE, SIDE_NEW, env), env, fn);
+}
+
+/*
+ * New rows of side s that match pred (of their index): into the side's
+ * rows to give their own rows.
+ */
+static void
+new_rows_into_rows(SideRun *sr, bool want_matched, bool want_expired)
+{
+	TupleTableSlot *slot = MakeSingleTupleTableSlot(sr->desc, &TTSOpsMinimalTuple);
+	int			ptr = tuplestore_alloc_read_pointer(sr->new_rows, 0);
+	int64		k = 0;
+
+	tuplestore_select_read_pointer(sr->new_rows, ptr);
+	tuplestore_rescan(sr->new_rows);
+	while (tuplestore_gettupleslot(sr->new_rows, true, false, slot))
+	{
+		if ((!want_expired || sr->new_expired[k]) && sr->new_matched[k] == want_matched)
+		{
+			tuplestore_puttupleslot(sr->rows, slot);
+			sr->nrows++;
+		}
+		k++;
+	}
+	tuplestore_select_read_pointer(sr->new_rows, 0);
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/* bigint[] of the new rows' ids whose flag is set (matched, or expired) */
+static ArrayType *
+new_ids(StmJoinRun *run, SideRun *sr, bool *flags, bool *or_flags)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * Max(sr->nnew, 1));
+	int			n = 0;
+
+	for (int64 k = 0; k < sr->nnew; k++)
+		if (flags[k] || (or_flags && or_flags[k]))
+			ids[n++] = Int64GetDatum(run->first_id + k);
+	return construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+static ArrayType *
+id_list_array(List *ids)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(list_length(ids), 1));
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, ids)
+		d[n++] = Int64GetDatum(*(int64 *) lfirst(lc));
+	return construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+/*
+ * Step 4, a semi or anti join's left side: a semi join gives its rows that
+ * matched for the first time (new ones, and stored ones, which go: done),
+ * an anti join those that can match no more (evicted, or new and past
+ * their bound) unmatched; the stored ones that matched go too (never).
+ */
+static void
+exists_rows(StmJoinRun *run)
+{
+	SideRun    *sr = &run->sides[STM_JOIN_LEFT_SIDE];
+	bool		semi = run->j->type == STM_JOIN_SEMI;
+	StmSql		q;
+
+	if (semi)
+		new_rows_into_rows(sr, true, false);
+	else
+		new_rows_into_rows(sr, false, true);
+	if (sr->matched_state == NIL)
+		return;
+	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_row_id = ANY (:ids) RETURNING *) %s",
+							  sr->table, state_select(sr, "d")));
+	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
+	(void) stm_catalog_run(&q, SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
+	sr->num_removed += list_length(sr->matched_state);
+}
+
+/*
+ * Step 5: the new rows of a side that can still match go into its state
+ * table, with whether they matched; not a semi or anti join's left rows
+ * that matched (their row was given, or never will be).
+ */
+static void
+store_new_rows(StmJoinRun *run, int s)
+{
+	SideRun    *sr = &run->sides[s];
+	bool		exists_left = run->j->sublink != NULL && s == STM_JOIN_LEFT_SIDE;
+	StringInfoData cols;
+	StmSql		q;
+	uint64		n;
+
+	if (sr->nnew == 0)
+		return;
+	initStringInfo(&cols);
+	for (int a = 0; a < sr->view_desc->natts; a++)
+		if (bms_is_member(a + 1, sr->side->used))
+			appendStringInfo(&cols, "%s, ", quote_identifier(NameStr(TupleDescAttr(sr->view_desc, a)->attname)));
+	appendStringInfoString(&cols, "_stm_row_id, _stm_event_time, _stm_expires_at");
+	stm_sql_init(&q, psprintf("INSERT INTO %s (%s, _stm_matched) SELECT %s, _stm_row_id = ANY (:matched) "
+							  "FROM %s WHERE NOT _stm_row_id = ANY (:skip)",
+							  sr->table, cols.data, cols.data, quote_identifier(enr_name(s, SIDE_NEW))));
+	stm_sql_param(&q, "matched", INT8ARRAYOID,
+				  PointerGetDatum(new_ids(run, sr, sr->new_matched, NULL)), false);
+	stm_sql_param(&q, "skip", INT8ARRAYOID,
+				  PointerGetDatum(new_ids(run, sr, sr->new_expired, exists_left ? sr->new_matched : NULL)),
+				  false);
+	stm_sql_relation(&q, stm_join_enr(enr_name(s, SIDE_NEW), sr->desc, sr->new_rows, sr->nnew));
+	n = stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
+	sr->num_updated += n;
+}
+
+/* Step 5: stored rows of a side that matched for the first time are marked (outer) or go (anti). */
+static void
+mark_matched(StmJoinRun *run, int s)
+{
+	SideRun    *sr = &run->sides[s];
+	StmSql		q;
+
+	if (sr->matched_state == NIL || !gives_unmatched(run->j, s) || run->j->type == STM_JOIN_ANTI)
+		return;
+	stm_sql_init(&q, psprintf("UPDATE %s SET _stm_matched = true WHERE _stm_row_id = ANY (:ids) "
+							  "AND NOT _stm_matched", sr->table));
+	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
+	sr->num_updated += stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
+}
+
+/*
+ * The batch's join, after every new row was added: evict, pairs, the rows
+ * that give their own rows, state written (see the file's header).  Every
+ * output row (or joined row of an aggregate) goes to fn, whose slot may
+ * hold more columns after the output's.
+ */
+void
+stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
+{
+	StmStreamJoin *j = run->j;
+	QueryEnvironment *env;
+
+	run->fn = fn;
+	run->arg = arg;
+	for (int s = 0; s < 2; s++)
+		evict(run, s);
+	CommandCounterIncrement();
+	env = batch_env(run);
+	find_pairs(run, env);
+	if (j->sublink)
+		exists_rows(run);
+	else
+		for (int s = 0; s < 2; s++)
+			if (gives_unmatched(j, s))
+				new_rows_into_rows(&run->sides[s], false, true);
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+		int64		before = run->num_output;
+
+		if (sr->nrows == 0 || (j->sublink && s == STM_JOIN_RIGHT_SIDE))
+			continue;
+		env = batch_env(run);	/* the rows' count, for the planner */
+		run_query(run, s == STM_JOIN_LEFT_SIDE ? PLAN_ROWS_LEFT : PLAN_ROWS_RIGHT,
+				  rows_query(run, s, env), env, own_row);
+		if (!j->sublink)
+			sr->num_null_rows += run->num_output - before;
+	}
+	for (int s = 0; s < 2; s++)
+	{
+		store_new_rows(run, s);
+		mark_matched(run, s);
+	}
+	CommandCounterIncrement();
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+
+		bool		isnull;
+
+		sr->num_total = DatumGetInt64(stm_catalog_value(psprintf("SELECT count(*) FROM %s", sr->table),
+														0, NULL, NULL, &isnull));
+		tuplestore_end(sr->new_rows);
+		tuplestore_end(sr->rows);
+	}
+	FreeExprContext(run->econtext, true);
+}
+
+/*
+ * What the batch reports: per side (by alias) Spark's state metrics and
+ * the NULL rows given (progress.state_operators), the late rows and state
+ * rows summed over the sides, and each side's largest event time.
+ */
+void
+stm_ssjoin_progress(StmJoinRun *run, StringInfo json, int64 *num_late, int64 *num_state,
+					bool *has_max, TimestampTz *max)
+{
+	appendStringInfoChar(json, '{');
+	*num_late = 0;
+	*num_state = 0;
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+
+		if (s > 0)
+			appendStringInfoString(json, ", ");
+		escape_json(json, sr->side->alias);
+		appendStringInfo(json, ": {\"side\": \"%s\", \"numRowsTotal\": " INT64_FORMAT
+						 ", \"numRowsUpdated\": " INT64_FORMAT ", \"numRowsRemoved\": " INT64_FORMAT
+						 ", \"numRowsDroppedByWatermark\": " INT64_FORMAT ", \"numNullRows\": " INT64_FORMAT "}",
+						 side_names[s], sr->num_total, sr->num_updated, sr->num_removed,
+						 sr->num_late, sr->num_null_rows);
+		*num_late += sr->num_late;
+		*num_state += sr->num_total;
+		has_max[s] = sr->has_max_event_time;
+		max[s] = sr->max_event_time;
+	}
+	appendStringInfoChar(json, '}');
+}
+
+/* ---- the stream's watermark ---------------------------------------------- */
+
+/* A side's entry of side_watermarks, by its alias: what batches learnt of it. */
+typedef struct SideClock
+{
+	bool		has_watermark;
+	TimestampTz watermark;		/* max(event time seen) - delay, idle advances included */
+	bool		has_idle_clock;
+	TimestampTz idle_clock_at;	/* its last records, or its last idle advance */
+	int64		delay_us;
+	int64		idle_timeout_us;
+} SideClock;
+
+static int64
+side_int8(Jsonb *obj, const char *key, bool *found)
+{
+	char	   *v = obj ? stm_option_text(obj, key) : NULL;
+
+	*found = v != NULL;
+	return v ? pg_strtoint64(v) : 0;
+}
+
+static void
+read_side_clock(Jsonb *sides, const char *alias, SideClock *c)
+{
+	Jsonb	   *entry = sides ? stm_option_jsonb(sides, alias) : NULL;
+
+	memset(c, 0, sizeof(*c));
+	c->watermark = side_int8(entry, "watermark_us", &c->has_watermark);
+	c->idle_clock_at = side_int8(entry, "idle_clock_us", &c->has_idle_clock);
+	{
+		bool		found;
+
+		c->delay_us = side_int8(entry, "delay_us", &found);
+		c->idle_timeout_us = side_int8(entry, "idle_timeout_us", &found);
+	}
+}
+
+/* The stream's watermark from its sides': the policy over the watermarked sides. */
+static TimestampTz
+combine(bool max_policy, const bool *watermarked, const SideClock *c)
+{
+	TimestampTz w = 0;
+	bool		any = false;
+
+	for (int s = 0; s < 2; s++)
+	{
+		TimestampTz side_w = c[s].has_watermark ? c[s].watermark : STM_UNIX_EPOCH;
+
+		if (!watermarked[s])
+			continue;
+		w = !any ? side_w : max_policy ? Max(w, side_w) : Min(w, side_w);
+		any = true;
+	}
+	return any ? w : STM_UNIX_EPOCH;
+}
+
+static int64
+interval_us(const Interval *iv)
+{
+	return iv->time + (int64) iv->day * USECS_PER_DAY + (int64) iv->month * 30 * USECS_PER_DAY;
+}
+
+/*
+ * The stream's watermark after a batch (SPEC 3.6): each side's is max(its
+ * event time seen) - its delay, or, when it had no records for its
+ * idle_timeout, as if a record of now() - delay had come (3.1); the
+ * stream's is the minimum of the sides' (a side that has seen nothing yet
+ * counting as 1970), or the maximum by policy, and never moves back.  The
+ * sides' clocks go into *sides_json for the stream's row.
+ */
+TimestampTz
+stm_ssjoin_watermark(StmStreamJoin *j, Jsonb *prev_sides, const bool *has_max,
+					 const TimestampTz *max, TimestampTz now, TimestampTz prev_w,
+					 char **sides_json)
+{
+	SideClock	c[2];
+	bool		watermarked[2];
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int s = 0; s < 2; s++)
+	{
+		StmJoinSide *side = &j->sides[s];
+
+		read_side_clock(prev_sides, side->alias, &c[s]);
+		watermarked[s] = side->has_delay;
+		c[s].delay_us = side->has_delay ? interval_us(&side->delay) : 0;
+		c[s].idle_timeout_us = side->idle_timeout_us;
+		if (!c[s].has_idle_clock || has_max[s])
+		{
+			c[s].idle_clock_at = now;
+			c[s].has_idle_clock = true;
+		}
+		if (side->has_delay && has_max[s])
+		{
+			TimestampTz cand = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+																	   TimestampTzGetDatum(max[s]),
+																	   IntervalPGetDatum(&side->delay)));
+
+			c[s].watermark = c[s].has_watermark ? Max(c[s].watermark, cand) : cand;
+			c[s].has_watermark = true;
+		}
+		else if (side->has_delay && side->idle_timeout_us > 0 &&
+				 now - c[s].idle_clock_at >= side->idle_timeout_us)
+		{
+			TimestampTz idle = now - 2 * c[s].delay_us;
+
+			if (!c[s].has_watermark || idle > c[s].watermark)
+			{
+				c[s].watermark = idle;
+				c[s].has_watermark = true;
+			}
+			c[s].idle_clock_at = now;
+		}
+		if (s > 0)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, side->alias);
+		appendStringInfo(&buf, ": {\"delay_us\": " INT64_FORMAT ", \"idle_timeout_us\": " INT64_FORMAT
+						 ", \"idle_clock_us\": " INT64_FORMAT,
+						 c[s].delay_us, c[s].idle_timeout_us, c[s].idle_clock_at);
+		if (c[s].has_watermark)
+			appendStringInfo(&buf, ", \"watermark_us\": " INT64_FORMAT, c[s].watermark);
+		appendStringInfoChar(&buf, '}');
+	}
+	appendStringInfoChar(&buf, '}');
+	*sides_json = buf.data;
+	return Max(prev_w, combine(j->max_policy, watermarked, c));
+}
+
+/*
+ * A batch with no records is due when a quiet side's idle advance would
+ * move the stream's watermark (read from what the last batch stored).
+ */
+bool
+stm_ssjoin_idle_due(Jsonb *sides, bool max_policy, TimestampTz prev_w, TimestampTz now)
+{
+	SideClock	c[2];
+	bool		watermarked[2] = {false, false};
+	bool		due = false;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			s = 0;
+
+	if (sides == NULL)
+		return false;
+	it = JsonbIteratorInit(&sides->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE && s < 2)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		read_side_clock(sides, pnstrdup(v.val.string.val, v.val.string.len), &c[s]);
+		watermarked[s] = c[s].delay_us > 0 || c[s].has_watermark;
+		if (c[s].idle_timeout_us > 0 && c[s].has_idle_clock &&
+			now - c[s].idle_clock_at >= c[s].idle_timeout_us)
+		{
+			TimestampTz idle = now - 2 * c[s].delay_us;
+
+			if (!c[s].has_watermark || idle > c[s].watermark)
+			{
+				c[s].watermark = idle;
+				c[s].has_watermark = true;
+				due = true;
+			}
+		}
+		s++;
+	}
+	return due && combine(max_policy, watermarked, c) > prev_w;
+}
