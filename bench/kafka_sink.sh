@@ -50,6 +50,9 @@
 #   --sink-options J    kafka_options of the Kafka sinks (default
 #                       {"compression.type": "lz4"})
 #   --outbox-max-rows N streaming.outbox_max_rows of the server (default: its default)
+#   --max-offsets N     max_offsets_per_trigger of the orders source (default
+#                       none): both streams in batches of N, as the Kafka
+#                       sink's are of half the outbox anyway
 #   --perf              profile the worker of round 1's Kafka stream
 #                       (perf record -g; its report goes to stderr)
 # Environment: KS_PRE_SQL, SQL run after CREATE EXTENSION (e.g. the outbox's
@@ -68,6 +71,7 @@ PERF=
 SOURCE_OPTIONS='{}'
 SINK_OPTIONS='{"compression.type": "lz4"}'
 OUTBOX_MAX_ROWS=
+MAX_OFFSETS=NULL
 while [ $# -gt 0 ]; do
 	case $1 in
 		--records) RECORDS=$2; shift 2 ;;
@@ -80,6 +84,7 @@ while [ $# -gt 0 ]; do
 		--source-options) SOURCE_OPTIONS=$2; shift 2 ;;
 		--sink-options) SINK_OPTIONS=$2; shift 2 ;;
 		--outbox-max-rows) OUTBOX_MAX_ROWS=$2; shift 2 ;;
+		--max-offsets) MAX_OFFSETS=$2; shift 2 ;;
 		-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/kafka_sink.sh: unknown argument \"$1\"" >&2; exit 2 ;;
 	esac
@@ -125,7 +130,7 @@ psql_do() { "$STM_BINDIR/psql" -XAtq -v ON_ERROR_STOP=1 -h "$SOCK" -p 5432 -U "$
 psql_do -c "CREATE EXTENSION streaming" || die "CREATE EXTENSION failed"
 [ -n "${KS_PRE_SQL:-}" ] && { psql_do -c "$KS_PRE_SQL" || die "KS_PRE_SQL failed"; }
 psql_do -c "SELECT streaming.create_kafka_source('orders', '$BOOTSTRAP', topics => ARRAY['orders'],
-	starting_offsets => 'earliest', kafka_options => '$SOURCE_OPTIONS',
+	starting_offsets => 'earliest', kafka_options => '$SOURCE_OPTIONS', max_offsets_per_trigger => $MAX_OFFSETS,
 	columns => 'order_id bigint, user_id bigint, amount numeric(10,2), status text, event_time timestamptz')" >/dev/null ||
 	die "create_kafka_source failed"
 QUERY='SELECT order_id, user_id, amount, status, event_time FROM orders'

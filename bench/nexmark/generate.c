@@ -8,8 +8,10 @@
  * EVENTS events in all, RATE events per second of event time from BASE_MS
  * (ms since the epoch), a deterministic stream for SEED; writes
  * OUTDIR/person.jsonl, OUTDIR/auction.jsonl and OUTDIR/bid.jsonl and prints
- * "persons auctions bids q2_rows" (q2_rows: the bids whose auction id is a
- * multiple of 123, what q2 must select).
+ * "persons auctions bids q2_rows q3_rows q8_rows": what q2 must select (the
+ * bids whose auction id is a multiple of 123), q3 (auctions of category 10
+ * by a person of OR, ID or CA) and q8 (persons who created an auction in
+ * the 10-second window they were created in).
  *
  * The model follows the Nexmark generator as Apache Beam and the
  * nexmark/nexmark repository (Flink) write it, with their default
@@ -273,6 +275,17 @@ channel_url(int n)
 
 /* ---- events ------------------------------------------------------------- */
 
+/*
+ * What q3 and q8 must find, from what was generated: each person's state
+ * and 10-second window, each auction's seller, category and window
+ * (indexed by base-0 id).
+ */
+static int *person_state;
+static int64_t *person_window;
+static int64_t *auction_seller;
+static int *auction_category;
+static int64_t *auction_window;
+
 static const char *const states[] = {"AZ", "CA", "ID", "OR", "WA", "WY"};
 static const char *const cities[] = {"Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland",
 "Bend", "Redmond", "Seattle", "Kent", "Cheyenne"};
@@ -304,7 +317,13 @@ person(FILE *f, int64_t event_id, int64_t ts)
 	snprintf(card, sizeof(card), "%04d %04d %04d %04d", (int) next_below(10000), (int) next_below(10000),
 			 (int) next_below(10000), (int) next_below(10000));
 	city = PICK(cities);
-	state = PICK(states);
+	{
+		int			si = (int) next_below(sizeof(states) / sizeof(states[0]));
+
+		state = states[si];
+		person_state[last_base0_person_id(event_id)] = si;
+		person_window[last_base0_person_id(event_id)] = ts / 10000;
+	}
 	size = 8 + (int) (strlen(name) + strlen(email) + strlen(card) + strlen(city) + strlen(state));
 	next_extra(extra, size, AVG_PERSON_BYTES);
 	format_time(t, ts);
@@ -322,6 +341,7 @@ auction(FILE *f, int64_t event_id, int64_t ts, int64_t base_ms, double delay_us)
 	int64_t		reserve;
 	int64_t		horizon;
 	int64_t		expires;
+	int64_t		category;
 	char		item[32],
 				desc[128],
 				extra[600],
@@ -341,6 +361,10 @@ auction(FILE *f, int64_t event_id, int64_t ts, int64_t base_ms, double delay_us)
 	next_string(item, 20, ' ');
 	next_string(desc, 100, ' ');
 	reserve = initial + next_price();
+	category = FIRST_CATEGORY_ID + next_below(NUM_CATEGORIES);
+	auction_seller[id - FIRST_AUCTION_ID] = seller - FIRST_PERSON_ID;
+	auction_category[id - FIRST_AUCTION_ID] = (int) category;
+	auction_window[id - FIRST_AUCTION_ID] = ts / 10000;
 	size = 8 + (int) (strlen(item) + strlen(desc)) + 8 + 8 + 8 + 8 + 8;
 	next_extra(extra, size, AVG_AUCTION_BYTES);
 	format_time(t, ts);
@@ -348,8 +372,7 @@ auction(FILE *f, int64_t event_id, int64_t ts, int64_t base_ms, double delay_us)
 	fprintf(f, "{\"id\":%" PRId64 ",\"item_name\":\"%s\",\"description\":\"%s\",\"initial_bid\":%" PRId64
 			",\"reserve\":%" PRId64 ",\"date_time\":\"%s\",\"expires\":\"%s\",\"seller\":%" PRId64
 			",\"category\":%" PRId64 ",\"extra\":\"%s\"}\n",
-			id, item, desc, initial, reserve, t, e, seller,
-			(int64_t) FIRST_CATEGORY_ID + next_below(NUM_CATEGORIES), extra);
+			id, item, desc, initial, reserve, t, e, seller, category, extra);
 }
 
 /* returns the bid's auction id */
@@ -428,7 +451,9 @@ main(int argc, char **argv)
 	int64_t		persons = 0,
 				auctions = 0,
 				bids = 0,
-				q2 = 0;
+				q2 = 0,
+				q3 = 0,
+				q8 = 0;
 	double		delay_us;
 
 	if (argc != 6)
@@ -446,6 +471,20 @@ main(int argc, char **argv)
 		return 2;
 	}
 	delay_us = 1000000.0 / rate;
+	{
+		size_t		n = (size_t) (events / TOTAL_PROPORTION + 1) * AUCTION_PROPORTION;
+
+		person_state = calloc(n, sizeof(int));
+		person_window = calloc(n, sizeof(int64_t));
+		auction_seller = calloc(n, sizeof(int64_t));
+		auction_category = calloc(n, sizeof(int));
+		auction_window = calloc(n, sizeof(int64_t));
+		if (!person_state || !person_window || !auction_seller || !auction_category || !auction_window)
+		{
+			perror("generate");
+			return 1;
+		}
+	}
 	for (int i = 0; i < 4; i++)
 		base_url(hot_urls[i]);
 	fp = open_out(argv[5], "person.jsonl");
@@ -478,6 +517,31 @@ main(int argc, char **argv)
 		perror("generate");
 		return 1;
 	}
-	printf("%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n", persons, auctions, bids, q2);
+	/*
+	 * q3: auctions of category 10 whose seller is a person of OR, ID or
+	 * CA (a seller not created yet never matches); q8: the persons with an
+	 * auction of theirs in their own 10-second window
+	 */
+	{
+		char	   *seen = calloc((size_t) persons + 1, 1);
+
+		for (int64_t a = 0; a < auctions; a++)
+		{
+			int64_t		p = auction_seller[a];
+
+			if (p >= persons)
+				continue;
+			if (auction_category[a] == 10 && (person_state[p] == 1 || person_state[p] == 2 || person_state[p] == 3))
+				q3++;
+			if (auction_window[a] == person_window[p] && !seen[p])
+			{
+				seen[p] = 1;
+				q8++;
+			}
+		}
+		free(seen);
+	}
+	printf("%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n",
+		   persons, auctions, bids, q2, q3, q8);
 	return 0;
 }

@@ -12,14 +12,14 @@
 # for the mock's 5 MiB each, checked to have kept everything), and read by
 # three Kafka sources of those names with the events' typed columns.
 #
-# Each query is one stream over the source bid, run on its own from the
-# topic's start: timed from create_stream until process_available returns,
+# Each query is one stream over the source bid (q3 and q8: over auction
+# and person), run on its own from the topics' start: timed from create_stream until process_available returns,
 # and its CPU is that of every process of the server (the stream's worker
 # and its librdkafka threads, its helpers with --parallel-workers, the
 # WAL writer, checkpointer, autovacuum, and the session waiting in
 # process_available): user + system time, the exited children's included
 # (the postmaster's cutime).  events/s/core = the bid events the stream
-# read / those CPU seconds.  The mock broker's CPU is shown on its own (it
+# read / those CPU seconds (q3, q8: the auction and person events read).  The mock broker's CPU is shown on its own (it
 # stands for the Kafka brokers; Flink's figures come from its in-process
 # generator, with no broker at all).
 #
@@ -35,12 +35,16 @@
 #       price, as max() of an array whose first element is the price
 #       zero-padded (one bid per window: Flink's q7 returns every bid of
 #       that price, and one at the window's end in two windows)
-#   q3, q8  need stream-stream joins: not yet (TODO: they are being built
-#       on another branch; the hook is run_q3 / run_q8 below)
+#   q3  local item suggestion: auctions of category 10 joined with their
+#       sellers of OR, ID or CA (an inner join of two sources, unbounded
+#       state as in Flink's q3: create_stream warns about it)
+#   q8  monitor new users: persons joined with their auctions of the same
+#       10-second tumbling window (equal windows: state evicted at the
+#       watermark), one row per person and window (GROUP BY in append mode)
 #
 # Sinks are tables (Flink's figures use a blackhole sink): a stream writes
 # every output row durably, in its batch's transaction.  Checked: q0 and q1
-# hold one row per bid, q2 the generator's count, q5's and q7's closed
+# hold one row per bid, q2, q3 and q8 the generator's counts, q5's and q7's closed
 # windows the results of the same query run as plain SQL over q0's table
 # (when q0 ran).
 #
@@ -52,7 +56,7 @@
 #   --events N            events to generate (default 1000000)
 #   --span S              seconds of event time they cover (default 60;
 #                         Flink's run covers 10: 100M events at 10M/s)
-#   --queries LIST        comma-separated (default q0,q1,q2,q5,q7)
+#   --queries LIST        comma-separated (default q0,q1,q2,q3,q5,q7,q8)
 #   --parallel-workers N  each stream's parallel_workers (default 0)
 #   --perf                perf record -g the worker of each query and print
 #                         its top symbols (root)
@@ -63,7 +67,7 @@ set -uo pipefail
 
 EVENTS=1000000
 SPAN=60
-QUERIES=q0,q1,q2,q5,q7
+QUERIES=q0,q1,q2,q3,q5,q7,q8
 PARALLEL_WORKERS=0
 PERF=
 KEEP=
@@ -102,7 +106,7 @@ chmod 755 "$DATA"
 gcc -O2 -Wall -o "$STM_TMP/generate" "$HERE/generate.c" -lm || die "could not build generate.c"
 RATE=$(echo "$EVENTS / $SPAN" | bc -l)
 say "generating $EVENTS events over $SPAN s of event time"
-read -r N_PERSON N_AUCTION N_BID N_Q2 < <("$STM_TMP/generate" "$EVENTS" "$RATE" 1704067200000 1 "$DATA") ||
+read -r N_PERSON N_AUCTION N_BID N_Q2 N_Q3 N_Q8 < <("$STM_TMP/generate" "$EVENTS" "$RATE" 1704067200000 1 "$DATA") ||
 	die "generate failed"
 
 # produce_topic NAME FILE COUNT: lz4-compressed, to enough partitions that
@@ -191,6 +195,14 @@ query_of()
 		             max(ARRAY[lpad(price::text, 20, '0'), auction::text, bidder::text,
 		                       to_char(date_time AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), extra]) AS top
 		        FROM bid GROUP BY streaming.tumble(date_time, '10 seconds')|, output_mode => 'append', watermark => '4 seconds'" ;;
+		q3) echo "SELECT p.name, p.city, p.state, a.id
+		        FROM auction a JOIN person p ON a.seller = p.id
+		       WHERE a.category = 10 AND p.state IN ('OR', 'ID', 'CA')|" ;;
+		q8) echo "SELECT p.id, p.name, streaming.window_start() AS starttime
+		        FROM person p JOIN auction a ON p.id = a.seller
+		         AND streaming.tumble(p.date_time, '10 seconds') = streaming.tumble(a.date_time, '10 seconds')
+		       GROUP BY p.id, p.name, streaming.tumble(p.date_time, '10 seconds')|, output_mode => 'append',
+		       watermarks => '{\"p\": {\"event_time\": \"date_time\", \"delay\": \"4 seconds\"}, \"a\": {\"event_time\": \"date_time\", \"delay\": \"4 seconds\"}}'" ;;
 		*) return 1 ;;
 	esac
 }
@@ -203,9 +215,16 @@ check()
 		q0|q1)
 			n=$(psql_do -c "SELECT count(*) FROM nexmark_$q")
 			[ "$n" = "$N_BID" ] || { echo "nexmark_$q holds $n rows, not $N_BID"; return 1; } ;;
-		q2)
-			n=$(psql_do -c "SELECT count(*) FROM nexmark_q2")
-			[ "$n" = "$N_Q2" ] || { echo "nexmark_q2 holds $n rows, not $N_Q2"; return 1; } ;;
+		q2|q3)
+			n=$(psql_do -c "SELECT count(*) FROM nexmark_$q")
+			want=N_${q^^}
+			[ "$n" = "${!want}" ] || { echo "nexmark_$q holds $n rows, not ${!want}"; return 1; } ;;
+		q8)
+			# its windows close at the watermark: all but the last ones are out
+			n=$(psql_do -c "SELECT count(*) FROM nexmark_q8")
+			[ "$n" -gt 0 ] && [ "$n" -le "$N_Q8" ] || { echo "nexmark_q8 holds $n rows, not 1..$N_Q8"; return 1; }
+			[ "$(psql_do -c "SELECT count(*) = count(DISTINCT id) FROM nexmark_q8")" = t ] ||
+				{ echo "nexmark_q8 has a person twice"; return 1; } ;;
 		q5)
 			[ "$(psql_do -c "SELECT count(*) > 0 FROM nexmark_q5")" = t ] || { echo "nexmark_q5 is empty"; return 1; }
 			[ -n "$(psql_do -c "SELECT to_regclass('nexmark_q0')")" ] || return 0
@@ -218,8 +237,9 @@ counts AS (
                          date_bin('2 seconds', b.date_time, 'epoch'), '2 seconds') s
    WHERE s IN (SELECT window_start FROM w)
    GROUP BY 1, 2),
-hot AS (SELECT c.window_start, c.auction, c.num FROM counts c
-         WHERE c.num = (SELECT max(num) FROM counts m WHERE m.window_start = c.window_start))
+hot AS (SELECT window_start, auction, num
+          FROM (SELECT *, max(num) OVER (PARTITION BY window_start) AS maxn FROM counts) c
+         WHERE num = maxn)
 SELECT count(*) FROM ((SELECT * FROM hot EXCEPT ALL SELECT window_start, auction, num FROM nexmark_q5)
                       UNION ALL
                       (SELECT window_start, auction, num FROM nexmark_q5 EXCEPT ALL SELECT * FROM hot)) d
@@ -285,16 +305,16 @@ flink_of()
 }
 
 declare -A WALL CPU MOCK BATCHES
-for q in ${QUERIES//,/ }; do
-	case $q in
-		q3|q8)
-			# TODO(stream-stream joins): q3 joins auction and person
-			# (seller = id, category 10, state OR/ID/CA), q8 persons and
-			# auctions per 10 s tumbling window; run them here once a
-			# stream can join two sources
-			say "$q: needs stream-stream joins, which streams do not have yet: skipped"
-			continue ;;
+# events_of NAME: the events its stream reads
+events_of()
+{
+	case $1 in
+		q3|q8) echo $((N_PERSON + N_AUCTION)) ;;
+		*) echo "$N_BID" ;;
 	esac
+}
+
+for q in ${QUERIES//,/ }; do
 	say "$q"
 	read -r w c m b < <(run_query "$q") || die "$q failed"
 	msg=$(check "$q") || die "$q: $msg"
@@ -304,16 +324,14 @@ done
 # ---- report -----------------------------------------------------------------
 echo
 echo "Nexmark, $EVENTS events ($N_BID bids) over $SPAN s of event time, parallel_workers = $PARALLEL_WORKERS"
-echo "(CPU: every process of the server; events/s/core: bids read / CPU s; Flink: 100M events / cores x s)"
-printf '%-5s %9s %8s %8s %10s %14s %14s %7s %12s\n' query bids batches "wall s" "server CPU" "events/s/core" \
+echo "(CPU: every process of the server; events/s/core: events read (bids; q3, q8: persons and auctions) / CPU s;"
+echo " Flink: 100M events of all kinds / cores x s)"
+printf '%-5s %9s %8s %8s %10s %14s %14s %7s %12s\n' query events batches "wall s" "server CPU" "events/s/core" \
 	"Flink/core" ratio "mock CPU s"
 for q in ${QUERIES//,/ }; do
 	f=$(flink_of "$q")
-	if [ -z "${CPU[$q]:-}" ]; then
-		printf '%-5s %9s %8s %8s %10s %14s %14s %7s %12s\n' "$q" - - - - "(needs stream-stream joins)" "$f" - -
-		continue
-	fi
-	per=$(echo "$N_BID / ${CPU[$q]}" | bc -l)
-	printf '%-5s %9d %8s %8.2f %10.2f %14.0f %14d %7.2f %12.2f\n' "$q" "$N_BID" "${BATCHES[$q]}" "${WALL[$q]}" \
+	n=$(events_of "$q")
+	per=$(echo "$n / ${CPU[$q]}" | bc -l)
+	printf '%-5s %9d %8s %8.2f %10.2f %14.0f %14d %7.2f %12.2f\n' "$q" "$n" "${BATCHES[$q]}" "${WALL[$q]}" \
 		"${CPU[$q]}" "$per" "$f" "$(echo "$per / $f" | bc -l)" "${MOCK[$q]}"
 done
