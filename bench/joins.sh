@@ -107,23 +107,11 @@ for m in $MODES; do
 	case $m in uncapped|capped) ;; *) echo "bench/joins.sh: --modes: uncapped and/or capped, not \"$m\"" >&2; exit 2 ;; esac
 done
 
-BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PY=${PYTHON:-/usr/bin/python3}
-. "$BENCH/../test/pg_env.sh"
-say() { printf '%s\n' "$*" >&2; }
-die() { say "bench/joins.sh: $*"; exit 1; }
-[ -n "$KEEP" ] && stm_cleanup() { say "kept $STM_TMP"; kafka_stop >/dev/null 2>&1; stm_kill_ours; }
-command -v kcat >/dev/null || die "kcat is missing (apt-get install kcat)"
-"$PY" -c 'import confluent_kafka' 2>/dev/null || die "python3-confluent-kafka is missing"
-[ -z "$PERF_RUN" ] || command -v perf >/dev/null || die "--perf needs perf (apt-get install linux-perf)"
-
-stm_setup || die "setup failed"
-stm_kafka_start || die "no Kafka broker"
-[ -n "${KAFKA_MOCK_DIR:-}" ] || die "needs the mock broker (unset KAFKA_BOOTSTRAP_SERVERS)"
-DATA=$STM_TMP/data
-mkdir -p "$DATA"
-chmod 755 "$DATA"
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+command -v kcat >/dev/null || { echo "bench/joins.sh: kcat is missing (apt-get install kcat)" >&2; exit 1; }
+"$PY" -c 'import confluent_kafka' 2>/dev/null || { echo "bench/joins.sh: python3-confluent-kafka is missing" >&2; exit 1; }
+[ -z "$PERF_RUN" ] || command -v perf >/dev/null || { echo "bench/joins.sh: --perf needs perf (apt-get install linux-perf)" >&2; exit 1; }
+bench_init bench/joins.sh
 
 # ---- data ------------------------------------------------------------------
 
@@ -147,8 +135,7 @@ produce()
 		kcat -P -b "$2" -t "$3" -p "$4" -z lz4 -X queue.buffering.max.messages=1000000 -X linger.ms=50 -l "$1"' \
 		sh "$DATA/part.{}" "$BOOTSTRAP" "$topic" {} 2>"$DATA/kcat.log" || { cat "$DATA/kcat.log" >&2; return 1; }
 	rm -f "$DATA/part."*
-	"$PY" "$BENCH/topic_offsets.py" "$BOOTSTRAP" "$topic" | awk -v n="$lines" -v t="$topic" \
-		'$2 != 0 { bad++ } { sum += $3 } END { if (bad || sum != n) { printf "%s: %d partitions start past 0, %d of %d records kept\n", t, bad, sum, n; exit 1 } }' >&2
+	bench_check_topic "$topic" "$lines"
 }
 
 RUNS=()
@@ -168,27 +155,16 @@ PRODUCE_SECS=$(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - 
 
 # ---- server ----------------------------------------------------------------
 
-PGDATA=$STM_TMP/pgdata
-SOCK=$STM_TMP/sock
-stm_cluster_start "$PGDATA" "$SOCK" || die "the server did not start"
-cat >>"$PGDATA/postgresql.conf" <<EOF
-shared_buffers = '1GB'
-max_wal_size = '4GB'
-fsync = on
-max_worker_processes = 16
-streaming.naptime = '100ms'
+CONF="streaming.naptime = '100ms'
 streaming.log_batches = on
-log_line_prefix = '%m [%p] %b '
-EOF
-[ -n "$EXPLAIN" ] && cat >>"$PGDATA/postgresql.conf" <<EOF
+log_line_prefix = '%m [%p] %b '"
+[ -n "$EXPLAIN" ] && CONF="$CONF
 shared_preload_libraries = 'streaming, auto_explain'
 auto_explain.log_min_duration = '${EXPLAIN_MS}ms'
 auto_explain.log_analyze = on
 auto_explain.log_buffers = on
-auto_explain.log_nested_statements = on
-EOF
-stm_run "$STM_BINDIR/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" -w restart >/dev/null || die "restart failed"
-psql_do() { "$STM_BINDIR/psql" -XAtq -v ON_ERROR_STOP=1 -h "$SOCK" -p 5432 -U "$STM_USER" -d postgres "$@"; }
+auto_explain.log_nested_statements = on"
+bench_server_start "$CONF"
 
 ORDER_COLS='order_id bigint, user_id bigint, amount numeric(10,2), order_time timestamptz'
 PAYMENT_COLS='payment_id bigint, order_id bigint, amount numeric(10,2), payment_time timestamptz'

@@ -90,43 +90,18 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PY=${PYTHON:-/usr/bin/python3}
-. "$BENCH/../test/pg_env.sh"
-say() { printf '%s\n' "$*" >&2; }
-die() { say "bench/kafka_sink.sh: $*"; exit 1; }
-[ -n "$KEEP" ] && stm_cleanup() { say "kept $STM_TMP"; kafka_stop >/dev/null 2>&1; stm_kill_ours; }
-
-stm_setup || die "setup failed"
-stm_kafka_start || die "no Kafka broker"
-[ -n "${KAFKA_MOCK_DIR:-}" ] || die "needs the mock broker (unset KAFKA_BOOTSTRAP_SERVERS)"
-DATA=$STM_TMP/data
-mkdir -p "$DATA"
-chmod 755 "$DATA"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init bench/kafka_sink.sh
 
 say "generating $RECORDS orders"
 read -r TOTAL _ _ _ < <("$PY" "$BENCH/gen_orders.py" "$RECORDS" "$DATA/orders.jsonl" "$DATA/orders.csv") ||
 	die "gen_orders.py failed"
 kafka_create_topic orders 32 || die "could not create topic orders"
 kafka_produce orders -z lz4 -l "$DATA/orders.jsonl" || die "producing failed"
-# the mock drops what is beyond 5 MiB per partition: everything must be there
-"$PY" "$BENCH/topic_offsets.py" "$BOOTSTRAP" orders | awk -v n="$TOTAL" \
-	'$2 != 0 { bad = 1 } { sum += $3 } END { if (bad || sum != n) { print "lost records: " sum " of " n; exit 1 } }' ||
-	die "the broker did not keep every record"
+bench_check_topic orders "$TOTAL" || die "the broker did not keep every record"
 
-PGDATA=$STM_TMP/pgdata
-SOCK=$STM_TMP/sock
-stm_cluster_start "$PGDATA" "$SOCK" || die "the server did not start"
-cat >>"$PGDATA/postgresql.conf" <<EOF
-shared_buffers = '1GB'
-max_wal_size = '4GB'
-fsync = on
-streaming.naptime = '$NAPTIME'
-max_worker_processes = 16
-${OUTBOX_MAX_ROWS:+streaming.outbox_max_rows = $OUTBOX_MAX_ROWS}
-EOF
-stm_run "$STM_BINDIR/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" -w restart >/dev/null || die "restart failed"
-psql_do() { "$STM_BINDIR/psql" -XAtq -v ON_ERROR_STOP=1 -h "$SOCK" -p 5432 -U "$STM_USER" -d postgres "$@"; }
+bench_server_start "streaming.naptime = '$NAPTIME'
+${OUTBOX_MAX_ROWS:+streaming.outbox_max_rows = $OUTBOX_MAX_ROWS}"
 psql_do -c "CREATE EXTENSION streaming" || die "CREATE EXTENSION failed"
 [ -n "${KS_PRE_SQL:-}" ] && { psql_do -c "$KS_PRE_SQL" || die "KS_PRE_SQL failed"; }
 psql_do -c "SELECT streaming.create_kafka_source('orders', '$BOOTSTRAP', topics => ARRAY['orders'],

@@ -89,18 +89,8 @@ case $PARALLEL_WORKERS in ''|*[!0-9]*) echo "bench/nexmark/run.sh: --parallel-wo
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BENCH=$(dirname "$HERE")
-PY=${PYTHON:-/usr/bin/python3}
-. "$BENCH/../test/pg_env.sh"
-say() { printf '%s\n' "$*" >&2; }
-die() { say "bench/nexmark/run.sh: $*"; exit 1; }
-[ -n "$KEEP" ] && stm_cleanup() { say "kept $STM_TMP"; kafka_stop >/dev/null 2>&1; stm_kill_ours; }
-
-stm_setup || die "setup failed"
-stm_kafka_start || die "no Kafka broker"
-[ -n "${KAFKA_MOCK_DIR:-}" ] || die "needs the mock broker (unset KAFKA_BOOTSTRAP_SERVERS)"
-DATA=$STM_TMP/data
-mkdir -p "$DATA"
-chmod 755 "$DATA"
+. "$BENCH/lib.sh"
+bench_init bench/nexmark/run.sh
 
 # ---- events -----------------------------------------------------------------
 gcc -O2 -Wall -o "$STM_TMP/generate" "$HERE/generate.c" -lm || die "could not build generate.c"
@@ -118,25 +108,14 @@ produce_topic()
 	parts=$(( $(stat -c %s "$file") / (4 * 1024 * 1024) + 4 ))
 	kafka_create_topic "$name" "$parts" || return 1
 	kafka_produce "$name" -z lz4 -l "$file" || return 1
-	"$PY" "$BENCH/topic_offsets.py" "$BOOTSTRAP" "$name" | awk -v n="$count" -v t="$name" \
-		'$2 != 0 { bad = 1 } { sum += $3 } END { if (bad || sum != n) { print t ": the broker kept " sum " of " n > "/dev/stderr"; exit 1 } }'
+	bench_check_topic "$name" "$count"
 }
 produce_topic person "$DATA/person.jsonl" "$N_PERSON" &&
 	produce_topic auction "$DATA/auction.jsonl" "$N_AUCTION" &&
 	produce_topic bid "$DATA/bid.jsonl" "$N_BID" || die "producing failed"
 
 # ---- server -----------------------------------------------------------------
-PGDATA=$STM_TMP/pgdata
-SOCK=$STM_TMP/sock
-stm_cluster_start "$PGDATA" "$SOCK" || die "the server did not start"
-cat >>"$PGDATA/postgresql.conf" <<EOF
-shared_buffers = '1GB'
-max_wal_size = '4GB'
-fsync = on
-max_worker_processes = 16
-EOF
-stm_run "$STM_BINDIR/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" -w restart >/dev/null || die "restart failed"
-psql_do() { "$STM_BINDIR/psql" -XAtq -v ON_ERROR_STOP=1 -h "$SOCK" -p 5432 -U "$STM_USER" -d postgres "$@"; }
+bench_server_start
 psql_do -c "CREATE EXTENSION streaming" >/dev/null || die "CREATE EXTENSION failed"
 psql_do >/dev/null <<EOF || die "could not create the sources"
 SELECT streaming.create_kafka_source('person', '$BOOTSTRAP', topics => ARRAY['person'], starting_offsets => 'earliest',
