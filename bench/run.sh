@@ -1119,6 +1119,25 @@ report_cpu_note()
 	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1) and $(awk -v a="$B2" -v b="$B3" 'BEGIN { printf "%.2f", b - a }') s during (3), on the same $(nproc) cores)"
 }
 
+# the end of both reports: the stream's state and batches (COLUMNS: what
+# $PROGRESS holds), the server log, the plans, the profile
+report_end()
+{
+	echo "python loop: $PY_BATCHES batches; stream s: status | last batch | last_error | source_error = $STREAM_STATE; dead letters: $DEAD"
+	echo
+	echo "stream s batches ($1):"
+	sed 's/^/  /' <<<"$PROGRESS"
+	echo
+	echo "server log (errors, warnings, streaming lines):"
+	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | grep -v "^$(printf '\t')" |
+		head -40 | sed 's/^/  /'
+	report_plans
+	if [ -n "$PERF_OUT" ]; then
+		echo
+		echo "$PERF_OUT"
+	fi
+}
+
 AGG_GROUP=status AGG_OTHERS=" = agg_py"
 [ -n "$JOIN" ] && AGG_GROUP=country AGG_OTHERS=
 # met TARGET_RATIO RATIO: "met" or "NOT met"
@@ -1192,19 +1211,7 @@ if [ -z "$AGG" ]; then
 	else
 		echo "CHECK FAILED: ${CHECK_FAIL:-} ${DIFF_ROWS} rows differ between orders_stream and $REF"
 	fi
-	echo "python loop: $PY_BATCHES batches; stream s: status | last batch | last_error | source_error = $STREAM_STATE; dead letters: $DEAD"
-	echo
-	echo "stream s batches (batch_id | input rows | bad rows | duration | rows/s):"
-	sed 's/^/  /' <<<"$PROGRESS"
-	echo
-	echo "server log (errors, warnings, streaming lines):"
-	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | grep -v "^$(printf '\t')" |
-		head -40 | sed 's/^/  /'
-	report_plans
-	if [ -n "$PERF_OUT" ]; then
-		echo
-		echo "$PERF_OUT"
-	fi
+	report_end "batch_id | input rows | bad rows | duration | rows/s"
 }
 else
 {
@@ -1257,19 +1264,7 @@ else
 	fi
 	echo "checks (name ok values...):"
 	sed 's/^/  /' <<<"$CHECKS"
-	echo "python loop: $PY_BATCHES batches; stream s: status | last batch | last_error | source_error = $STREAM_STATE; dead letters: $DEAD"
-	echo
-	echo "stream s batches (batch_id | input rows | output rows | late rows | state rows | duration | rows/s | watermark):"
-	sed 's/^/  /' <<<"$PROGRESS"
-	echo
-	echo "server log (errors, warnings, streaming lines):"
-	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | grep -v "^$(printf '\t')" |
-		head -40 | sed 's/^/  /'
-	report_plans
-	if [ -n "$PERF_OUT" ]; then
-		echo
-		echo "$PERF_OUT"
-	fi
+	report_end "batch_id | input rows | output rows | late rows | state rows | duration | rows/s | watermark"
 }
 fi
 
