@@ -27,7 +27,7 @@ int			stm_guc_progress_history = 1000;
 int			stm_guc_max_record_size = 1024 * 1024;
 int			stm_guc_kafka_timeout_ms = 10000;
 int			stm_guc_file_settle_time_ms = 2000;
-int			stm_guc_outbox_max_rows = 100000;
+int			stm_guc_outbox_max_rows = 1000000;
 
 void
 stm_guc_init(void)
@@ -99,7 +99,7 @@ stm_guc_init(void)
 	DefineCustomIntVariable("streaming.outbox_max_rows",
 							"Most rows a stream's outbox (streaming.outbox) holds for its Kafka sink.",
 							"A batch reads no more records than the outbox has room for, and while it is full (the brokers are down or slow) the stream waits; nothing is dropped.",
-							&stm_guc_outbox_max_rows, 100000, 1, INT_MAX,
+							&stm_guc_outbox_max_rows, 1000000, 1, INT_MAX,
 							PGC_SUSET, 0, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("streaming");
