@@ -37,7 +37,11 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
 #include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -808,19 +812,6 @@ new_rows_into_rows(SideRun *sr, bool want_matched, bool want_expired)
 	ExecDropSingleTupleTableSlot(slot);
 }
 
-/* bigint[] of the new rows' ids whose flag is set (matched, or expired) */
-static ArrayType *
-new_ids(StmJoinRun *run, SideRun *sr, bool *flags, bool *or_flags)
-{
-	Datum	   *ids = palloc(sizeof(Datum) * Max(sr->nnew, 1));
-	int			n = 0;
-
-	for (int64 k = 0; k < sr->nnew; k++)
-		if (flags[k] || (or_flags && or_flags[k]))
-			ids[n++] = Int64GetDatum(run->first_id + k);
-	return construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
-}
-
 static ArrayType *
 id_list_array(List *ids)
 {
@@ -859,37 +850,129 @@ exists_rows(StmJoinRun *run)
 	sr->num_removed += list_length(sr->matched_state);
 }
 
+/* rows written per table_multi_insert, as COPY FROM buffers them */
+#define STORE_BUFFER	1000
+
+/*
+ * Write the buffered state rows and their index entries (COPY FROM's
+ * steps); what that allocates goes with the reset of cxt.
+ */
+static void
+store_flush(Relation rel, ResultRelInfo *rri, EState *estate, BulkInsertState bistate,
+			TupleTableSlot **slots, int n, MemoryContext cxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	table_multi_insert(rel, slots, n, GetCurrentCommandId(true), 0, bistate);
+	for (int i = 0; i < n; i++)
+	{
+		if (rri->ri_NumIndices > 0)
+			list_free(ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL));
+		ExecClearTuple(slots[i]);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(cxt);
+	ResetPerTupleExprContext(estate);
+}
+
 /*
  * Step 5: the new rows of a side that can still match go into its state
  * table, with whether they matched; not a semi or anti join's left rows
- * that matched (their row was given, or never will be).
+ * that matched (their row was given, or never will be).  They go in with
+ * the table AM's bulk insert and the index AM's inserts, as COPY FROM
+ * writes a plain table (WAL-logged, in the batch's transaction): an
+ * INSERT ... SELECT over the new rows spent most of a batch on the
+ * executor's per-row work and on its skip and matched arrays.
  */
 static void
 store_new_rows(StmJoinRun *run, int s)
 {
 	SideRun    *sr = &run->sides[s];
 	bool		exists_left = run->j->sublink != NULL && s == STM_JOIN_LEFT_SIDE;
-	StringInfoData cols;
-	StmSql		q;
-	uint64		n;
+	int			natts = sr->view_desc->natts;
+	StmStateAccess access;
+	Relation	rel;
+	TupleDesc	rdesc;
+	ResultRelInfo *rri;
+	EState	   *estate;
+	BulkInsertState bistate;
+	TupleTableSlot *in;
+	TupleTableSlot *slots[STORE_BUFFER];
+	MemoryContext flush_cxt;
+	int			nbuf = 0;
+	int64		k = 0;
+	int64		n = 0;
 
 	if (sr->nnew == 0)
 		return;
-	initStringInfo(&cols);
-	for (int a = 0; a < sr->view_desc->natts; a++)
-		if (bms_is_member(a + 1, sr->side->used))
-			appendStringInfo(&cols, "%s, ", quote_identifier(NameStr(TupleDescAttr(sr->view_desc, a)->attname)));
-	appendStringInfoString(&cols, "_stm_row_id, _stm_event_time, _stm_expires_at");
-	stm_sql_init(&q, psprintf("INSERT INTO %s (%s, _stm_matched) SELECT %s, _stm_row_id = ANY (:matched) "
-							  "FROM %s WHERE NOT _stm_row_id = ANY (:skip)",
-							  sr->table, cols.data, cols.data, quote_identifier(enr_name(s, SIDE_NEW))));
-	stm_sql_param(&q, "matched", INT8ARRAYOID,
-				  PointerGetDatum(new_ids(run, sr, sr->new_matched, NULL)), false);
-	stm_sql_param(&q, "skip", INT8ARRAYOID,
-				  PointerGetDatum(new_ids(run, sr, sr->new_expired, exists_left ? sr->new_matched : NULL)),
-				  false);
-	stm_sql_relation(&q, stm_join_enr(enr_name(s, SIDE_NEW), sr->desc, sr->new_rows, sr->nnew));
-	n = stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
+	access = stm_statetable_begin();
+	rel = table_open(RangeVarGetRelid(makeRangeVar("streaming", stm_ssjoin_table(run->stream_id, s), -1),
+									  RowExclusiveLock, false), NoLock);
+	rdesc = RelationGetDescr(rel);
+	if (rdesc->natts != bms_num_members(sr->side->used) + NHIDDEN)
+		elog(ERROR, "the state table of a stream-stream join has %d columns, not %d",
+			 rdesc->natts, bms_num_members(sr->side->used) + NHIDDEN);
+	estate = CreateExecutorState();
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, false);
+	bistate = GetBulkInsertState();
+	flush_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming join state write",
+									  ALLOCSET_DEFAULT_SIZES);
+	memset(slots, 0, sizeof(slots));
+	in = MakeSingleTupleTableSlot(sr->desc, &TTSOpsMinimalTuple);
+	tuplestore_rescan(sr->new_rows);
+	while (tuplestore_gettupleslot(sr->new_rows, true, false, in))
+	{
+		TupleTableSlot *out;
+		int			o = 0;
+
+		if (sr->new_expired[k] || (exists_left && sr->new_matched[k]))
+		{
+			k++;
+			continue;
+		}
+		if (slots[nbuf] == NULL)
+			slots[nbuf] = table_slot_create(rel, NULL);
+		out = slots[nbuf];
+		ExecClearTuple(out);
+		slot_getallattrs(in);
+		/* the state table's columns: the used view columns, then the hidden ones */
+		for (int a = 0; a < natts; a++)
+			if (bms_is_member(a + 1, sr->side->used))
+			{
+				out->tts_values[o] = in->tts_values[a];
+				out->tts_isnull[o++] = in->tts_isnull[a];
+			}
+		for (int h = 0; h < NHIDDEN; h++)
+		{
+			out->tts_values[o] = in->tts_values[natts + h];
+			out->tts_isnull[o++] = in->tts_isnull[natts + h];
+		}
+		out->tts_values[o - NHIDDEN + HIDDEN_MATCHED] = BoolGetDatum(sr->new_matched[k]);
+		out->tts_isnull[o - NHIDDEN + HIDDEN_MATCHED] = false;
+		ExecStoreVirtualTuple(out);
+		ExecMaterializeSlot(out);	/* the input slot's memory is the tuplestore's */
+		k++;
+		n++;
+		if (++nbuf == STORE_BUFFER)
+		{
+			store_flush(rel, rri, estate, bistate, slots, nbuf, flush_cxt);
+			nbuf = 0;
+		}
+	}
+	if (nbuf > 0)
+		store_flush(rel, rri, estate, bistate, slots, nbuf, flush_cxt);
+	for (int i = 0; i < STORE_BUFFER && slots[i]; i++)
+		ExecDropSingleTupleTableSlot(slots[i]);
+	ExecDropSingleTupleTableSlot(in);
+	ExecCloseIndices(rri);
+	FreeBulkInsertState(bistate);
+	table_finish_bulk_insert(rel, 0);
+	FreeExecutorState(estate);
+	MemoryContextDelete(flush_cxt);
+	table_close(rel, NoLock);
+	stm_statetable_end(access);
 	sr->num_updated += n;
 }
 
