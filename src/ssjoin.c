@@ -55,6 +55,7 @@
 #include "rewrite/rewriteManip.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -762,11 +763,42 @@ evict(StmJoinRun *run, int s)
 	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, add_to_rows, sr);
 }
 
-/* Run one of the batch's queries, its plan kept in slot plan. */
+/*
+ * Run one of the batch's queries, its plan kept in slot plan.  Planned
+ * without merge joins: a side's new rows have no column statistics, so
+ * the planner takes 200 distinct keys, prices a hash join's buckets at a
+ * tenth of its input and chose merge joins that sort both inputs (on disk
+ * for a large batch); a hash join (or a nested loop over the key index)
+ * is what these joins want.
+ */
 static void
 run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRowFn fn)
 {
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	stm_join_exec(&run->plans[plan], run->plans_cxt, q, run->query_text, env, fn, run);
+	AtEOXact_GUC(true, nest);
+}
+
+/*
+ * A side's state rows, counted without parallel workers: starting them
+ * cost a batch more than the scan (several hundred ms per count).
+ */
+static int64
+count_state(SideRun *sr)
+{
+	int			nest = NewGUCNestLevel();
+	bool		isnull;
+	int64		n;
+
+	(void) set_config_option("max_parallel_workers_per_gather", "0", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	n = DatumGetInt64(stm_catalog_value(psprintf("SELECT count(*) FROM %s", sr->table),
+										0, NULL, NULL, &isnull));
+	AtEOXact_GUC(true, nest);
+	return n;
 }
 
 /* Step 3: the pairs, each once: new-left x (state + new right), state-left x new-right. */
@@ -858,12 +890,17 @@ exists_rows(StmJoinRun *run)
  * steps); what that allocates goes with the reset of cxt.
  */
 static void
-store_flush(Relation rel, ResultRelInfo *rri, EState *estate, BulkInsertState bistate,
-			TupleTableSlot **slots, int n, MemoryContext cxt)
+store_flush(Relation rel, ResultRelInfo *rri, EState *estate, TupleTableSlot **slots, int n,
+			MemoryContext cxt)
 {
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 
-	table_multi_insert(rel, slots, n, GetCurrentCommandId(true), 0, bistate);
+	/*
+	 * No BulkInsertState: its ring of 16 MB would make this process write
+	 * back (and flush WAL for) the state's pages that the next batch reads
+	 * again; they stay in shared buffers instead.
+	 */
+	table_multi_insert(rel, slots, n, GetCurrentCommandId(true), 0, NULL);
 	for (int i = 0; i < n; i++)
 	{
 		if (rri->ri_NumIndices > 0)
@@ -879,7 +916,7 @@ store_flush(Relation rel, ResultRelInfo *rri, EState *estate, BulkInsertState bi
  * Step 5: the new rows of a side that can still match go into its state
  * table, with whether they matched; not a semi or anti join's left rows
  * that matched (their row was given, or never will be).  They go in with
- * the table AM's bulk insert and the index AM's inserts, as COPY FROM
+ * the table AM's multi-insert and the index AM's inserts, as COPY FROM
  * writes a plain table (WAL-logged, in the batch's transaction): an
  * INSERT ... SELECT over the new rows spent most of a batch on the
  * executor's per-row work and on its skip and matched arrays.
@@ -895,7 +932,6 @@ store_new_rows(StmJoinRun *run, int s)
 	TupleDesc	rdesc;
 	ResultRelInfo *rri;
 	EState	   *estate;
-	BulkInsertState bistate;
 	TupleTableSlot *in;
 	TupleTableSlot *slots[STORE_BUFFER];
 	MemoryContext flush_cxt;
@@ -916,7 +952,6 @@ store_new_rows(StmJoinRun *run, int s)
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	ExecOpenIndices(rri, false);
-	bistate = GetBulkInsertState();
 	flush_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming join state write",
 									  ALLOCSET_DEFAULT_SIZES);
 	memset(slots, 0, sizeof(slots));
@@ -957,17 +992,16 @@ store_new_rows(StmJoinRun *run, int s)
 		n++;
 		if (++nbuf == STORE_BUFFER)
 		{
-			store_flush(rel, rri, estate, bistate, slots, nbuf, flush_cxt);
+			store_flush(rel, rri, estate, slots, nbuf, flush_cxt);
 			nbuf = 0;
 		}
 	}
 	if (nbuf > 0)
-		store_flush(rel, rri, estate, bistate, slots, nbuf, flush_cxt);
+		store_flush(rel, rri, estate, slots, nbuf, flush_cxt);
 	for (int i = 0; i < STORE_BUFFER && slots[i]; i++)
 		ExecDropSingleTupleTableSlot(slots[i]);
 	ExecDropSingleTupleTableSlot(in);
 	ExecCloseIndices(rri);
-	FreeBulkInsertState(bistate);
 	table_finish_bulk_insert(rel, 0);
 	FreeExecutorState(estate);
 	MemoryContextDelete(flush_cxt);
@@ -1039,10 +1073,7 @@ stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
 	{
 		SideRun    *sr = &run->sides[s];
 
-		bool		isnull;
-
-		sr->num_total = DatumGetInt64(stm_catalog_value(psprintf("SELECT count(*) FROM %s", sr->table),
-														0, NULL, NULL, &isnull));
+		sr->num_total = count_state(sr);
 		tuplestore_end(sr->new_rows);
 		tuplestore_end(sr->rows);
 	}
