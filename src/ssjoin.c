@@ -5,7 +5,7 @@
  * Each side keeps the rows that can still match in a state table of its
  * own, streaming.join_<stream id>_<left|right> (the columns the query uses,
  * then the row's id, event time, expiry and whether it matched; an index on
- * the equality's columns and one on the expiry), written in the batch's
+ * the equality's columns), written in the batch's
  * transaction.  A batch's new rows of a side are a named tuplestore of the
  * side's view's columns and the same four.  Every relation the queries read
  * has that shape, so the stream query's own range-table entry of a side
@@ -237,7 +237,12 @@ view_desc_of(Oid view)
 /*
  * create_stream: each side's state table in schema streaming (the
  * extension's owner's, readable by the stream's owner), with an index on
- * the columns the equality compares and one on the expiry.
+ * the columns the equality compares.  None on the expiry: eviction scans
+ * the table (a batch already counts its rows, and evicting a good share of
+ * them the planner scanned it anyway), while keeping that index up cost
+ * every stored row a second btree insert, about a tenth of a busy join's
+ * time (bench/joins.sh).  Tables made before keep theirs: every index is
+ * kept up, and the planner may still use it.
  */
 void
 stm_ssjoin_create_state(int32 stream_id, StmStreamJoin *j, Oid owner)
@@ -254,8 +259,7 @@ stm_ssjoin_create_state(int32 stream_id, StmStreamJoin *j, Oid owner)
 			appendStringInfo(&keys, "%s%s", keys.len ? ", " : "",
 							 quote_identifier(NameStr(TupleDescAttr(view_desc, lfirst_int(lc) - 1)->attname)));
 		stm_statetable_create(stm_ssjoin_table(stream_id, s), state_columns(side, view_desc),
-							  keys.len ? keys.data : "_stm_row_id",
-							  stm_ssjoin_side_bounded(j, s) ? "_stm_expires_at" : NULL, owner);
+							  keys.len ? keys.data : "_stm_row_id", NULL, owner);
 	}
 }
 
