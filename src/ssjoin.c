@@ -5,7 +5,7 @@
  * Each side keeps the rows that can still match in a state table of its
  * own, streaming.join_<stream id>_<left|right> (the columns the query uses,
  * then the row's id, event time, expiry and whether it matched; an index on
- * the equality's columns and one on the expiry), written in the batch's
+ * the equality's columns), written in the batch's
  * transaction.  A batch's new rows of a side are a named tuplestore of the
  * side's view's columns and the same four.  Every relation the queries read
  * has that shape, so the stream query's own range-table entry of a side
@@ -37,7 +37,11 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
 #include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -51,6 +55,7 @@
 #include "rewrite/rewriteManip.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -232,7 +237,12 @@ view_desc_of(Oid view)
 /*
  * create_stream: each side's state table in schema streaming (the
  * extension's owner's, readable by the stream's owner), with an index on
- * the columns the equality compares and one on the expiry.
+ * the columns the equality compares.  None on the expiry: eviction scans
+ * the table (a batch already counts its rows, and evicting a good share of
+ * them the planner scanned it anyway), while keeping that index up cost
+ * every stored row a second btree insert, about a tenth of a busy join's
+ * time (bench/joins.sh).  Tables made before keep theirs: every index is
+ * kept up, and the planner may still use it.
  */
 void
 stm_ssjoin_create_state(int32 stream_id, StmStreamJoin *j, Oid owner)
@@ -249,8 +259,7 @@ stm_ssjoin_create_state(int32 stream_id, StmStreamJoin *j, Oid owner)
 			appendStringInfo(&keys, "%s%s", keys.len ? ", " : "",
 							 quote_identifier(NameStr(TupleDescAttr(view_desc, lfirst_int(lc) - 1)->attname)));
 		stm_statetable_create(stm_ssjoin_table(stream_id, s), state_columns(side, view_desc),
-							  keys.len ? keys.data : "_stm_row_id",
-							  stm_ssjoin_side_bounded(j, s) ? "_stm_expires_at" : NULL, owner);
+							  keys.len ? keys.data : "_stm_row_id", NULL, owner);
 	}
 }
 
@@ -758,11 +767,42 @@ evict(StmJoinRun *run, int s)
 	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, add_to_rows, sr);
 }
 
-/* Run one of the batch's queries, its plan kept in slot plan. */
+/*
+ * Run one of the batch's queries, its plan kept in slot plan.  Planned
+ * without merge joins: a side's new rows have no column statistics, so
+ * the planner takes 200 distinct keys, prices a hash join's buckets at a
+ * tenth of its input and chose merge joins that sort both inputs (on disk
+ * for a large batch); a hash join (or a nested loop over the key index)
+ * is what these joins want.
+ */
 static void
 run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRowFn fn)
 {
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	stm_join_exec(&run->plans[plan], run->plans_cxt, q, run->query_text, env, fn, run);
+	AtEOXact_GUC(true, nest);
+}
+
+/*
+ * A side's state rows, counted without parallel workers: starting them
+ * cost a batch more than the scan (several hundred ms per count).
+ */
+static int64
+count_state(SideRun *sr)
+{
+	int			nest = NewGUCNestLevel();
+	bool		isnull;
+	int64		n;
+
+	(void) set_config_option("max_parallel_workers_per_gather", "0", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	n = DatumGetInt64(stm_catalog_value(psprintf("SELECT count(*) FROM %s", sr->table),
+										0, NULL, NULL, &isnull));
+	AtEOXact_GUC(true, nest);
+	return n;
 }
 
 /* Step 3: the pairs, each once: new-left x (state + new right), state-left x new-right. */
@@ -808,19 +848,6 @@ new_rows_into_rows(SideRun *sr, bool want_matched, bool want_expired)
 	ExecDropSingleTupleTableSlot(slot);
 }
 
-/* bigint[] of the new rows' ids whose flag is set (matched, or expired) */
-static ArrayType *
-new_ids(StmJoinRun *run, SideRun *sr, bool *flags, bool *or_flags)
-{
-	Datum	   *ids = palloc(sizeof(Datum) * Max(sr->nnew, 1));
-	int			n = 0;
-
-	for (int64 k = 0; k < sr->nnew; k++)
-		if (flags[k] || (or_flags && or_flags[k]))
-			ids[n++] = Int64GetDatum(run->first_id + k);
-	return construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
-}
-
 static ArrayType *
 id_list_array(List *ids)
 {
@@ -859,37 +886,131 @@ exists_rows(StmJoinRun *run)
 	sr->num_removed += list_length(sr->matched_state);
 }
 
+/* rows written per table_multi_insert, as COPY FROM buffers them */
+#define STORE_BUFFER	1000
+
+/*
+ * Write the buffered state rows and their index entries (COPY FROM's
+ * steps); what that allocates goes with the reset of cxt.
+ */
+static void
+store_flush(Relation rel, ResultRelInfo *rri, EState *estate, TupleTableSlot **slots, int n,
+			MemoryContext cxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	/*
+	 * No BulkInsertState: its ring of 16 MB would make this process write
+	 * back (and flush WAL for) the state's pages that the next batch reads
+	 * again; they stay in shared buffers instead.
+	 */
+	table_multi_insert(rel, slots, n, GetCurrentCommandId(true), 0, NULL);
+	for (int i = 0; i < n; i++)
+	{
+		if (rri->ri_NumIndices > 0)
+			list_free(ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL));
+		ExecClearTuple(slots[i]);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(cxt);
+	ResetPerTupleExprContext(estate);
+}
+
 /*
  * Step 5: the new rows of a side that can still match go into its state
  * table, with whether they matched; not a semi or anti join's left rows
- * that matched (their row was given, or never will be).
+ * that matched (their row was given, or never will be).  They go in with
+ * the table AM's multi-insert and the index AM's inserts, as COPY FROM
+ * writes a plain table (WAL-logged, in the batch's transaction): an
+ * INSERT ... SELECT over the new rows spent most of a batch on the
+ * executor's per-row work and on its skip and matched arrays.
  */
 static void
 store_new_rows(StmJoinRun *run, int s)
 {
 	SideRun    *sr = &run->sides[s];
 	bool		exists_left = run->j->sublink != NULL && s == STM_JOIN_LEFT_SIDE;
-	StringInfoData cols;
-	StmSql		q;
-	uint64		n;
+	int			natts = sr->view_desc->natts;
+	StmStateAccess access;
+	Relation	rel;
+	TupleDesc	rdesc;
+	ResultRelInfo *rri;
+	EState	   *estate;
+	TupleTableSlot *in;
+	TupleTableSlot *slots[STORE_BUFFER];
+	MemoryContext flush_cxt;
+	int			nbuf = 0;
+	int64		k = 0;
+	int64		n = 0;
 
 	if (sr->nnew == 0)
 		return;
-	initStringInfo(&cols);
-	for (int a = 0; a < sr->view_desc->natts; a++)
-		if (bms_is_member(a + 1, sr->side->used))
-			appendStringInfo(&cols, "%s, ", quote_identifier(NameStr(TupleDescAttr(sr->view_desc, a)->attname)));
-	appendStringInfoString(&cols, "_stm_row_id, _stm_event_time, _stm_expires_at");
-	stm_sql_init(&q, psprintf("INSERT INTO %s (%s, _stm_matched) SELECT %s, _stm_row_id = ANY (:matched) "
-							  "FROM %s WHERE NOT _stm_row_id = ANY (:skip)",
-							  sr->table, cols.data, cols.data, quote_identifier(enr_name(s, SIDE_NEW))));
-	stm_sql_param(&q, "matched", INT8ARRAYOID,
-				  PointerGetDatum(new_ids(run, sr, sr->new_matched, NULL)), false);
-	stm_sql_param(&q, "skip", INT8ARRAYOID,
-				  PointerGetDatum(new_ids(run, sr, sr->new_expired, exists_left ? sr->new_matched : NULL)),
-				  false);
-	stm_sql_relation(&q, stm_join_enr(enr_name(s, SIDE_NEW), sr->desc, sr->new_rows, sr->nnew));
-	n = stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
+	access = stm_statetable_begin();
+	rel = table_open(RangeVarGetRelid(makeRangeVar("streaming", stm_ssjoin_table(run->stream_id, s), -1),
+									  RowExclusiveLock, false), NoLock);
+	rdesc = RelationGetDescr(rel);
+	if (rdesc->natts != bms_num_members(sr->side->used) + NHIDDEN)
+		elog(ERROR, "the state table of a stream-stream join has %d columns, not %d",
+			 rdesc->natts, bms_num_members(sr->side->used) + NHIDDEN);
+	estate = CreateExecutorState();
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, false);
+	flush_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming join state write",
+									  ALLOCSET_DEFAULT_SIZES);
+	memset(slots, 0, sizeof(slots));
+	in = MakeSingleTupleTableSlot(sr->desc, &TTSOpsMinimalTuple);
+	tuplestore_rescan(sr->new_rows);
+	while (tuplestore_gettupleslot(sr->new_rows, true, false, in))
+	{
+		TupleTableSlot *out;
+		int			o = 0;
+
+		if (sr->new_expired[k] || (exists_left && sr->new_matched[k]))
+		{
+			k++;
+			continue;
+		}
+		if (slots[nbuf] == NULL)
+			slots[nbuf] = table_slot_create(rel, NULL);
+		out = slots[nbuf];
+		ExecClearTuple(out);
+		slot_getallattrs(in);
+		/* the state table's columns: the used view columns, then the hidden ones */
+		for (int a = 0; a < natts; a++)
+			if (bms_is_member(a + 1, sr->side->used))
+			{
+				out->tts_values[o] = in->tts_values[a];
+				out->tts_isnull[o++] = in->tts_isnull[a];
+			}
+		for (int h = 0; h < NHIDDEN; h++)
+		{
+			out->tts_values[o] = in->tts_values[natts + h];
+			out->tts_isnull[o++] = in->tts_isnull[natts + h];
+		}
+		out->tts_values[o - NHIDDEN + HIDDEN_MATCHED] = BoolGetDatum(sr->new_matched[k]);
+		out->tts_isnull[o - NHIDDEN + HIDDEN_MATCHED] = false;
+		ExecStoreVirtualTuple(out);
+		ExecMaterializeSlot(out);	/* the input slot's memory is the tuplestore's */
+		k++;
+		n++;
+		if (++nbuf == STORE_BUFFER)
+		{
+			store_flush(rel, rri, estate, slots, nbuf, flush_cxt);
+			nbuf = 0;
+		}
+	}
+	if (nbuf > 0)
+		store_flush(rel, rri, estate, slots, nbuf, flush_cxt);
+	for (int i = 0; i < STORE_BUFFER && slots[i]; i++)
+		ExecDropSingleTupleTableSlot(slots[i]);
+	ExecDropSingleTupleTableSlot(in);
+	ExecCloseIndices(rri);
+	table_finish_bulk_insert(rel, 0);
+	FreeExecutorState(estate);
+	MemoryContextDelete(flush_cxt);
+	table_close(rel, NoLock);
+	stm_statetable_end(access);
 	sr->num_updated += n;
 }
 
@@ -956,10 +1077,7 @@ stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
 	{
 		SideRun    *sr = &run->sides[s];
 
-		bool		isnull;
-
-		sr->num_total = DatumGetInt64(stm_catalog_value(psprintf("SELECT count(*) FROM %s", sr->table),
-														0, NULL, NULL, &isnull));
+		sr->num_total = count_state(sr);
 		tuplestore_end(sr->new_rows);
 		tuplestore_end(sr->rows);
 	}
