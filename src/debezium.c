@@ -235,6 +235,9 @@ walk_field_start(void *state, char *fname, bool isnull)
 {
 	EventWalk  *w = state;
 
+	/* the keys of a value being kept are its own (not the row's columns) */
+	if (w->capture != 0)
+		return;
 	if (w->depth >= 1 && w->depth <= 3)
 		w->path[w->depth - 1] = fname;
 	if (w->depth == 1 && strcmp(fname, "payload") == 0)
