@@ -27,6 +27,10 @@
 # Both replicas are checked to equal the captured table's final state
 # (computed by the generator), and the order sinks to hold N rows with the
 # orders' sum.  Prints one table; figures are only comparable within a run.
+# Besides the wall-clock time, the table gives the CPU time (user + system,
+# all threads) of the process that did the work: a stream's worker, and the
+# baseline's backend.  On a shared machine the wall-clock time also counts
+# the time others had the CPU, so the CPU ratio is the steadier one.
 # As root (servers run as user postgres).
 
 set -uo pipefail
@@ -150,33 +154,44 @@ CREATE TABLE cdc_staging (seq bigint, op text, id int, name text, balance numeri
 CREATE TABLE replica_copy (id int PRIMARY KEY, name text, balance numeric(12,2));
 EOF
 
+# cpu_secs PID: the CPU time (user + system, all threads) of process PID so far
+cpu_secs()
+{
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"
+}
+
 # run_stream NAME QUERY [create_stream args]: seconds from create_stream to
-# the end of process_available
+# the end of process_available, and the CPU seconds of the stream's worker
+# (read before it is stopped)
 run_stream()
 {
-	local name=$1 query=$2 t0 t1
+	local name=$1 query=$2 t0 t1 pid
 	shift 2
 	t0=$(now)
 	psql_q -c "SELECT streaming.create_stream('$name', \$q\$$query\$q\$ $*)" \
 		-c "SELECT streaming.process_available('$name', '30 minutes')" >/dev/null || return 1
 	t1=$(now)
+	pid=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = '$name'")
+	echo "$(secs "$t0" "$t1") $( [ -n "$pid" ] && cpu_secs "$pid" || echo n/a)"
 	psql_q -c "SELECT streaming.stop('$name')" >/dev/null
-	secs "$t0" "$t1"
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 say "(1) the JSON stream"
-JSON_SECS=$(run_stream orders_from_json 'SELECT order_id, user_id, amount, status, event_time FROM orders_json') ||
+read -r JSON_SECS JSON_CPU < <(run_stream orders_from_json 'SELECT order_id, user_id, amount, status, event_time FROM orders_json') && [ -n "$JSON_CPU" ] ||
 	die "the JSON stream failed"
 say "(1) the Avro stream"
-AVRO_SECS=$(run_stream orders_from_avro 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro') ||
+read -r AVRO_SECS AVRO_CPU < <(run_stream orders_from_avro 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro') && [ -n "$AVRO_CPU" ] ||
 	die "the Avro stream failed"
 say "(2) the upsert stream"
-UPSERT_SECS=$(run_stream customers_replica 'SELECT id, name, balance FROM customers_cdc' \
-	", output_mode => 'upsert', key_columns => ARRAY['id']") || die "the upsert stream failed"
+read -r UPSERT_SECS UPSERT_CPU < <(run_stream customers_replica 'SELECT id, name, balance FROM customers_cdc' \
+	", output_mode => 'upsert', key_columns => ARRAY['id']") && [ -n "$UPSERT_CPU" ] ||
+	die "the upsert stream failed"
 say "(2) COPY + INSERT ... ON CONFLICT"
 t0=$(now)
 psql_q <<EOF || die "the baseline failed"
+SELECT pg_backend_pid() AS backend \\gset
+\\setenv BENCH_BACKEND :backend
 BEGIN;
 COPY cdc_staging FROM '$DATA/cdc.csv' (FORMAT csv);
 INSERT INTO replica_copy
@@ -188,8 +203,10 @@ DELETE FROM replica_copy r USING (
     SELECT DISTINCT ON (id) id, op FROM cdc_staging ORDER BY id, seq DESC) last
 WHERE last.id = r.id AND last.op = 'd';
 COMMIT;
+\\! awk -v hz="\$(getconf CLK_TCK)" '{ sub(/^.*\\) /, ""); printf "%.2f\\n", (\$12 + \$13) / hz }' /proc/\$BENCH_BACKEND/stat >$DATA/copy.cpu
 EOF
 COPY_SECS=$(secs "$t0" "$(now)")
+COPY_CPU=$(cat "$DATA/copy.cpu")
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- checks ----------------------------------------------------------------
@@ -217,12 +234,12 @@ cat <<EOF
 issue 20 benchmarks: $RECORDS orders, $CHANGES changes of $KEYS keys, $PARTITIONS partitions
 load average before: $LOAD_BEFORE, after: $LOAD_AFTER ($(nproc) CPUs)
 
-| what | seconds | records/s | ratio | target |
-| --- | --- | --- | --- | --- |
-| JSON orders stream (baseline) | $JSON_SECS | $JSON_RATE | 1.00 | |
-| Avro orders stream | $AVRO_SECS | $AVRO_RATE | $(ratio "$AVRO_RATE" "$JSON_RATE") | >= 1.5 |
-| COPY + INSERT ... ON CONFLICT of the changes (baseline) | $COPY_SECS | $COPY_RATE | 1.00 | |
-| Debezium upsert stream | $UPSERT_SECS | $UPSERT_RATE | $(ratio "$UPSERT_RATE" "$COPY_RATE") | >= 0.8 |
+| what | seconds | records/s | ratio | target | CPU seconds | CPU ratio |
+| --- | --- | --- | --- | --- | --- | --- |
+| JSON orders stream (baseline) | $JSON_SECS | $JSON_RATE | 1.00 | | $JSON_CPU | 1.00 |
+| Avro orders stream | $AVRO_SECS | $AVRO_RATE | $(ratio "$AVRO_RATE" "$JSON_RATE") | >= 1.5 | $AVRO_CPU | $(ratio "$JSON_CPU" "$AVRO_CPU") |
+| COPY + INSERT ... ON CONFLICT of the changes (baseline) | $COPY_SECS | $COPY_RATE | 1.00 | | $COPY_CPU | 1.00 |
+| Debezium upsert stream | $UPSERT_SECS | $UPSERT_RATE | $(ratio "$UPSERT_RATE" "$COPY_RATE") | >= 0.8 | $UPSERT_CPU | $(ratio "$COPY_CPU" "$UPSERT_CPU") |
 
 checked: both order sinks hold the orders (count, sum of amount); both replicas equal the
 captured table's final state ($EXPECT_ROWS rows, sum of balance $EXPECT_SUM) and each other

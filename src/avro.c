@@ -1171,24 +1171,29 @@ plan_of(StmAvroParser *ap, int32 id)
 	return ap->last = plan;
 }
 
-/* Avro C reads the record into its schema's value; nothing may be left over. */
+/*
+ * Avro C reads the record into its schema's value; nothing may be left over.
+ *
+ * Avro C's errors cost a formatted message each (and a failed read
+ * prefixes its message to the last one), so the common record makes only
+ * the one of the skip that finds nothing left; a record that cannot be read
+ * is read again from a cleared error, so that its message is its own.
+ */
 static avro_value_t *
 decode(StmAvroParser *ap, AvroSchema *s, const char *data, int len)
 {
-	char		extra;
-
 	avro_reader_memory_set_source(ap->in, data, len);
-	/*
-	 * Avro C prefixes a read's error to the one before: without this, the
-	 * end-of-input check of every record would pile up in the next error
-	 */
-	avro_set_error("%s", "");
 	if (avro_value_read(ap->in, &s->value) != 0)
+	{
+		avro_set_error("%s", "");
+		avro_reader_memory_set_source(ap->in, data, len);
+		(void) avro_value_read(ap->in, &s->value);
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
 				 errmsg("malformed Avro record"),
 				 errdetail("Avro C could not read it with schema %d: %s", s->id, avro_strerror())));
-	if (avro_read(ap->in, &extra, 1) == 0)
+	}
+	if (avro_skip(ap->in, 1) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
 				 errmsg("malformed Avro record"),

@@ -19,6 +19,14 @@
  * those are turned into PostgreSQL's texts of them.  The schema's text is
  * kept and what it says worked out again only when it changes (a table's
  * schema changes rarely).
+ *
+ * The common event (no wrapper; before and after flat objects or null;
+ * other members scalars or flat objects; no escapes anywhere) is taken
+ * apart by the lexer alone, as parse.c's flat JSON records are: the texts
+ * point into the record, terminated in place, with no allocation.
+ * Anything else falls back to the walk above, which also reports the
+ * errors.  In test builds every event taken the fast way is walked too and
+ * the two compared (check_fast_event).
  */
 #include "postgres.h"
 
@@ -58,6 +66,7 @@ struct StmDebeziumJson
 	StmParser  *p;
 	MemoryContext cxt;			/* the parser's: what outlives a record */
 	char	  **sides[2];		/* the texts of after's fields, of before's */
+	int		   *lens[2];		/* the fast path's: their lengths */
 	char	   *schema;			/* the wrapper's schema as last seen (NULL: none yet) */
 	int			schema_len;
 	ConnectField *fields;		/* what it says of each row column */
@@ -133,6 +142,8 @@ stm_debezium_json_new(StmParser *p)
 	dj->cxt = CurrentMemoryContext;
 	dj->sides[0] = palloc0(sizeof(char *) * Max(p->nrow, 1));
 	dj->sides[1] = palloc0(sizeof(char *) * Max(p->nrow, 1));
+	dj->lens[0] = palloc0(sizeof(int) * Max(p->nrow, 1));
+	dj->lens[1] = palloc0(sizeof(int) * Max(p->nrow, 1));
 	dj->fields = palloc0(sizeof(ConnectField) * Max(p->nrow, 1));
 	return dj;
 }
@@ -224,6 +235,9 @@ walk_field_start(void *state, char *fname, bool isnull)
 {
 	EventWalk  *w = state;
 
+	/* the keys of a value being kept are its own (not the row's columns) */
+	if (w->capture != 0)
+		return;
 	if (w->depth >= 1 && w->depth <= 3)
 		w->path[w->depth - 1] = fname;
 	if (w->depth == 1 && strcmp(fname, "payload") == 0)
@@ -274,6 +288,271 @@ walk_scalar(void *state, char *token, JsonTokenType type)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("ts_ms of the Debezium change event is not a number: %s", token)));
 }
+
+/* ---- the fast path ------------------------------------------------------------ */
+
+/* Is the key token's text (keylen bytes, no quotes) name? */
+static inline bool
+key_eq(const char *key, int keylen, const char *name)
+{
+	return strlen(name) == keylen && memcmp(key, name, keylen) == 0;
+}
+
+/*
+ * The declared column named key (keylen bytes, no escapes), or -1; the
+ * column after *guess first (rows of a table share their key order).
+ */
+static int
+row_column_len(StmParser *p, const char *key, int keylen, int *guess)
+{
+	int			g = *guess + 1;
+
+	if (g >= 0 && g < p->nrow && key_eq(key, keylen, p->names[g]))
+		return *guess = g;
+	for (int i = 0; i < p->nrow; i++)
+		if (key_eq(key, keylen, p->names[i]))
+			return *guess = i;
+	return -1;
+}
+
+static inline bool
+lex_next(JsonLexContext *lex)
+{
+	return json_lex(lex) == JSON_SUCCESS;
+}
+
+/*
+ * A flat object, the lexer at its '{': scalars only, no escapes; with side
+ * >= 0 the values of the declared columns kept in that side (the last of a
+ * repeated key, as the walk keeps).  Leaves the lexer at the '}'; false
+ * for anything else.
+ */
+static bool
+flat_object(StmDebeziumJson *dj, JsonLexContext *lex, int side)
+{
+	StmParser  *p = dj->p;
+	int			guess = -1;
+
+	if (!lex_next(lex))
+		return false;
+	while (lex->token_type != JSON_TOKEN_OBJECT_END)
+	{
+		char	   *key = lex->token_start + 1;
+		int			keylen = lex->token_terminator - lex->token_start - 2;
+		char	   *value;
+		int			n;
+		int			col;
+
+		if (lex->token_type != JSON_TOKEN_STRING || memchr(key, '\\', keylen) != NULL ||
+			!lex_next(lex) || lex->token_type != JSON_TOKEN_COLON || !lex_next(lex))
+			return false;
+		value = lex->token_start;
+		n = lex->token_terminator - value;
+		col = side >= 0 ? row_column_len(p, key, keylen, &guess) : -1;
+		switch (lex->token_type)
+		{
+			case JSON_TOKEN_STRING:
+				if (memchr(value, '\\', n) != NULL)
+					return false;
+				/* a json or jsonb column keeps the quotes (escape_json of the text) */
+				if (col >= 0 && !p->targets[col].wants_json)
+				{
+					value++;
+					n -= 2;
+				}
+				break;
+			case JSON_TOKEN_NUMBER:
+			case JSON_TOKEN_TRUE:
+			case JSON_TOKEN_FALSE:
+				break;
+			case JSON_TOKEN_NULL:
+				value = NULL;
+				break;
+			default:
+				return false;	/* nested, or not a value */
+		}
+		if (col >= 0)
+		{
+			dj->sides[side][col] = value;
+			dj->lens[side][col] = n;
+		}
+		if (!lex_next(lex))
+			return false;
+		if (lex->token_type == JSON_TOKEN_COMMA)
+		{
+			if (!lex_next(lex) || lex->token_type == JSON_TOKEN_OBJECT_END)
+				return false;
+		}
+		else if (lex->token_type != JSON_TOKEN_OBJECT_END)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The common event by the lexer alone (see the top of the file): what the
+ * walk would find, into w (op, ts_ms, seen) and the sides; false, with buf
+ * unchanged, for anything the walk must see.
+ */
+static bool
+fast_event(StmDebeziumJson *dj, char *buf, int len, EventWalk *w)
+{
+	StmParser  *p = dj->p;
+	JsonLexContext lex;
+	int			op_len = 0;
+	int			ts_len = 0;
+
+	if (!p->has_columns)
+		return false;
+	/* as makeJsonLexContextCstringLen does it, without an allocation or de-escaping */
+	memset(&lex, 0, sizeof(lex));
+	lex.input = lex.token_terminator = lex.line_start = buf;
+	lex.line_number = 1;
+	lex.input_length = len;
+	lex.input_encoding = p->encoding;
+
+	if (!lex_next(&lex) || lex.token_type != JSON_TOKEN_OBJECT_START || !lex_next(&lex))
+		return false;
+	while (lex.token_type != JSON_TOKEN_OBJECT_END)
+	{
+		char	   *key = lex.token_start + 1;
+		int			keylen = lex.token_terminator - lex.token_start - 2;
+		int			side = -1;
+		char	   *value;
+		int			n;
+
+		if (lex.token_type != JSON_TOKEN_STRING || memchr(key, '\\', keylen) != NULL ||
+			!lex_next(&lex) || lex.token_type != JSON_TOKEN_COLON || !lex_next(&lex))
+			return false;
+		/* Connect's wrapper: the walk */
+		if (key_eq(key, keylen, "schema") || key_eq(key, keylen, "payload"))
+			return false;
+		if (key_eq(key, keylen, "after"))
+			side = 0;
+		else if (key_eq(key, keylen, "before"))
+			side = 1;
+		value = lex.token_start;
+		n = lex.token_terminator - value;
+		switch (lex.token_type)
+		{
+			case JSON_TOKEN_OBJECT_START:
+				if (side >= 0)
+					w->seen[side] = true;
+				if (!flat_object(dj, &lex, side))
+					return false;
+				break;
+			case JSON_TOKEN_STRING:
+			case JSON_TOKEN_NUMBER:
+			case JSON_TOKEN_TRUE:
+			case JSON_TOKEN_FALSE:
+			case JSON_TOKEN_NULL:
+				if (lex.token_type == JSON_TOKEN_STRING && memchr(value, '\\', n) != NULL)
+					return false;
+				/* a row that is neither an object nor null: the walk's business */
+				if (side >= 0 && lex.token_type != JSON_TOKEN_NULL)
+					return false;
+				if (key_eq(key, keylen, "op") && lex.token_type == JSON_TOKEN_STRING)
+				{
+					w->op = value + 1;
+					op_len = n - 2;
+				}
+				else if (key_eq(key, keylen, "ts_ms") && lex.token_type == JSON_TOKEN_NUMBER)
+				{
+					w->ts_ms = value;
+					ts_len = n;
+				}
+				else if (key_eq(key, keylen, "ts_ms") && lex.token_type != JSON_TOKEN_NULL)
+					return false;	/* the walk's error */
+				break;
+			default:
+				return false;	/* an array, or not a value */
+		}
+		if (!lex_next(&lex))
+			return false;
+		if (lex.token_type == JSON_TOKEN_COMMA)
+		{
+			if (!lex_next(&lex) || lex.token_type == JSON_TOKEN_OBJECT_END)
+				return false;
+		}
+		else if (lex.token_type != JSON_TOKEN_OBJECT_END)
+			return false;
+	}
+	if (!lex_next(&lex) || lex.token_type != JSON_TOKEN_END)
+		return false;
+	/* the whole event lexed: terminate the texts kept, in place */
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < p->nrow; i++)
+			if (dj->sides[s][i] != NULL)
+				dj->sides[s][i][dj->lens[s][i]] = '\0';
+	if (w->op)
+		w->op[op_len] = '\0';
+	if (w->ts_ms)
+		w->ts_ms[ts_len] = '\0';
+	return true;
+}
+
+/* The walk of one event: what it finds into w and the sides, or the record's error. */
+static void
+walk_event(StmDebeziumJson *dj, char *buf, int len, EventWalk *w)
+{
+	JsonSemAction sem = {0};
+	JsonParseErrorType rc;
+
+	w->dj = dj;
+	w->side = -1;
+	w->column = -1;
+	w->lex = makeJsonLexContextCstringLen(buf, len, GetDatabaseEncoding(), true);
+	sem.semstate = w;
+	sem.object_start = walk_container_start;
+	sem.object_end = walk_container_end;
+	sem.array_start = walk_container_start;
+	sem.array_end = walk_container_end;
+	sem.object_field_start = walk_field_start;
+	sem.scalar = walk_scalar;
+	rc = pg_parse_json(w->lex, &sem);
+	if (rc != JSON_SUCCESS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("malformed JSON record"),
+				 errdetail("%s", json_errdetail(rc, w->lex))));
+}
+
+#ifdef STM_FAULT_INJECTION
+static bool
+same_text(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/*
+ * Test builds: the walk of the event (copy: as it was before the fast path
+ * terminated its texts) must find what the fast path found.
+ */
+static void
+check_fast_event(StmDebeziumJson *dj, char *copy, int len, EventWalk *fast)
+{
+	StmParser  *p = dj->p;
+	EventWalk	w = {0};
+	char	  **sides[2];
+
+	for (int s = 0; s < 2; s++)
+	{
+		sides[s] = palloc(sizeof(char *) * Max(p->nrow, 1));
+		memcpy(sides[s], dj->sides[s], sizeof(char *) * Max(p->nrow, 1));
+		memset(dj->sides[s], 0, sizeof(char *) * Max(p->nrow, 1));
+	}
+	walk_event(dj, copy, len, &w);
+	if (w.wrapped || !same_text(w.op, fast->op) || !same_text(w.ts_ms, fast->ts_ms) ||
+		w.seen[0] != fast->seen[0] || w.seen[1] != fast->seen[1])
+		elog(ERROR, "the Debezium fast path differs from the walk in the envelope of %s", copy);
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < p->nrow; i++)
+			if (!same_text(sides[s][i], dj->sides[s][i]))
+				elog(ERROR, "the Debezium fast path differs from the walk in column %d of %s: %s and %s",
+					 i, s ? "before" : "after", sides[s][i] ? sides[s][i] : "NULL",
+					 dj->sides[s][i] ? dj->sides[s][i] : "NULL");
+}
+#endif
 
 /* ---- the wrapper's schema ------------------------------------------------------ */
 
@@ -462,29 +741,26 @@ stm_debezium_parse_json(StmDebeziumJson *dj, char *buf, int len)
 {
 	StmParser  *p = dj->p;
 	EventWalk	w = {0};
-	JsonSemAction sem = {0};
-	JsonParseErrorType rc;
 	int			side;
+#ifdef STM_FAULT_INJECTION
+	char	   *copy = pnstrdup(buf, len);
+#endif
 
 	for (int s = 0; s < 2; s++)
 		memset(dj->sides[s], 0, sizeof(char *) * Max(p->nrow, 1));
-	w.dj = dj;
-	w.side = -1;
-	w.column = -1;
-	w.lex = makeJsonLexContextCstringLen(buf, len, GetDatabaseEncoding(), true);
-	sem.semstate = &w;
-	sem.object_start = walk_container_start;
-	sem.object_end = walk_container_end;
-	sem.array_start = walk_container_start;
-	sem.array_end = walk_container_end;
-	sem.object_field_start = walk_field_start;
-	sem.scalar = walk_scalar;
-	rc = pg_parse_json(w.lex, &sem);
-	if (rc != JSON_SUCCESS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("malformed JSON record"),
-				 errdetail("%s", json_errdetail(rc, w.lex))));
+	if (fast_event(dj, buf, len, &w))
+	{
+#ifdef STM_FAULT_INJECTION
+		check_fast_event(dj, copy, len, &w);
+#endif
+	}
+	else
+	{
+		memset(&w, 0, sizeof(w));
+		for (int s = 0; s < 2; s++)
+			memset(dj->sides[s], 0, sizeof(char *) * Max(p->nrow, 1));
+		walk_event(dj, buf, len, &w);
+	}
 	if (w.op == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
