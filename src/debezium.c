@@ -495,26 +495,12 @@ fast_event(StmDebeziumJson *dj, char *buf, int len, EventWalk *w)
 static void
 walk_event(StmDebeziumJson *dj, char *buf, int len, EventWalk *w)
 {
-	JsonSemAction sem = {0};
-	JsonParseErrorType rc;
-
 	w->dj = dj;
 	w->side = -1;
 	w->column = -1;
 	w->lex = makeJsonLexContextCstringLen(buf, len, GetDatabaseEncoding(), true);
-	sem.semstate = w;
-	sem.object_start = walk_container_start;
-	sem.object_end = walk_container_end;
-	sem.array_start = walk_container_start;
-	sem.array_end = walk_container_end;
-	sem.object_field_start = walk_field_start;
-	sem.scalar = walk_scalar;
-	rc = pg_parse_json(w->lex, &sem);
-	if (rc != JSON_SUCCESS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("malformed JSON record"),
-				 errdetail("%s", json_errdetail(rc, w->lex))));
+	stm_json_walk(w->lex, w, walk_container_start, walk_container_end,
+				  walk_field_start, walk_scalar);
 }
 
 #ifdef STM_FAULT_INJECTION

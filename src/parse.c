@@ -401,8 +401,6 @@ static void
 parse_json_columns(StmParser *p, char *data, int len)
 {
 	JsonRecordState state = {p, NULL, 0, -1, NULL};
-	JsonSemAction sem = {0};
-	JsonParseErrorType rc;
 	int			i = 0;
 
 	/* the top level must be an object */
@@ -414,19 +412,36 @@ parse_json_columns(StmParser *p, char *data, int len)
 				 errmsg("JSON record is not an object")));
 
 	state.lex = makeJsonLexContextCstringLen(data, len, GetDatabaseEncoding(), true);
-	sem.semstate = &state;
-	sem.object_start = json_nested_start;
-	sem.object_end = json_nested_end;
-	sem.array_start = json_nested_start;
-	sem.array_end = json_nested_end;
-	sem.object_field_start = json_field_start;
-	sem.scalar = json_scalar;
-	rc = pg_parse_json(state.lex, &sem);
+	stm_json_walk(state.lex, &state, json_nested_start, json_nested_end,
+				  json_field_start, json_scalar);
+}
+
+/*
+ * PostgreSQL's JSON parser over a record, with one pair of callbacks for
+ * objects and arrays alike (a record's walk tracks only their depth); a
+ * record that is not JSON is the record's error.
+ */
+void
+stm_json_walk(JsonLexContext *lex, void *state, json_struct_action container_start,
+			  json_struct_action container_end, json_ofield_action field_start,
+			  json_scalar_action scalar)
+{
+	JsonSemAction sem = {0};
+	JsonParseErrorType rc;
+
+	sem.semstate = state;
+	sem.object_start = container_start;
+	sem.object_end = container_end;
+	sem.array_start = container_start;
+	sem.array_end = container_end;
+	sem.object_field_start = field_start;
+	sem.scalar = scalar;
+	rc = pg_parse_json(lex, &sem);
 	if (rc != JSON_SUCCESS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("malformed JSON record"),
-				 errdetail("%s", json_errdetail(rc, state.lex))));
+				 errdetail("%s", json_errdetail(rc, lex))));
 }
 
 /* ---- CSV ----------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 #define STM_PARSE_H
 
 #include "access/tupdesc.h"
+#include "common/jsonapi.h"
 #include "fmgr.h"
 
 typedef enum StmFormat
@@ -107,6 +108,9 @@ extern void stm_parse_key(StmParser *p, const char *key, int len, Datum *values,
 extern void stm_text_target_init(StmTextTarget *t, Oid type, int32 typmod);
 extern Datum stm_text_target_convert(StmTextTarget *t, char *f, int len);
 extern void stm_parse_check_record_text(const char *data, int len);
+extern void stm_json_walk(JsonLexContext *lex, void *state, json_struct_action container_start,
+						  json_struct_action container_end, json_ofield_action field_start,
+						  json_scalar_action scalar);
 extern void stm_parse_fill_cdc(StmParser *p, Datum *values, bool *nulls);
 extern void stm_parse_fields(StmParser *p, char **fields, int nfields,
 							 const char *data, int len, Datum *values, bool *nulls);
