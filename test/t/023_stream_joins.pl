@@ -7,7 +7,9 @@
 # arrive in rounds, at random moments a stream's worker is killed with
 # SIGKILL, the postmaster is killed with SIGKILL (and started again at
 # once), or the server is stopped with "immediate" and started.  Every
-# crash strikes streams with a backlog.  At the end an order and its
+# other crash strikes while the streams are held with a round's records
+# unread (a backlog whatever the machine's speed), the rest at a random
+# moment while they work through it.  At the end an order and its
 # payment far later in event time move the watermark past every other
 # row, so the left join gives the NULL row of every order that never
 # matched.  Then:
@@ -150,7 +152,7 @@ sub last_batch
 }
 
 produce_round($per_round);
-my ($kills, $with_backlog) = (0, 0);
+my ($kills, $with_backlog, $held_rounds, $held_with_backlog) = (0, 0, 0, 0);
 for my $round (1 .. $rounds)
 {
 	my $kind = $kinds[ $round - 1 ];
@@ -159,12 +161,20 @@ for my $round (1 .. $rounds)
 	# batch is planned (hold_streams)
 	my $hold = hold_streams($node, 'other_source IS NOT NULL');
 	produce_round($per_round);
-	$hold->query_safe('COMMIT');
 
-	# strike at a random moment while the streams work through it; what
+	# even rounds strike while the streams are still held, so the whole
+	# round is waiting however fast the machine works through it (a
+	# worker killed there dies in its batch's transaction); odd rounds
+	# strike at a random moment while the streams work through it.  What
 	# they have done is asked in the session already open (a new
-	# connection of a loaded machine takes longer than the backlog)
-	usleep(int(rand(300_000)));
+	# connection of a loaded machine takes longer than the backlog).
+	my $held = $round % 2 == 0;
+	$held_rounds++ if $held;
+	if (!$held)
+	{
+		$hold->query_safe('COMMIT');
+		usleep(int(rand(300_000)));
+	}
 	my $victim = $streams[ $round % @streams ];
 	# a backlog: a stream has not read all records produced so far
 	my ($backlog, @state) = split / /, $hold->query_safe(
@@ -174,10 +184,12 @@ for my $round (1 .. $rounds)
 		 LEFT JOIN streaming.positions o ON o.stream_id = d.id AND o.source = 'orders_src'
 		 LEFT JOIN streaming.positions p ON p.stream_id = d.id AND p.source = 'payments_src'
 		 WHERE s.name IN ('paid', 'orders_left')");
-	$hold->quit;
+	# (a held round's session goes down with the crash below)
+	$hold->quit unless $held;
 	my %before = map { (split /=/)[ 0, 1 ] } @state;
 	my %pid_of = map { (split /=/)[ 0, 2 ] } @state;
 	$with_backlog++ if $backlog eq 'true';
+	$held_with_backlog++ if $held && $backlog eq 'true';
 	my $pid = '';
 	if ($kind eq 'kill_worker')
 	{
@@ -218,6 +230,8 @@ for my $round (1 .. $rounds)
 		$node->start;
 	}
 
+	$hold->quit if $held;    # its server process died in the crash
+
 	# every stream runs again, in a new worker, and makes progress (or has
 	# caught up)
 	for my $stream (@streams)
@@ -232,7 +246,7 @@ for my $round (1 .. $rounds)
 	}
 }
 note "$with_backlog of $rounds crashes struck while records were waiting";
-ok($with_backlog >= 1, 'the crashes struck while the streams had work to do');
+is($held_with_backlog, $held_rounds, 'every crash while the streams were held struck with records waiting');
 
 # the final flush: an order and its payment a day later move the
 # watermark past every other row
