@@ -262,10 +262,11 @@ sub wait_for
 # release_streams(SESSION).
 # rehold_streams(SESSION, WHERE, UNTIL): let them go, and hold them again
 # once UNTIL (an SQL condition) holds, in the same session (no new
-# connection in between, which a loaded machine makes slow) and polled in
-# the statement that takes the rows (each statement of a DO block sees what
-# was committed), so that no batch but one in flight commits after UNTIL
-# was seen.
+# connection in between, which a loaded machine makes slow).  UNTIL is
+# asked with the rows held, so it still holds when this returns (no batch
+# commits after it was seen); while it does not, the rows are let go and
+# asked for again every 10 ms (a batch in flight is waited for by the lock
+# itself).
 sub hold_streams
 {
 	my ($node, $where) = @_;
@@ -280,14 +281,19 @@ sub hold_streams
 sub rehold_streams
 {
 	my ($hold, $where, $until) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
 
-	$hold->query_safe(
-		"COMMIT; BEGIN; DO \$\$ BEGIN WHILE NOT ($until) LOOP "
-		  . "IF clock_timestamp() > now() + interval '$PostgreSQL::Test::Utils::timeout_default seconds' THEN "
-		  . "RAISE EXCEPTION 'timed out waiting for: %', " . quote_literal($until) . "; END IF; "
-		  . "PERFORM pg_sleep(0.01); END LOOP; "
-		  . "PERFORM FROM streaming.stream_defs WHERE $where FOR UPDATE; END \$\$");
-	return;
+	$hold->query_safe('COMMIT');
+	while (1)
+	{
+		my $holds = $hold->query_safe(
+			"BEGIN; DO \$\$ BEGIN PERFORM FROM streaming.stream_defs WHERE $where FOR UPDATE; END \$\$; "
+			  . "SELECT ($until)::text");
+		return if $holds eq 'true';
+		die "timed out waiting for: $until\n" if time() > $deadline;
+		$hold->query_safe('COMMIT');
+		usleep(10_000);
+	}
 }
 
 sub release_streams
