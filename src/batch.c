@@ -547,7 +547,13 @@ advance_watermark(BatchContext *bc)
 		StmStreamJoin *j = bc->qi->ssjoin;
 
 		if (!j->sides[0].has_delay && !j->sides[1].has_delay)
+		{
+			/* no watermark: the sides' entries keep their state's rows only */
+			(void) stm_ssjoin_watermark(j, bc->ssjoin, def->side_watermarks, bc->side_has_max,
+										bc->side_max, GetCurrentTimestamp(),
+										previous_watermark(def), &bc->side_watermarks);
 			return;
+		}
 		bc->has_watermark = true;
 		bc->watermark = stm_ssjoin_watermark(j, bc->ssjoin, def->side_watermarks, bc->side_has_max,
 											 bc->side_max, GetCurrentTimestamp(),
