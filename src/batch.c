@@ -864,7 +864,7 @@ begin_stream_join(BatchContext *bc, StmRuntime *rt)
 	}
 	bc->ssjoin = stm_ssjoin_begin(j, qi, def->id, def->query, bc->batch_id, has_wm,
 								  previous_watermark(def), rt->ssjoin_plans, rt->cxt, keep_late,
-								  def->side_watermarks, &rt->ssjoin_upkeep);
+								  def->side_watermarks);
 	if (qi->agg)
 	{
 		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink,

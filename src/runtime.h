@@ -9,7 +9,6 @@
 #include "catalog.h"
 #include "sink.h"
 #include "source.h"
-#include "ssjoin.h"
 
 /* One source the stream reads, as the runtime keeps it. */
 typedef struct StmSourceRuntime
@@ -28,7 +27,6 @@ typedef struct StmRuntime
 	struct StmSink *sink;		/* opened by the first batch, in cxt */
 	struct StmJoinPlan *join_plan;	/* a query that reads tables: its kept plan (join.c) */
 	struct StmJoinPlan *ssjoin_plans[4];	/* a join of two sources: its kept plans (ssjoin.c) */
-	StmSSJoinUpkeep ssjoin_upkeep;	/* and its state tables' dead rows (ssjoin_vacuum.c) */
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */

@@ -142,7 +142,6 @@ struct StmJoinRun
 	StmJoinRowFn fn;
 	void	   *arg;
 	int64		num_output;
-	StmSSJoinUpkeep *upkeep;	/* the runtime's, for vacuuming between batches, or NULL */
 	bool		done;			/* stm_ssjoin_run finished: num_total is known */
 };
 
@@ -535,7 +534,7 @@ StmJoinRun *
 stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char *query_text,
 				 int64 batch_id, bool has_watermark, TimestampTz watermark,
 				 StmJoinPlan **plans, MemoryContext plans_cxt, StmLateRows **keep_late,
-				 Jsonb *prev_sides, StmSSJoinUpkeep *upkeep)
+				 Jsonb *prev_sides)
 {
 	StmJoinRun *run = palloc0(sizeof(StmJoinRun));
 
@@ -549,7 +548,6 @@ stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char
 	run->plans = plans;
 	run->plans_cxt = plans_cxt;
 	run->cxt = CurrentMemoryContext;
-	run->upkeep = upkeep;
 	for (int s = 0; s < 2; s++)
 	{
 		SideRun    *sr = &run->sides[s];
@@ -1041,17 +1039,13 @@ mark_matched(StmJoinRun *run, int s)
 {
 	SideRun    *sr = &run->sides[s];
 	StmSql		q;
-	int64		n;
 
 	if (sr->matched_state == NIL || !gives_unmatched(run->j, s) || run->j->type == STM_JOIN_ANTI)
 		return;
 	stm_sql_init(&q, psprintf("UPDATE %s SET _stm_matched = true WHERE _stm_row_id = ANY (:ids) "
 							  "AND NOT _stm_matched", sr->table));
 	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
-	n = stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
-	sr->num_updated += n;
-	if (run->upkeep)
-		run->upkeep->dead[s] += n;	/* an UPDATE leaves the old version behind */
+	sr->num_updated += stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
 }
 
 /*
@@ -1115,11 +1109,6 @@ stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
 		}
 		else
 			sr->num_total = count_state(sr);
-		if (run->upkeep)
-		{
-			run->upkeep->dead[s] += sr->num_removed;
-			run->upkeep->live[s] = sr->num_total;
-		}
 		tuplestore_end(sr->new_rows);
 		tuplestore_end(sr->rows);
 	}

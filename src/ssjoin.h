@@ -100,17 +100,6 @@ extern bool stm_ssjoin_side_bounded(StmStreamJoin *j, int side);
 extern TimestampTz stm_ssjoin_expiry(const StmJoinBound *bound, TimestampTz t);
 extern const char *stm_ssjoin_type_name(StmJoinType type);
 
-/*
- * What a worker's batches left in each side's state table since it was
- * last vacuumed (ssjoin_vacuum.c): its dead row versions (evicted,
- * deleted, updated) and its rows.  Only a guide: a new worker starts at 0.
- */
-typedef struct StmSSJoinUpkeep
-{
-	int64		dead[2];
-	int64		live[2];
-} StmSSJoinUpkeep;
-
 /* ssjoin.c: state tables and a batch */
 extern char *stm_ssjoin_table(int32 stream_id, int side);
 extern void stm_ssjoin_create_state(int32 stream_id, StmStreamJoin *j, Oid owner);
@@ -118,7 +107,7 @@ extern StmJoinRun *stm_ssjoin_begin(StmStreamJoin *j, struct StmQueryInfo *qi, i
 									const char *query_text, int64 batch_id, bool has_watermark,
 									TimestampTz watermark, struct StmJoinPlan **plans,
 									MemoryContext plans_cxt, struct StmLateRows **keep_late,
-									Jsonb *prev_sides, struct StmSSJoinUpkeep *upkeep);
+									Jsonb *prev_sides);
 extern void stm_ssjoin_add(StmJoinRun *run, int side, TupleTableSlot *slot);
 typedef void (*StmSSJoinRowFn) (void *arg, TupleTableSlot *slot);
 extern void stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg);
@@ -130,8 +119,5 @@ extern TimestampTz stm_ssjoin_watermark(StmStreamJoin *j, StmJoinRun *run, Jsonb
 										TimestampTz prev_w, char **sides_json);
 extern bool stm_ssjoin_idle_due(Jsonb *sides, bool max_policy, TimestampTz prev_w,
 								TimestampTz now);
-
-/* ssjoin_vacuum.c: between a worker's batches */
-extern void stm_ssjoin_vacuum(int32 stream_id, StmSSJoinUpkeep *upkeep);
 
 #endif

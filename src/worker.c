@@ -53,7 +53,6 @@
 #include "guc.h"
 #include "interrupts.h"
 #include "shmem.h"
-#include "ssjoin.h"
 #include "worker.h"
 
 static int	my_slot = -1;
@@ -499,10 +498,7 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 			report_source_trouble(w->def, stm_runtime_source_problem(w->rt));
 			/* what the sources and sink do only once the batch is committed */
 			if (*batch_id >= 0)
-			{
 				stm_runtime_after_commit(w->rt);
-				stm_ssjoin_vacuum(w->stream_id, &w->rt->ssjoin_upkeep);
-			}
 		}
 	}
 	PG_CATCH();
