@@ -65,7 +65,7 @@ CREATE TABLE streaming.stream_defs (
     other_source    text REFERENCES streaming.sources (name),
     watermarks      jsonb,
     multiple_watermark_policy text NOT NULL DEFAULT 'min' CHECK (multiple_watermark_policy IN ('min', 'max')),
-    side_watermarks jsonb,              -- per side: its watermark and idle clock, written by batches
+    side_watermarks jsonb,              -- per side: its watermark, idle clock and state rows, written by batches
     key_columns     text[]              -- upsert mode: the sink's key (output columns)
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';

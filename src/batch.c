@@ -547,9 +547,15 @@ advance_watermark(BatchContext *bc)
 		StmStreamJoin *j = bc->qi->ssjoin;
 
 		if (!j->sides[0].has_delay && !j->sides[1].has_delay)
+		{
+			/* no watermark: the sides' entries keep their state's rows only */
+			(void) stm_ssjoin_watermark(j, bc->ssjoin, def->side_watermarks, bc->side_has_max,
+										bc->side_max, GetCurrentTimestamp(),
+										previous_watermark(def), &bc->side_watermarks);
 			return;
+		}
 		bc->has_watermark = true;
-		bc->watermark = stm_ssjoin_watermark(j, def->side_watermarks, bc->side_has_max,
+		bc->watermark = stm_ssjoin_watermark(j, bc->ssjoin, def->side_watermarks, bc->side_has_max,
 											 bc->side_max, GetCurrentTimestamp(),
 											 previous_watermark(def), &bc->side_watermarks);
 		return;
@@ -857,7 +863,8 @@ begin_stream_join(BatchContext *bc, StmRuntime *rt)
 			}
 	}
 	bc->ssjoin = stm_ssjoin_begin(j, qi, def->id, def->query, bc->batch_id, has_wm,
-								  previous_watermark(def), rt->ssjoin_plans, rt->cxt, keep_late);
+								  previous_watermark(def), rt->ssjoin_plans, rt->cxt, keep_late,
+								  def->side_watermarks);
 	if (qi->agg)
 	{
 		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, bc->sink,

@@ -116,6 +116,9 @@ typedef struct SideRun
 	int64		num_updated;
 	int64		num_null_rows;
 	int64		num_total;
+	int64		num_inserted;	/* rows stored by this batch */
+	int64		prev_total;		/* the rows the last committed batch left, if known */
+	bool		has_prev_total;
 } SideRun;
 
 struct StmJoinRun
@@ -139,9 +142,18 @@ struct StmJoinRun
 	StmJoinRowFn fn;
 	void	   *arg;
 	int64		num_output;
+	bool		done;			/* stm_ssjoin_run finished: num_total is known */
 };
 
 static bool gives_unmatched(StmStreamJoin *j, int s);
+static int64 side_int8(Jsonb *obj, const char *key, bool *found);
+
+/* A side's state table, by its OID (what the running row count is of). */
+static Oid
+state_oid(StmJoinRun *run, int s)
+{
+	return get_relname_relid(stm_ssjoin_table(run->stream_id, s), get_namespace_oid("streaming", false));
+}
 
 /* ---- names and shapes ---------------------------------------------------- */
 
@@ -521,7 +533,8 @@ rows_query(StmJoinRun *run, int s, QueryEnvironment *env)
 StmJoinRun *
 stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char *query_text,
 				 int64 batch_id, bool has_watermark, TimestampTz watermark,
-				 StmJoinPlan **plans, MemoryContext plans_cxt, StmLateRows **keep_late)
+				 StmJoinPlan **plans, MemoryContext plans_cxt, StmLateRows **keep_late,
+				 Jsonb *prev_sides)
 {
 	StmJoinRun *run = palloc0(sizeof(StmJoinRun));
 
@@ -538,6 +551,7 @@ stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char
 	for (int s = 0; s < 2; s++)
 	{
 		SideRun    *sr = &run->sides[s];
+		Jsonb	   *entry;
 
 		sr->side = &j->sides[s];
 		sr->table = psprintf("streaming.%s", quote_identifier(stm_ssjoin_table(stream_id, s)));
@@ -548,6 +562,11 @@ stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char
 		sr->keep_late = keep_late ? keep_late[s] : NULL;
 		if (sr->side->own_quals)
 			sr->own_qual = ExecInitQual((List *) expression_planner((Expr *) sr->side->own_quals), NULL);
+		entry = prev_sides ? stm_option_jsonb(prev_sides, sr->side->alias) : NULL;
+		if (entry && side_int8(entry, "state_oid", &sr->has_prev_total) == state_oid(run, s))
+			sr->prev_total = side_int8(entry, "state_rows", &sr->has_prev_total);
+		else
+			sr->has_prev_total = false;
 	}
 	run->econtext = CreateStandaloneExprContext();
 	if (qi->agg)
@@ -882,8 +901,7 @@ exists_rows(StmJoinRun *run)
 	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_row_id = ANY (:ids) RETURNING *) %s",
 							  sr->table, state_select(sr, "d")));
 	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
-	(void) stm_catalog_run(&q, SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
-	sr->num_removed += list_length(sr->matched_state);
+	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
 }
 
 /* rows written per table_multi_insert, as COPY FROM buffers them */
@@ -1012,6 +1030,7 @@ store_new_rows(StmJoinRun *run, int s)
 	table_close(rel, NoLock);
 	stm_statetable_end(access);
 	sr->num_updated += n;
+	sr->num_inserted += n;
 }
 
 /* Step 5: stored rows of a side that matched for the first time are marked (outer) or go (anti). */
@@ -1077,11 +1096,24 @@ stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
 	{
 		SideRun    *sr = &run->sides[s];
 
-		sr->num_total = count_state(sr);
+		/*
+		 * The state's rows: what the last committed batch left (kept with
+		 * the sides' clocks, in the same transaction as the rows) plus and
+		 * minus this batch's; counted when that is not known (the first
+		 * batch, after a reset, a table made anew).
+		 */
+		if (sr->has_prev_total)
+		{
+			sr->num_total = sr->prev_total + sr->num_inserted - sr->num_removed;
+			Assert(sr->num_total == count_state(sr));
+		}
+		else
+			sr->num_total = count_state(sr);
 		tuplestore_end(sr->new_rows);
 		tuplestore_end(sr->rows);
 	}
 	FreeExprContext(run->econtext, true);
+	run->done = true;
 }
 
 /*
@@ -1185,10 +1217,12 @@ interval_us(const Interval *iv)
  * idle_timeout, as if a record of now() - delay had come (3.1); the
  * stream's is the minimum of the sides' (a side that has seen nothing yet
  * counting as 1970), or the maximum by policy, and never moves back.  The
- * sides' clocks go into *sides_json for the stream's row.
+ * sides' clocks go into *sides_json for the stream's row, with the rows
+ * each side's state holds after run (the batch's join, or NULL when none
+ * ran): the next batch counts on from there (committed with the rows).
  */
 TimestampTz
-stm_ssjoin_watermark(StmStreamJoin *j, Jsonb *prev_sides, const bool *has_max,
+stm_ssjoin_watermark(StmStreamJoin *j, StmJoinRun *run, Jsonb *prev_sides, const bool *has_max,
 					 const TimestampTz *max, TimestampTz now, TimestampTz prev_w,
 					 char **sides_json)
 {
@@ -1240,6 +1274,22 @@ stm_ssjoin_watermark(StmStreamJoin *j, Jsonb *prev_sides, const bool *has_max,
 						 c[s].delay_us, c[s].idle_timeout_us, c[s].idle_clock_at);
 		if (c[s].has_watermark)
 			appendStringInfo(&buf, ", \"watermark_us\": " INT64_FORMAT, c[s].watermark);
+		if (run && run->done)
+			appendStringInfo(&buf, ", \"state_oid\": %u, \"state_rows\": " INT64_FORMAT,
+							 state_oid(run, s), run->sides[s].num_total);
+		else
+		{
+			/* no join ran: the state is as the last batch left it */
+			Jsonb	   *entry = prev_sides ? stm_option_jsonb(prev_sides, side->alias) : NULL;
+			bool		has_oid;
+			bool		has_rows;
+			int64		oid = side_int8(entry, "state_oid", &has_oid);
+			int64		rows = side_int8(entry, "state_rows", &has_rows);
+
+			if (has_oid && has_rows)
+				appendStringInfo(&buf, ", \"state_oid\": " INT64_FORMAT ", \"state_rows\": " INT64_FORMAT,
+								 oid, rows);
+		}
 		appendStringInfoChar(&buf, '}');
 	}
 	appendStringInfoChar(&buf, '}');

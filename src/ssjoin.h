@@ -106,13 +106,15 @@ extern void stm_ssjoin_create_state(int32 stream_id, StmStreamJoin *j, Oid owner
 extern StmJoinRun *stm_ssjoin_begin(StmStreamJoin *j, struct StmQueryInfo *qi, int32 stream_id,
 									const char *query_text, int64 batch_id, bool has_watermark,
 									TimestampTz watermark, struct StmJoinPlan **plans,
-									MemoryContext plans_cxt, struct StmLateRows **keep_late);
+									MemoryContext plans_cxt, struct StmLateRows **keep_late,
+									Jsonb *prev_sides);
 extern void stm_ssjoin_add(StmJoinRun *run, int side, TupleTableSlot *slot);
 typedef void (*StmSSJoinRowFn) (void *arg, TupleTableSlot *slot);
 extern void stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg);
 extern void stm_ssjoin_progress(StmJoinRun *run, StringInfo json, int64 *num_late,
 								int64 *num_state, bool *has_max, TimestampTz *max);
-extern TimestampTz stm_ssjoin_watermark(StmStreamJoin *j, Jsonb *prev_sides, const bool *has_max,
+extern TimestampTz stm_ssjoin_watermark(StmStreamJoin *j, StmJoinRun *run, Jsonb *prev_sides,
+										const bool *has_max,
 										const TimestampTz *max, TimestampTz now,
 										TimestampTz prev_w, char **sides_json);
 extern bool stm_ssjoin_idle_due(Jsonb *sides, bool max_policy, TimestampTz prev_w,

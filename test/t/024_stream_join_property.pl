@@ -34,7 +34,9 @@
 #   anti        each l in L that left outer gives a NULL row.
 # A final chunk of one row per side a day later (NULL keys: they match
 # nothing, and stay stored) is the watermark flush that gives the last
-# NULL rows.  Each stream's num_late_rows must add up to the late rows.
+# NULL rows.  Each stream's num_late_rows must add up to the late rows, and
+# each side's last numRowsTotal (counted on from batch to batch) must be
+# its state table's rows.
 #
 # The random choices come from the seed printed at the start;
 # STREAMING_TEST_SEED=N replays them.
@@ -210,6 +212,31 @@ END \$\$;
 		is($node->safe_psql('postgres',
 				"SELECT coalesce(sum(num_late_rows), 0) FROM streaming.progress WHERE stream = '${p}_$kind'"),
 			$late, "round $round, $kind: num_late_rows adds up to the late rows");
+	}
+	# each side's numRowsTotal, counted on from batch to batch, is its state table's rows
+	$node->safe_psql('postgres', q{
+CREATE OR REPLACE FUNCTION state_count_errors(s text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    n bigint;
+    bad text := '';
+BEGIN
+    FOR r IN SELECT o.value->>'side' AS side, (o.value->>'numRowsTotal')::bigint AS total, d.id
+             FROM streaming.progress p, jsonb_each(p.state_operators) o, streaming.stream_defs d
+             WHERE p.stream = s AND d.name = s
+               AND p.batch_id = (SELECT max(batch_id) FROM streaming.progress WHERE stream = s)
+    LOOP
+        EXECUTE format('SELECT count(*) FROM streaming.join_%s_%s', r.id, r.side) INTO n;
+        IF n IS DISTINCT FROM r.total THEN
+            bad := bad || format('%s: numRowsTotal %s, table %s; ', r.side, r.total, n);
+        END IF;
+    END LOOP;
+    RETURN bad;
+END $$});
+	for my $kind (@kinds)
+	{
+		is($node->safe_psql('postgres', "SELECT state_count_errors('${p}_$kind')"), '',
+			"round $round, $kind: numRowsTotal is the state tables' rows");
 	}
 	# the flush gave NULL rows: the outer sinks hold some, unless no row was left unmatched
 	is($node->safe_psql('postgres',
