@@ -525,7 +525,7 @@ idle_watermark(StmStreamDef *def, TimestampTz now)
 	Datum		t;
 
 	if (def->idle_timeout_us <= 0 || !def->has_watermark ||
-		def->trigger_kind != STM_TRIGGER_INTERVAL ||
+		(def->trigger_kind != STM_TRIGGER_INTERVAL && def->trigger_kind != STM_TRIGGER_CONTINUOUS) ||
 		now - def->idle_clock_at < def->idle_timeout_us)
 		return 0;
 	t = DirectFunctionCall2(timestamptz_mi_interval, TimestampTzGetDatum(now),
