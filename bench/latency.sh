@@ -2,7 +2,9 @@
 # bench/latency.sh: produce -> committed latency of trigger 'continuous'
 # against the default trigger ('0'), in the same run (SPEC 3.4).
 #
-#   taskset -c 1 bench/latency.sh [--rates 2000,20000] [--seconds 15] [--idle 60] [--keep]
+#   taskset -c 1 bench/latency.sh [--rates 2000,20000] [--seconds 15] [--idle 60]
+#       [--kafka-options '{"fetch.wait.max.ms": "1"}'] [--keep]
+# (--kafka-options: the sources' kafka_options, to measure the mock's fetch hold)
 #
 # For each trigger (0, continuous) and shape, one stream on a fresh topic of
 # 4 partitions on the mock broker, run alone:
@@ -27,12 +29,14 @@ RATES=2000,20000
 SECS=15
 IDLE=60
 KEEP=
+KOPTS='{}'
 while [ $# -gt 0 ]; do
 	case $1 in
 		--rates) RATES=$2; shift ;;
 		--seconds) SECS=$2; shift ;;
 		--idle) IDLE=$2; shift ;;
 		--keep) KEEP=1 ;;
+		--kafka-options) KOPTS=$2; shift ;;
 		*) echo "usage: $0 [--rates R,R] [--seconds S] [--idle S] [--keep]" >&2; exit 2 ;;
 	esac
 	shift
@@ -64,8 +68,8 @@ start_stream()
 		q="SELECT streaming.window_start() AS ws, order_id, count(*) AS n, sum(amount) AS total, max(rate) AS rate, max(produced_at) AS produced_at FROM lat$N GROUP BY streaming.tumble(event_time, '1 minute'), order_id"
 		opts=", output_mode => 'update'"
 	fi
-	psql_do -v b="$BOOTSTRAP" -v t="lat$N" -v c="$COLS" -v q="$q" -v s="$STREAM" -v k="$SINK" -v tr="$trigger" >/dev/null <<EOF || die "setup of $STREAM failed"
-SELECT streaming.create_kafka_source(:'t', :'b', topics => ARRAY[:'t'], starting_offsets => 'earliest', columns => :'c');
+	psql_do -v b="$BOOTSTRAP" -v t="lat$N" -v c="$COLS" -v q="$q" -v s="$STREAM" -v k="$SINK" -v tr="$trigger" -v ko="$KOPTS" >/dev/null <<EOF || die "setup of $STREAM failed"
+SELECT streaming.create_kafka_source(:'t', :'b', topics => ARRAY[:'t'], starting_offsets => 'earliest', columns => :'c', kafka_options => :'ko'::jsonb);
 SELECT streaming.create_stream(:'s', :'q', sink => :'k', trigger => :'tr' $opts);
 EOF
 	for i in $(seq 400); do
@@ -101,12 +105,13 @@ SELECT (SELECT count(DISTINCT order_id) FROM a WHERE order_id BETWEEN $f AND $l)
        round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 2),
        round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 2),
        round(max(ms)::numeric, 1),
-       (SELECT count(*) FROM streaming.progress WHERE stream = '$STREAM' AND num_input_rows > 0)
+       (SELECT count(*) FROM streaming.progress WHERE stream = '$STREAM' AND num_input_rows > 0 AND started_at >= (SELECT min(produced_at) FROM a)),
+       (SELECT round(avg(extract(epoch FROM duration) * 1000)::numeric, 2) FROM streaming.progress WHERE stream = '$STREAM' AND num_input_rows > 0 AND started_at >= (SELECT min(produced_at) FROM a))
   FROM m;
 EOF
 		) || die "reading latencies failed"
-		read -r dist meas p50 p99 pmax nb <<<"$stats"
-		printf '%-10s %-10s %7s %8s %8s %8s %8s %8s %8s %7s\n' "$trigger" "$shape" "$r" "$n" "$dist" "$p50" "$p99" "$pmax" "$nb" \
+		read -r dist meas p50 p99 pmax nb bms <<<"$stats"
+		printf '%-10s %-10s %7s %8s %8s %8s %8s %8s %8s %8s %7s\n' "$trigger" "$shape" "$r" "$n" "$dist" "$p50" "$p99" "$pmax" "$nb" "$bms" \
 			"$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')"
 		first=$((l + 1))
 	done
@@ -127,8 +132,8 @@ idle_cpu()
 }
 
 echo "bench/latency.sh: produce -> commit (pg_xact_commit_timestamp - produced_at), mock broker, fsync on, nproc $(nproc), affinity $(taskset -pc $$ | sed 's/.*: //')"
-echo "load before $LOAD_BEFORE; checkout $(git -C "$BENCH/.." rev-parse --short HEAD)"
-printf '%-10s %-10s %7s %8s %8s %8s %8s %8s %8s %7s\n' trigger shape rate/s records distinct "p50 ms" "p99 ms" "max ms" batches "CPU s"
+echo "kafka_options $KOPTS; load before $LOAD_BEFORE; checkout $(git -C "$BENCH/.." rev-parse --short HEAD)"
+printf '%-10s %-10s %7s %8s %8s %8s %8s %8s %8s %8s %7s\n' trigger shape rate/s records distinct "p50 ms" "p99 ms" "max ms" batches "ms/batch" "CPU s"
 for shape in stateless window; do
 	for trigger in 0 continuous; do
 		measure "$trigger" "$shape"
