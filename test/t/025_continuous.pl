@@ -1,7 +1,8 @@
 # 025_continuous.pl: trigger => 'continuous' (SPEC 3.4) in every shape,
 # exactly-once across kill -9 of the worker.
 #
-# Five streams read one Kafka topic with the continuous trigger: stateless,
+# Six streams read one Kafka topic with the continuous trigger: stateless
+# (without and with two parallel helpers),
 # a 5-minute tumbling window in update mode, dedup on order_id, a join with
 # a table, and a session window in update mode.  Records arrive in small
 # rounds, each waited for in every sink (a batch starts when a record
@@ -34,6 +35,7 @@ CREATE TABLE status_labels (status text PRIMARY KEY, label text);
 INSERT INTO status_labels VALUES ('created', 'new'), ('paid', 'money'), ('shipped', 'gone');
 });
 create_orders_stream($node, 'c_stateless', 'orders_src', trigger => "'continuous'");
+create_orders_stream($node, 'c_parallel', 'orders_src', trigger => "'continuous'", parallel_workers => 2);
 $node->safe_psql(
 	'postgres', q{
 SELECT streaming.create_stream('c_window',
@@ -50,7 +52,7 @@ SELECT streaming.create_stream('c_session',
       FROM orders_src GROUP BY streaming.session(event_time, '10 seconds'), status$$,
     output_mode => 'update', trigger => 'continuous');
 });
-my @streams = qw(c_stateless c_window c_dedup c_join c_session);
+my @streams = qw(c_stateless c_parallel c_window c_dedup c_join c_session);
 my $names = join ', ', map { "'$_'" } @streams;
 
 is( $node->safe_psql('postgres',
@@ -105,6 +107,8 @@ compare_rows($node, 'c_stateless', 'expected_orders', 'order_id, amount, status,
 is( $node->safe_psql('postgres',
 		'SELECT count(DISTINCT (kafka_partition, kafka_offset)) = count(*) FROM c_stateless'),
 	't', 'stateless: no position twice');
+compare_rows($node, 'c_parallel', 'expected_orders', 'order_id, amount, status, event_time',
+	'stateless with parallel helpers: every record once');
 compare_rows(
 	$node, 'c_window',
 	"(SELECT date_bin('5 minutes', event_time, 'epoch') AS ws, status, count(*) AS n, sum(amount) AS total "
