@@ -7,7 +7,8 @@
 # (--kafka-options: the sources' kafka_options, to measure the mock's fetch hold)
 #
 # For each trigger (0, continuous) and shape, one stream on a fresh topic of
-# 4 partitions on the mock broker, run alone:
+# 32 partitions on the mock broker (which keeps 5 MiB per partition: 20,000
+# records/s for 15 s need that many), run alone:
 #   stateless  SELECT the record's columns FROM the source;
 #   window     a 1-minute tumbling window in update mode, grouped by the
 #              window and order_id, so that every record's group is written
@@ -61,7 +62,7 @@ start_stream()
 	local trigger=$1 shape=$2 q opts="" i
 	N=$((N + 1))
 	STREAM=l$N SINK=l${N}_sink
-	kafka_create_topic "lat$N" 4 >/dev/null || die "could not create topic lat$N"
+	kafka_create_topic "lat$N" 32 >/dev/null || die "could not create topic lat$N"
 	if [ "$shape" = stateless ]; then
 		q="SELECT order_id, amount, status, event_time, rate, produced_at FROM lat$N"
 	else
