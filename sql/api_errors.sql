@@ -141,6 +141,12 @@ SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', output_mode => 'u
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', late_rows => 'ignore', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', trigger => 'soon', start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', trigger => '-5 seconds', start => false);
+SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', trigger => 'continuously', start => false);
+SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', trigger => 'continuous 5 ms', start => false);
+-- trigger continuous: accepted, stored as given and shown in streaming.streams
+SELECT streaming.create_stream('ae_cont', 'SELECT id FROM ae_src', trigger => 'continuous', start => false);
+SELECT name, trigger FROM streaming.streams WHERE name = 'ae_cont';
+SELECT streaming.drop_stream('ae_cont', drop_sink => true);
 -- dedup_keys: source columns; dedup_within_watermark needs a watermark
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', dedup_keys => ARRAY['no_such'], start => false);
 SELECT streaming.create_stream('bad', 'SELECT id FROM ae_src', dedup_keys => ARRAY[]::text[], start => false);

@@ -158,11 +158,12 @@ check_keywords(StreamArgs *a)
 						 "Valid values are \"drop\" and \"keep\".");
 	a->keep_late_rows = strcmp(a->late_rows_text, "keep") == 0;
 	if (pg_strcasecmp(a->trigger, "available_now") != 0 && pg_strcasecmp(a->trigger, "once") != 0 &&
+		pg_strcasecmp(a->trigger, "continuous") != 0 &&
 		!stm_arg_parses_as(a->trigger, INTERVALOID))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid trigger \"%s\"", a->trigger),
-				 errhint("Use a processing-time interval such as '30 seconds' (or '0'), 'available_now' or 'once'.")));
+				 errhint("Use a processing-time interval such as '30 seconds' (or '0'), 'available_now', 'once' or 'continuous'.")));
 	a->trigger_kind = stm_catalog_parse_trigger(a->trigger, &interval_ms);
 	stm_arg_check_choice("multiple_watermark_policy", a->watermark_policy, policies,
 						 "Valid values are \"min\" and \"max\".");

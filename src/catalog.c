@@ -707,7 +707,8 @@ stm_catalog_check_owner(const char *what, const char *name, Oid owner)
 }
 
 /*
- * trigger: '0' or any interval (processing time), 'available_now' or 'once'.
+ * trigger: '0' or any interval (processing time), 'available_now', 'once'
+ * or 'continuous'.
  */
 StmTriggerKind
 stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms)
@@ -719,6 +720,8 @@ stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms)
 		return STM_TRIGGER_AVAILABLE_NOW;
 	if (pg_strcasecmp(trigger, "once") == 0)
 		return STM_TRIGGER_ONCE;
+	if (pg_strcasecmp(trigger, "continuous") == 0)
+		return STM_TRIGGER_CONTINUOUS;
 	if (strcmp(trigger, "0") == 0)
 		return STM_TRIGGER_INTERVAL;
 	iv = DatumGetIntervalP(DirectFunctionCall3(interval_in,

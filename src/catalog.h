@@ -22,7 +22,8 @@ typedef enum StmTriggerKind
 {
 	STM_TRIGGER_INTERVAL,
 	STM_TRIGGER_AVAILABLE_NOW,
-	STM_TRIGGER_ONCE
+	STM_TRIGGER_ONCE,
+	STM_TRIGGER_CONTINUOUS		/* SPEC 3.4: a batch per arrival, read for latency */
 } StmTriggerKind;
 
 /* output_mode (SPEC 3.2) */

@@ -74,6 +74,7 @@ stm_runtime_open_sources(StmRuntime *rt, StmStreamDef *def)
 
 			srt->src = stm_source_open(srt->def, def->owner, true);
 			srt->src->bounded = rt->bounded;
+			srt->src->low_latency = rt->low_latency;
 			srt->src->plan_only = rt->parallel_wanted > 0;
 			MemoryContextSwitchTo(oldcxt);
 		}

@@ -29,6 +29,7 @@ typedef struct StmRuntime
 	struct StmJoinPlan *ssjoin_plans[4];	/* a join of two sources: its kept plans (ssjoin.c) */
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
+	bool		low_latency;	/* trigger continuous: sources read for latency */
 	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */
 	bool		parallel_allowed;	/* a worker: helpers even inside a transaction block */
 	struct StmParallel *parallel;	/* its helpers (parallel.c), or NULL */

@@ -69,6 +69,8 @@ typedef struct StmSource
 	StmBadRecordPolicy on_bad_record;
 	int			nmeta;			/* metadata columns after the declared ones */
 	bool		bounded;		/* available_now: only what the first plan saw */
+	bool		low_latency;	/* trigger continuous: fetches return at the first
+								 * record, not when a fetch would be cheapest */
 	char	   *problem;		/* set by plan: what it could not read and why (source_error), or NULL */
 	bool		unreadable;		/* set by plan with problem: no part of the source can be read
 								 * now (status 'waiting', SPEC 4); a part held back is not */

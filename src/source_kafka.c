@@ -91,6 +91,7 @@ PG_FUNCTION_INFO_V1(streaming_create_kafka_source);
  */
 #define POP_MAX 1000
 #define STALL_MS 20				/* a batch waiting this long wakes librdkafka's fetchers */
+#define STM_KAFKA_LOW_LATENCY_WAIT_MS 5	/* trigger continuous: a fetch with nothing held this long at most */
 
 /* One partition the source reads. */
 typedef struct KafkaPartition
@@ -140,6 +141,7 @@ typedef struct KafkaSource
 	int64		user_queue_kb;	/* prefetch sizes kafka_options asked for (0: none) */
 	int64		user_fetch_bytes;
 	int64		user_fetch_max_bytes;
+	bool		user_fetch_wait;	/* kafka_options set fetch.wait.max.ms or fetch.min.bytes */
 	int64		user_receive_max_bytes;
 	rd_kafka_queue_t *queue;	/* every partition's messages (open_consumer) */
 	int			wake_fds[2];	/* the queue writes to [1] when it becomes non-empty */
@@ -335,7 +337,11 @@ kafka_open(StmSource *base, bool for_batches)
 		else if (strcmp(pair->key, "receive.message.max.bytes") == 0)
 			kc->user_receive_max_bytes = pg_strtoint64(pair->value);
 		else
+		{
+			if (strcmp(pair->key, "fetch.wait.max.ms") == 0 || strcmp(pair->key, "fetch.min.bytes") == 0)
+				kc->user_fetch_wait = true;
 			stm_kafka_conf_set(conf, pair->key, pair->value);
+		}
 	}
 
 	/*
@@ -421,6 +427,18 @@ open_consumer(KafkaSource *kc, int npartitions)
 		if (kc->user_receive_max_bytes > 0)
 			receive_max_bytes = Max(Min(receive_max_bytes, kc->user_receive_max_bytes),
 									fetch_max_bytes + 512);
+	}
+	/*
+	 * trigger continuous: a broker answers a fetch as soon as it has one
+	 * record (fetch.min.bytes 1), and one with nothing holds it at most
+	 * STM_KAFKA_LOW_LATENCY_WAIT_MS, the price of the next fetch when idle;
+	 * the user's kafka_options win
+	 */
+	if (kc->base.low_latency && !kc->user_fetch_wait)
+	{
+		stm_kafka_conf_set(kc->consumer_conf, "fetch.min.bytes", "1");
+		stm_kafka_conf_set(kc->consumer_conf, "fetch.wait.max.ms",
+						   CppAsString2(STM_KAFKA_LOW_LATENCY_WAIT_MS));
 	}
 	kc->held_cap_bytes = Max(memory / 8, 64 * 1024);
 	kc->queue_bytes = queue_kb * 1024;
