@@ -67,8 +67,8 @@
 #                   worker ran them, into the report
 #   --explain-ms MS (default 200)
 #   --keep          keep the temp dir (data, server log, perf.data)
-# As root it runs the server as user postgres; it needs kcat and
-# python3-confluent-kafka (as bench/run.sh does), and linux-perf for --perf.
+# As root it runs the server as user postgres; it installs kcat and
+# python3-confluent-kafka when missing (bench_init), and linux-perf for --perf.
 set -uo pipefail
 
 RECORDS=1000000
@@ -108,10 +108,7 @@ for m in $MODES; do
 done
 
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-command -v kcat >/dev/null || { echo "bench/joins.sh: kcat is missing (apt-get install kcat)" >&2; exit 1; }
-"$PY" -c 'import confluent_kafka' 2>/dev/null || { echo "bench/joins.sh: python3-confluent-kafka is missing" >&2; exit 1; }
-[ -z "$PERF_RUN" ] || command -v perf >/dev/null || { echo "bench/joins.sh: --perf needs perf (apt-get install linux-perf)" >&2; exit 1; }
-bench_init bench/joins.sh
+bench_init bench/joins.sh ${PERF_RUN:+perf}
 
 # ---- data ------------------------------------------------------------------
 

@@ -57,8 +57,8 @@
 #                       (perf record -g; its report goes to stderr)
 # Environment: KS_PRE_SQL, SQL run after CREATE EXTENSION (e.g. the outbox's
 # storage as it was, to compare).
-# As root it runs the server as user postgres; the packages it needs are
-# those of bench/run.sh (kcat, python3-confluent-kafka).
+# As root it runs the server as user postgres; kcat and
+# python3-confluent-kafka are installed when missing (bench/lib.sh).
 set -uo pipefail
 
 RECORDS=1000000

@@ -3,7 +3,10 @@
 # nexmark/run.sh).  One place for the server settings they are measured
 # with, so that their figures stay comparable.
 #
-#   bench_init NAME        test/pg_env.sh's private installation, say/die
+#   bench_init NAME [perf] kcat and python3-confluent-kafka (and linux-perf
+#                          with perf) installed when missing (apt-get as
+#                          root, as bench/run.sh), test/pg_env.sh's private
+#                          installation, say/die
 #                          (prefixed NAME), --keep ($KEEP: the temp dir is
 #                          kept), the embedded mock broker ($BOOTSTRAP),
 #                          an empty data directory $DATA, $LOAD_BEFORE
@@ -25,6 +28,17 @@ bench_init()
 	BENCH_NAME=$1
 	say() { printf '%s\n' "$*" >&2; }
 	die() { say "$BENCH_NAME: $*"; exit 1; }
+	local need=()
+	command -v kcat >/dev/null || need+=(kcat)
+	"$PY" -c 'import confluent_kafka' 2>/dev/null || need+=(python3-confluent-kafka)
+	[ "${2:-}" = perf ] && ! command -v perf >/dev/null && need+=(linux-perf)
+	if [ ${#need[@]} -gt 0 ]; then
+		[ "$(id -u)" = 0 ] && command -v apt-get >/dev/null ||
+			die "missing: ${need[*]} (as root: apt-get install ${need[*]})"
+		say "installing ${need[*]}"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null ||
+			die "apt-get install ${need[*]} failed"
+	fi
 	[ -n "${KEEP:-}" ] && stm_cleanup() { say "kept $STM_TMP"; kafka_stop >/dev/null 2>&1; stm_kill_ours; }
 	stm_setup || die "setup failed"
 	stm_kafka_start || die "no Kafka broker"

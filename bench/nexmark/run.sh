@@ -61,8 +61,8 @@
 #   --perf                perf record -g the worker of each query and print
 #                         its top symbols (root)
 #   --keep                keep the temp dir (data, server log, perf data)
-# As root it runs the server as user postgres; it needs gcc, kcat and
-# python3-confluent-kafka (as bench/run.sh).
+# As root it runs the server as user postgres; kcat and
+# python3-confluent-kafka are installed when missing (bench/lib.sh).
 set -uo pipefail
 
 EVENTS=1000000
