@@ -95,7 +95,7 @@ produce($orders->take(3000));
 my $pid = stream_row($node, 'c_window')->{worker_pid};
 ok($pid, 'c_window has a worker');
 release_streams($hold);
-kill 'KILL', $pid;
+ok(kill('KILL', $pid), "killed c_window's worker $pid");
 wait_for($node, all_read(scalar @lines), 't',
 	'after kill -9, every stream read every record once', 'c_window');
 produce($orders->take(50));
