@@ -244,12 +244,7 @@ SELECT streaming.create_stream(:'r', :'q', sink => 'out_' || :'r', watermarks =>
 EOF
 		die "create_stream $r failed"
 	if [ "$PERF_RUN" = "$r" ]; then
-		for i in $(seq 400); do
-			pid=$(psql_do -c "SELECT worker_pid FROM streaming.streams WHERE name = '$r'")
-			[ -n "$pid" ] && break
-			sleep 0.01
-		done
-		[ -n "$pid" ] || die "no worker for $r"
+		pid=$(bench_worker_pid "$r") || die "no worker for $r"
 		perf record -q -g -F 999 -p "$pid" -o "$DATA/perf.data" >"$DATA/perf-record.log" 2>&1 &
 		perf_pid=$!
 	fi

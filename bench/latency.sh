@@ -73,12 +73,7 @@ start_stream()
 SELECT streaming.create_kafka_source(:'t', :'b', topics => ARRAY[:'t'], starting_offsets => 'earliest', columns => :'c', kafka_options => :'ko'::jsonb);
 SELECT streaming.create_stream(:'s', :'q', sink => :'k', trigger => :'tr' $opts);
 EOF
-	for i in $(seq 400); do
-		W=$(psql_do -c "SELECT worker_pid FROM streaming.streams WHERE name = '$STREAM' AND last_batch_id IS NOT NULL OR (name = '$STREAM' AND status = 'running')")
-		[ -n "$W" ] && break
-		sleep 0.05
-	done
-	[ -n "$W" ] || die "the worker of $STREAM did not start"
+	W=$(bench_worker_pid "$STREAM") || die "the worker of $STREAM did not start"
 	sleep 2
 }
 

@@ -14,6 +14,8 @@
 #                          every partition of TOPIC starts at offset 0 and
 #                          they hold COUNT records in all (the mock keeps
 #                          5 MiB per partition and silently drops older data)
+#   bench_worker_pid STREAM
+#                          its worker's pid, once it runs
 #   bench_server_start [CONF]
 #                          a server ($PGDATA, $SOCK) with the benchmark
 #                          settings below plus CONF (postgresql.conf lines,
@@ -64,4 +66,17 @@ fsync = on
 max_worker_processes = 16
 ${1:-}" || die "the server did not start"
 	psql_do() { "$STM_BINDIR/psql" -XAtq -v ON_ERROR_STOP=1 -h "$SOCK" -p 5432 -U "$STM_USER" -d postgres "$@"; }
+}
+
+# bench_worker_pid STREAM: the pid of STREAM's worker once it runs (waited
+# for up to 20 s; fails if it never does)
+bench_worker_pid()
+{
+	local pid i
+	for i in $(seq 400); do
+		pid=$(psql_do -c "SELECT worker_pid FROM streaming.streams WHERE name = '$1' AND status = 'running'")
+		[ -n "$pid" ] && { echo "$pid"; return 0; }
+		sleep 0.05
+	done
+	return 1
 }
