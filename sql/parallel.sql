@@ -15,10 +15,12 @@ SELECT streaming.create_kafka_source('pw_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => 'earliest', columns => 'id bigint, v text, ts timestamptz');
 SELECT streaming.create_rate_source('pw_rate', 10);
 
--- the argument: 0 (the default) to 64, not NULL
+-- the argument: 0 to 64, or NULL (the default): automatic, stored as NULL
 SELECT streaming.create_stream('pw_bad', 'SELECT id FROM pw_src', parallel_workers => -1, start => false);
 SELECT streaming.create_stream('pw_bad', 'SELECT id FROM pw_src', parallel_workers => 65, start => false);
 SELECT streaming.create_stream('pw_bad', 'SELECT id FROM pw_src', parallel_workers => NULL, start => false);
+SELECT parallel_workers IS NULL AS automatic FROM streaming.stream_defs WHERE name = 'pw_bad';
+SELECT streaming.drop_stream('pw_bad');
 
 -- what helpers do not run yet: session windows, late_rows => 'keep', joins,
 -- dedup_keys, sources other than Kafka
