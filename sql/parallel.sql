@@ -60,6 +60,14 @@ SELECT streaming.alter_stream('pw_sess', parallel_workers => 2);
 SELECT streaming.alter_stream('pw_two', parallel_workers => -1);
 SELECT streaming.alter_stream('pw_missing', parallel_workers => 1);
 SELECT streaming.alter_stream(NULL, parallel_workers => 1);
+-- a second role cannot change another's helpers, nor the automatic cap
+CREATE ROLE regress_pw_mallory;
+SET ROLE regress_pw_mallory;
+SELECT streaming.alter_stream('pw_two', parallel_workers => 0);
+UPDATE streaming.stream_defs SET parallel_workers = 64 WHERE name = 'pw_two';
+SET streaming.max_parallel_workers_per_stream = 64;
+RESET ROLE;
+DROP ROLE regress_pw_mallory;
 SELECT name, parallel_workers FROM streaming.stream_defs WHERE name LIKE 'pw_%' ORDER BY name;
 
 -- run_batch (outside a transaction block) reads with helpers too: rows, bad
