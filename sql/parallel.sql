@@ -15,10 +15,12 @@ SELECT streaming.create_kafka_source('pw_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => 'earliest', columns => 'id bigint, v text, ts timestamptz');
 SELECT streaming.create_rate_source('pw_rate', 10);
 
--- the argument: 0 (the default) to 64, not NULL
+-- the argument: 0 to 64, or NULL (the default): automatic, stored as NULL
 SELECT streaming.create_stream('pw_bad', 'SELECT id FROM pw_src', parallel_workers => -1, start => false);
 SELECT streaming.create_stream('pw_bad', 'SELECT id FROM pw_src', parallel_workers => 65, start => false);
 SELECT streaming.create_stream('pw_bad', 'SELECT id FROM pw_src', parallel_workers => NULL, start => false);
+SELECT parallel_workers IS NULL AS automatic FROM streaming.stream_defs WHERE name = 'pw_bad';
+SELECT streaming.drop_stream('pw_bad');
 
 -- what helpers do not run yet: session windows, late_rows => 'keep', joins,
 -- dedup_keys, sources other than Kafka
@@ -58,6 +60,14 @@ SELECT streaming.alter_stream('pw_sess', parallel_workers => 2);
 SELECT streaming.alter_stream('pw_two', parallel_workers => -1);
 SELECT streaming.alter_stream('pw_missing', parallel_workers => 1);
 SELECT streaming.alter_stream(NULL, parallel_workers => 1);
+-- a second role cannot change another's helpers, nor the automatic cap
+CREATE ROLE regress_pw_mallory;
+SET ROLE regress_pw_mallory;
+SELECT streaming.alter_stream('pw_two', parallel_workers => 0);
+UPDATE streaming.stream_defs SET parallel_workers = 64 WHERE name = 'pw_two';
+SET streaming.max_parallel_workers_per_stream = 64;
+RESET ROLE;
+DROP ROLE regress_pw_mallory;
 SELECT name, parallel_workers FROM streaming.stream_defs WHERE name LIKE 'pw_%' ORDER BY name;
 
 -- run_batch (outside a transaction block) reads with helpers too: rows, bad

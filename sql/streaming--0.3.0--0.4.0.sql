@@ -70,6 +70,10 @@ ALTER TABLE streaming.stream_defs
     ADD COLUMN multiple_watermark_policy text NOT NULL DEFAULT 'min'
         CHECK (multiple_watermark_policy IN ('min', 'max')),
     ADD COLUMN side_watermarks jsonb;
+-- parallel_workers NULL: automatic (SPEC 3.4); existing streams keep their number
+ALTER TABLE streaming.stream_defs
+    ALTER COLUMN parallel_workers DROP NOT NULL,
+    ALTER COLUMN parallel_workers DROP DEFAULT;
 ALTER TABLE streaming.batches ADD COLUMN state_operators jsonb;
 
 CREATE OR REPLACE VIEW streaming.source_lag WITH (security_invoker = true) AS
@@ -125,7 +129,7 @@ CREATE FUNCTION streaming.create_stream(
     idle_timeout interval DEFAULT NULL,
     watermarks jsonb DEFAULT NULL,
     multiple_watermark_policy text DEFAULT 'min',
-    parallel_workers integer DEFAULT 0,
+    parallel_workers integer DEFAULT NULL,
     start boolean DEFAULT true)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_stream'
@@ -208,7 +212,7 @@ CREATE FUNCTION streaming.create_stream(
     watermarks jsonb DEFAULT NULL,
     multiple_watermark_policy text DEFAULT 'min',
     key_columns text[] DEFAULT NULL,
-    parallel_workers integer DEFAULT 0,
+    parallel_workers integer DEFAULT NULL,
     start boolean DEFAULT true)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_stream'

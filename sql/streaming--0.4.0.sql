@@ -60,7 +60,7 @@ CREATE TABLE streaming.stream_defs (
     failures        integer NOT NULL DEFAULT 0,
     source_started_at timestamptz,  -- the first batch's start: the rate source's time origin
     sink_name       text REFERENCES streaming.sinks (name), -- a named sink (Kafka), instead of a table
-    parallel_workers integer NOT NULL DEFAULT 0 CHECK (parallel_workers >= 0), -- helpers that fetch and parse
+    parallel_workers integer CHECK (parallel_workers >= 0), -- helpers that fetch and parse; NULL: automatic
     -- a join of two sources (SPEC 3.6): the right side's source, each side's watermark
     other_source    text REFERENCES streaming.sources (name),
     watermarks      jsonb,
@@ -396,7 +396,7 @@ CREATE FUNCTION streaming.create_stream(
     watermarks jsonb DEFAULT NULL,
     multiple_watermark_policy text DEFAULT 'min',
     key_columns text[] DEFAULT NULL,
-    parallel_workers integer DEFAULT 0,
+    parallel_workers integer DEFAULT NULL,
     start boolean DEFAULT true)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_create_stream'

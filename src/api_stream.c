@@ -108,7 +108,17 @@ read_stream_args(FunctionCallInfo fcinfo, StreamArgs *a)
 	if (a->has_key_columns)
 		a->key_columns_array = stm_args_datum(&args, "key_columns", true);
 	a->start = stm_args_bool(&args, "start");
-	a->parallel_workers = DatumGetInt32(stm_args_datum(&args, "parallel_workers", true));
+	/* NULL (the default): automatic, -1 in the definition */
+	a->parallel_workers = -1;
+	if (stm_args_given(&args, "parallel_workers"))
+	{
+		a->parallel_workers = DatumGetInt32(stm_args_datum(&args, "parallel_workers", true));
+		if (a->parallel_workers < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("parallel_workers must be between 0 and %d, or NULL for automatic",
+							STM_MAX_PARALLEL_WORKERS)));
+	}
 }
 
 /* The name is free for a new stream. */
@@ -375,8 +385,10 @@ check_query_shape(const StreamArgs *a, StmQueryInfo *qi, const StmSourceDef *sou
 {
 	char	   *event_time = a->event_time;
 
-	stm_parallel_check_arg(a->name, a->parallel_workers, stm_source_routine(source->kind), qi,
-						   a->has_dedup_keys, a->keep_late_rows);
+	/* NULL (automatic) takes helpers only for the shapes they run */
+	if (a->parallel_workers >= 0)
+		stm_parallel_check_arg(a->name, a->parallel_workers, stm_source_routine(source->kind), qi,
+							   a->has_dedup_keys, a->keep_late_rows);
 	if (qi->agg == NULL && a->output_mode == STM_OUTPUT_COMPLETE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -260,7 +260,8 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->last_error = get_text(&row, "last_error");
 	s->sink_name = get_text(&row, "sink_name");
 	s->sink_kind = get_text(&row, "sink_kind");
-	s->parallel_workers = DatumGetInt32(get_value(&row, "parallel_workers", &isnull));
+	d = get_value(&row, "parallel_workers", &isnull);
+	s->parallel_workers = isnull ? -1 : DatumGetInt32(d);
 	s->other_source = get_text(&row, "other_source");
 	d = get_value(&row, "watermarks", &isnull);
 	s->watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
@@ -827,7 +828,8 @@ stm_catalog_insert_stream(const StmStreamDef *def)
 	stm_sql_bool(&q, "dedup_within_watermark", def->dedup_within_watermark);
 	stm_sql_oid(&q, "owner", def->owner);
 	stm_sql_text(&q, "sink_name", def->sink_name);
-	stm_sql_int4(&q, "parallel_workers", def->parallel_workers);
+	stm_sql_param(&q, "parallel_workers", INT4OID, Int32GetDatum(def->parallel_workers),
+				  def->parallel_workers < 0);
 	stm_sql_text(&q, "other_source", def->other_source);
 	stm_sql_param(&q, "watermarks", JSONBOID, PointerGetDatum(def->watermarks), def->watermarks == NULL);
 	stm_sql_text(&q, "multiple_watermark_policy", def->max_watermark_policy ? "max" : "min");

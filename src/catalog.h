@@ -82,7 +82,8 @@ typedef struct StmStreamDef
 	char	   *last_error;		/* NULL when none */
 	char	   *sink_name;		/* a named sink (streaming.sinks), else NULL */
 	char	   *sink_kind;		/* its kind */
-	int			parallel_workers;	/* helpers that fetch and parse (parallel.c); 0: none */
+	int			parallel_workers;	/* helpers that fetch and parse (parallel.c); 0: none;
+								 * -1 (NULL): automatic (runtime.c) */
 	/* a join of two sources (SPEC 3.6) */
 	char	   *other_source;	/* the right side's source (NULL: none, or a self-join) */
 	Jsonb	   *watermarks;		/* each side's event time and delay, as given */

@@ -16,6 +16,7 @@
 #include "utils/memutils.h"
 
 #include "guc.h"
+#include "parallel.h"
 
 int			stm_guc_max_workers = 8;
 int			stm_guc_naptime_ms = 1000;
@@ -28,6 +29,12 @@ int			stm_guc_max_record_size = 1024 * 1024;
 int			stm_guc_kafka_timeout_ms = 10000;
 int			stm_guc_file_settle_time_ms = 2000;
 int			stm_guc_outbox_max_rows = 1000000;
+/*
+ * 0 until a stream that finds no free slot for its helpers runs without
+ * them (today it waits, 53000): a default above 0 would make streams wait
+ * on servers with few background worker slots.
+ */
+int			stm_guc_max_parallel_workers_per_stream = 0;
 
 void
 stm_guc_init(void)
@@ -52,6 +59,13 @@ stm_guc_init(void)
 							"The Kafka client's prefetch gets half, shared by the partitions; the aggregate groups a batch keeps in memory get the other half, and are merged into the state table whenever they exceed it.",
 							&stm_guc_batch_memory_kb, 65536, 1024, INT_MAX / 2,
 							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
+
+	/* superuser only: it decides how many background workers a stream takes */
+	DefineCustomIntVariable("streaming.max_parallel_workers_per_stream",
+							"Most parallel helpers a stream with parallel_workers NULL (automatic) starts.",
+							"A stream whose parallel_workers is set uses that number instead; 0 here means automatic streams run without helpers.",
+							&stm_guc_max_parallel_workers_per_stream, 0, 0, STM_MAX_PARALLEL_WORKERS,
+							PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("streaming.log_batches",
 							 "Log one line per committed batch.",

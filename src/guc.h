@@ -15,6 +15,7 @@ extern int	stm_guc_max_record_size;
 extern int	stm_guc_kafka_timeout_ms;
 extern int	stm_guc_file_settle_time_ms;
 extern int	stm_guc_outbox_max_rows;
+extern int	stm_guc_max_parallel_workers_per_stream;
 
 extern void stm_guc_init(void);
 

@@ -163,7 +163,7 @@ stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routin
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", stream),
 				 errdetail("%s.", why),
-				 errhint("Parallel helpers run stateless queries and tumbling or sliding window aggregates over Kafka and file sources; leave parallel_workers at 0.")));
+				 errhint("Parallel helpers run stateless queries and tumbling or sliding window aggregates over Kafka and file sources; leave parallel_workers NULL (automatic) or 0.")));
 }
 
 /*

@@ -19,9 +19,11 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
 #include "api.h"
+#include "guc.h"
 #include "interrupts.h"
 #include "parallel.h"
 #include "runtime.h"
@@ -120,13 +122,33 @@ close_sources(StmRuntime *rt)
  * fetches (a source the helpers read only plans in the leader).  The
  * helpers themselves start with the first batch that has records.
  */
+static int
+automatic_helpers(StmRuntime *rt, StmStreamDef *def)
+{
+	if (stm_guc_max_parallel_workers_per_stream == 0)
+		return 0;
+	/* the stored query does not change: ask once per runtime */
+	if (rt->parallel_auto_shape == 0)
+	{
+		int			nest;
+		const char *why;
+		StmQueryInfo *qi = stm_query_analyze_stored(def, &nest);
+
+		rt->parallel_auto_shape = stm_parallel_query_supported(qi, &why) ? 1 : -1;
+		AtEOXact_GUC(true, nest);
+	}
+	return rt->parallel_auto_shape > 0 ? stm_guc_max_parallel_workers_per_stream : 0;
+}
+
 void
 stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 {
-	int			want = rt->parallel_allowed || !IsTransactionBlock() ? def->parallel_workers : 0;
+	int			want = def->parallel_workers < 0 ? automatic_helpers(rt, def) : def->parallel_workers;
 	const char *why;
 	ListCell   *lc;
 
+	if (!rt->parallel_allowed && IsTransactionBlock())
+		want = 0;
 	if (want > 0)
 	{
 		StmSourceDef *source = rt->sources ?

@@ -34,6 +34,8 @@ typedef struct StmRuntime
 	bool		parallel_allowed;	/* a worker: helpers even inside a transaction block */
 	struct StmParallel *parallel;	/* its helpers (parallel.c), or NULL */
 	int			parallel_wanted;	/* helpers this batch reads with (0: none) */
+	int			parallel_auto_shape;	/* parallel_workers NULL: 0 not yet asked, 1 helpers
+										 * run its query, -1 they do not */
 } StmRuntime;
 
 extern StmRuntime *stm_runtime_create(int32 stream_id);

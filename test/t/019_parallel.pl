@@ -9,7 +9,9 @@
 # sees it detach, the batch fails and runs again with new helpers) and
 # another killed with kill -9 (the postmaster restarts every process):
 # nothing is lost or doubled.  alter_stream changes the
-# number of helpers of the running stream.  An aggregate stream with two
+# number of helpers of the running stream.  Streams left at parallel_workers
+# NULL take streaming.max_parallel_workers_per_stream helpers when their
+# shape allows, none otherwise.  An aggregate stream with two
 # helpers (partial states combined by the worker) reads the same source
 # through all of it, and ends equal to a GROUP BY over the stateless sink.
 use strict;
@@ -159,6 +161,32 @@ is( $node->safe_psql('postgres',
 	'0|0|4', 'the aggregate stream with helpers equals GROUP BY over every order');
 check_progress($node, 'orders_agg', $orders->count + 3, 'the aggregate stream');
 is(stream_row($node, 'orders_agg')->{status}, 'running', 'the aggregate stream is running');
+
+# parallel_workers NULL (the default): automatic, as many helpers as
+# streaming.max_parallel_workers_per_stream allows for a shape they run
+# (here 2; the setting is read when the worker starts), none for one they
+# do not (dedup_keys), which is not refused either
+query_retry($node,
+	"ALTER SYSTEM SET streaming.max_parallel_workers_per_stream = 2; SELECT pg_reload_conf()");
+wait_for($node, 'SHOW streaming.max_parallel_workers_per_stream', '2',
+	'a new process has streaming.max_parallel_workers_per_stream = 2');
+create_orders_stream($node, 'orders_auto', 'orders_src', start => 'true');
+create_orders_stream($node, 'orders_auto_dedup', 'orders_src',
+	dedup_keys => "ARRAY['order_id']", start => 'true');
+is( $node->safe_psql('postgres',
+		"SELECT string_agg(coalesce(parallel_workers::text, 'NULL'), ',' ORDER BY name) "
+		  . "FROM streaming.stream_defs WHERE name LIKE 'orders\\_auto%'"),
+	'NULL,NULL', 'both are stored as automatic (NULL)');
+$node->safe_psql('postgres', "SELECT streaming.process_available('orders_auto', '120s')");
+$node->safe_psql('postgres', "SELECT streaming.process_available('orders_auto_dedup', '120s')");
+check_sink($node, 'orders_auto', $orders, 'automatic helpers');
+check_progress($node, 'orders_auto', $orders->count + 3, 'automatic helpers');
+is(helpers('orders_auto'), '2', 'the automatic stateless stream has two helpers');
+is(helpers('orders_auto_dedup'), '0', 'the automatic dedup stream has none');
+is( $node->safe_psql('postgres',
+		"SELECT count(*) = count(DISTINCT order_id) AND count(*) = (SELECT count(DISTINCT order_id) FROM orders_auto) "
+		  . "FROM orders_auto_dedup"),
+	't', 'the automatic dedup stream has every order once, without helpers');
 
 $node->stop;
 done_testing();
