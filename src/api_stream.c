@@ -160,6 +160,7 @@ check_keywords(StreamArgs *a)
 	static const char *const late_choices[] = {"drop", "keep", NULL};
 	static const char *const policies[] = {"min", "max", NULL};
 	int64		interval_ms;
+	bool		continuous;
 
 	stm_arg_check_choice("output_mode", a->output_mode_text, modes,
 						 "Valid output modes are \"append\", \"update\", \"complete\" and \"upsert\".");
@@ -174,7 +175,7 @@ check_keywords(StreamArgs *a)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid trigger \"%s\"", a->trigger),
 				 errhint("Use a processing-time interval such as '30 seconds' (or '0'), 'available_now', 'once' or 'continuous'.")));
-	a->trigger_kind = stm_catalog_parse_trigger(a->trigger, &interval_ms);
+	a->trigger_kind = stm_catalog_parse_trigger(a->trigger, &interval_ms, &continuous);
 	stm_arg_check_choice("multiple_watermark_policy", a->watermark_policy, policies,
 						 "Valid values are \"min\" and \"max\".");
 	a->any_watermark = a->has_watermark || a->watermarks != NULL;

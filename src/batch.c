@@ -525,7 +525,7 @@ idle_watermark(StmStreamDef *def, TimestampTz now)
 	Datum		t;
 
 	if (def->idle_timeout_us <= 0 || !def->has_watermark ||
-		(def->trigger_kind != STM_TRIGGER_INTERVAL && def->trigger_kind != STM_TRIGGER_CONTINUOUS) ||
+		def->trigger_kind != STM_TRIGGER_INTERVAL ||
 		now - def->idle_clock_at < def->idle_timeout_us)
 		return 0;
 	t = DirectFunctionCall2(timestamptz_mi_interval, TimestampTzGetDatum(now),
@@ -1269,7 +1269,7 @@ stm_batch_run_share(StmRuntime *rt, const char *bounds, StmHelperOut *out,
 	bc.fetch = fetch_here;
 	bc.started = GetCurrentTimestamp();
 	/* a helper's client fetches for latency too, as the leader's would */
-	rt->low_latency = bc.def->trigger_kind == STM_TRIGGER_CONTINUOUS;
+	rt->low_latency = bc.def->trigger_continuous;
 	bc.inputs = make_inputs(&bc, rt);
 	in = only_input(&bc);
 	in->src->routine->set_share_bounds(in->src, bounds);

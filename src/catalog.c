@@ -232,7 +232,7 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 		s->watermark_delay = *DatumGetIntervalP(d);
 	s->event_time = get_text(&row, "event_time");
 	s->trigger = get_text(&row, "trigger");
-	s->trigger_kind = stm_catalog_parse_trigger(s->trigger, &s->trigger_interval_ms);
+	s->trigger_kind = stm_catalog_parse_trigger(s->trigger, &s->trigger_interval_ms, &s->trigger_continuous);
 	s->search_path = get_text(&row, "search_path");
 	s->owner = get_oid(&row, "owner");
 	s->enabled = get_bool(&row, "enabled");
@@ -709,20 +709,22 @@ stm_catalog_check_owner(const char *what, const char *name, Oid owner)
 
 /*
  * trigger: '0' or any interval (processing time), 'available_now', 'once'
- * or 'continuous'.
+ * or 'continuous': batches as '0' schedules them, the sources read for
+ * latency (*continuous).
  */
 StmTriggerKind
-stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms)
+stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms, bool *continuous)
 {
 	Interval   *iv;
 
 	*interval_ms = 0;
+	*continuous = pg_strcasecmp(trigger, "continuous") == 0;
 	if (pg_strcasecmp(trigger, "available_now") == 0)
 		return STM_TRIGGER_AVAILABLE_NOW;
 	if (pg_strcasecmp(trigger, "once") == 0)
 		return STM_TRIGGER_ONCE;
-	if (pg_strcasecmp(trigger, "continuous") == 0)
-		return STM_TRIGGER_CONTINUOUS;
+	if (*continuous)
+		return STM_TRIGGER_INTERVAL;
 	if (strcmp(trigger, "0") == 0)
 		return STM_TRIGGER_INTERVAL;
 	iv = DatumGetIntervalP(DirectFunctionCall3(interval_in,

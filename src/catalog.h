@@ -22,8 +22,7 @@ typedef enum StmTriggerKind
 {
 	STM_TRIGGER_INTERVAL,
 	STM_TRIGGER_AVAILABLE_NOW,
-	STM_TRIGGER_ONCE,
-	STM_TRIGGER_CONTINUOUS		/* SPEC 3.4: a batch per arrival, read for latency */
+	STM_TRIGGER_ONCE
 } StmTriggerKind;
 
 /* output_mode (SPEC 3.2) */
@@ -65,6 +64,8 @@ typedef struct StmStreamDef
 	char	   *trigger;
 	StmTriggerKind trigger_kind;
 	int64		trigger_interval_ms;
+	bool		trigger_continuous; /* 'continuous' (SPEC 3.4): an interval of 0
+									 * whose sources read for latency */
 	char	   *search_path;
 	Oid			owner;
 	bool		enabled;
@@ -167,6 +168,7 @@ extern void stm_catalog_set_source_error(int32 stream_id, const char *error);
 extern void stm_catalog_record_batch(const StmBatchProgress *p, int history);
 extern TimestampTz stm_catalog_last_trigger(int32 stream_id, TimestampTz since);
 extern void stm_catalog_check_owner(const char *what, const char *name, Oid owner);
-extern StmTriggerKind stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms);
+extern StmTriggerKind stm_catalog_parse_trigger(const char *trigger, int64 *interval_ms,
+												 bool *continuous);
 
 #endif

@@ -480,7 +480,7 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 		{
 			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", w->def->name));
 			w->rt->bounded = (w->def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
-			w->rt->low_latency = (w->def->trigger_kind == STM_TRIGGER_CONTINUOUS);
+			w->rt->low_latency = w->def->trigger_continuous;
 			*batch_id = stm_batch_run(w->rt);
 			status = stm_runtime_unreadable(w->rt) ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
 			if (sink_problem() != NULL)
@@ -549,9 +549,7 @@ settle_step(Worker *w, int64 batch_id, TimestampTz batch_start)
 	int64		deliver_wait;
 
 	clear_slot_problem(batch_id >= 0);
-	if (deliver_step(w, batch_id >= 0 && wait_ms <= 0 &&
-					 (def->trigger_kind == STM_TRIGGER_INTERVAL ||
-					  def->trigger_kind == STM_TRIGGER_CONTINUOUS),
+	if (deliver_step(w, batch_id >= 0 && wait_ms <= 0 && def->trigger_kind == STM_TRIGGER_INTERVAL,
 					 &deliver_wait) == WORKER_DONE)
 		return WORKER_DONE;
 	if (def->trigger_kind == STM_TRIGGER_ONCE ||
