@@ -10,7 +10,7 @@
 -- registry's basic_auth, which no other role sees; the Kafka sink in
 -- format avro (the schema it registers, the wire format, read back).
 -- The registry down and back, and credentials in logs, are in
--- test/t/021_avro_cdc.pl.
+-- test/t/022_avro_cdc.pl.
 --
 -- Environment: KAFKA_BOOTSTRAP, SCHEMA_REGISTRY (its URL), KAFKA_RUN_ID
 -- (optional suffix of topic names, and so of subjects).
