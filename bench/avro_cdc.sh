@@ -288,7 +288,10 @@ if [ -n "$PERF_RUN" ]; then
 	for f in "$DATA"/perf.data.*; do
 		[ -s "$f" ] || continue
 		echo
-		echo "perf record -g of the worker of ${f##*/perf.data.}, top symbols (self):"
+		echo "perf record -g of the worker of ${f##*/perf.data.}, by thread (librdkafka's are rdk:*):"
+		perf report -i "$f" --no-children --stdio -g none --sort comm 2>/dev/null |
+			grep -v '^#' | grep -v '^$' | head -n 8 | sed 's/^/  /'
+		echo "top symbols (self):"
 		perf report -i "$f" --no-children --percent-limit 0.7 --stdio -g none --sort dso,symbol 2>/dev/null |
 			grep -v '^#' | grep -v '^$' | head -n 45 | sed 's/^/  /'
 		echo "with their callees (children):"
