@@ -3,7 +3,7 @@
 # against its baseline measured in the same run on the same server.
 #
 #   bench/avro_cdc.sh [--records N] [--changes M] [--keys K] [--partitions P]
-#                     [--rounds R] [--perf RUN[,RUN...]] [--keep]
+#                     [--rounds R] [--perf RUN[,RUN...]] [--cache DIR] [--keep]
 #
 # --rounds R runs each stream and baseline R times, interleaved (JSON, Avro,
 # upsert, COPY, then again), each stream into a sink of its own, and gives a
@@ -11,6 +11,9 @@
 # --perf RUN,... records the worker of each RUN (json, avro, upsert; every
 # round's) with perf record -g and prints its top symbols after the table
 # (linux-perf, installed by bench_init when missing).
+# --cache DIR keeps the generated orders and changes (and the Avro
+# encoding, while the registry gives its schema the same id) in DIR for the
+# next run with the same numbers.
 #
 # On a private PostgreSQL 15 installation (test/pg_env.sh: a copy of the
 # system tree with this checkout installed into it), the embedded mock
@@ -51,6 +54,7 @@ KEYS=100000
 PARTITIONS=32
 ROUNDS=1
 PERF_RUN=
+CACHE=
 KEEP=
 
 while [ $# -gt 0 ]; do
@@ -61,6 +65,7 @@ while [ $# -gt 0 ]; do
 		--partitions) PARTITIONS=$2; shift 2 ;;
 		--rounds) ROUNDS=$2; shift 2 ;;
 		--perf) PERF_RUN=$2; shift 2 ;;
+		--cache) CACHE=$2; shift 2 ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/avro_cdc.sh: unknown argument $1" >&2; exit 2 ;;
@@ -84,9 +89,33 @@ kafka_create_topic orders_json "$PARTITIONS" && kafka_create_topic orders_avro "
 	kafka_create_topic customers_cdc "$PARTITIONS" || die "could not create the topics"
 
 # ---- data ------------------------------------------------------------------
-say "generating $RECORDS orders"
-read -r _ _ _ ORDERS_SUM < <(python3 "$BENCH/gen_orders.py" "$RECORDS" "$DATA/orders.jsonl" "$DATA/orders.csv") ||
-	die "gen_orders.py failed"
+# from_cache KEY FILE...: the cached FILEs of KEY copied into $DATA (false: not all there)
+from_cache()
+{
+	local key=$1 f
+	shift
+	[ -n "$CACHE" ] || return 1
+	for f in "$@"; do [ -s "$CACHE/$key.$f" ] || return 1; done
+	for f in "$@"; do cp "$CACHE/$key.$f" "$DATA/$f" || return 1; done
+}
+# to_cache KEY FILE...
+to_cache()
+{
+	local key=$1 f
+	shift
+	[ -n "$CACHE" ] || return 0
+	mkdir -p "$CACHE" && for f in "$@"; do cp "$DATA/$f" "$CACHE/$key.$f"; done
+}
+
+if from_cache "orders-$RECORDS" orders.jsonl orders.csv orders.sum; then
+	say "$RECORDS orders from $CACHE"
+else
+	say "generating $RECORDS orders"
+	python3 "$BENCH/gen_orders.py" "$RECORDS" "$DATA/orders.jsonl" "$DATA/orders.csv" >"$DATA/orders.sum" ||
+		die "gen_orders.py failed"
+	to_cache "orders-$RECORDS" orders.jsonl orders.csv orders.sum
+fi
+read -r _ _ _ ORDERS_SUM <"$DATA/orders.sum"
 cat >"$DATA/orders.avsc" <<'EOF'
 {"type": "record", "name": "Order", "namespace": "bench", "fields": [
   {"name": "order_id", "type": "long"},
@@ -99,15 +128,22 @@ say "producing the orders as JSON and as Avro"
 kcat -P -b "$BOOTSTRAP" -t orders_json -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
 	-X sticky.partitioning.linger.ms=0 -l "$DATA/orders.jsonl" || die "producing JSON failed"
 # the sentinel line of gen_orders.py is not an order: only the first N lines
-head -n "$RECORDS" "$DATA/orders.jsonl" |
-	"$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject orders_avro-value \
-		--schema "$DATA/orders.avsc" >"$DATA/orders.avro" || die "avro_encode.py failed"
+AVRO_ID=$("$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject orders_avro-value \
+	--schema "$DATA/orders.avsc" --register-only </dev/null) || die "avro_encode.py could not register the schema"
+if from_cache "orders-$RECORDS-avro-$AVRO_ID" orders.avro; then
+	say "the Avro orders (schema id $AVRO_ID) from $CACHE"
+else
+	head -n "$RECORDS" "$DATA/orders.jsonl" |
+		"$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject orders_avro-value \
+			--schema "$DATA/orders.avsc" >"$DATA/orders.avro" || die "avro_encode.py failed"
+	to_cache "orders-$RECORDS-avro-$AVRO_ID" orders.avro
+fi
 kcat -P -b "$BOOTSTRAP" -t orders_avro -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
 	-X sticky.partitioning.linger.ms=0 -D '<<<end-of-avro-record-5c1e>>>' -l "$DATA/orders.avro" ||
 	die "producing Avro failed"
 JSON_RECORDS=$(wc -l <"$DATA/orders.jsonl")
 
-say "generating $CHANGES changes of $KEYS keys"
+from_cache "cdc-$CHANGES-$KEYS" cdc.jsonl cdc.csv cdc.expected && say "$CHANGES changes from $CACHE" ||
 python3 - "$CHANGES" "$KEYS" "$DATA/cdc.jsonl" "$DATA/cdc.csv" >"$DATA/cdc.expected" <<'EOF' || die "the change generator failed"
 import json, random, sys
 n, keys = int(sys.argv[1]), int(sys.argv[2])
@@ -140,6 +176,7 @@ with open(sys.argv[3], "w") as ev, open(sys.argv[4], "w") as csv:
 total = sum(r[1] for r in table.values())
 print(len(table), "%d.%02d" % divmod(total, 100))
 EOF
+[ -f "$CACHE/cdc-$CHANGES-$KEYS.cdc.expected" ] || to_cache "cdc-$CHANGES-$KEYS" cdc.jsonl cdc.csv cdc.expected
 read -r EXPECT_ROWS EXPECT_SUM <"$DATA/cdc.expected"
 say "producing the changes, keyed by id"
 kcat -P -b "$BOOTSTRAP" -t customers_cdc -K: -z lz4 -X queue.buffering.max.messages=1000000 -X linger.ms=50 \

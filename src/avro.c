@@ -1175,13 +1175,18 @@ plan_of(StmAvroParser *ap, int32 id)
  * Avro C reads the record into its schema's value; nothing may be left over.
  *
  * Avro C's errors cost a formatted message each (and a failed read
- * prefixes its message to the last one), so the common record makes only
- * the one of the skip that finds nothing left; a record that cannot be read
- * is read again from a cleared error, so that its message is its own.
+ * prefixes its message to the last one), so the common record makes none:
+ * a value whose binary encoding (avro_value_sizeof: the shortest, one
+ * block per array or map) is as long as the record took all of it, as no
+ * encoding of a value is shorter than that; only another record is asked
+ * with a skip whether bytes are left.  A record that cannot be read is read
+ * again from a cleared error, so that its message is its own.
  */
 static avro_value_t *
 decode(StmAvroParser *ap, AvroSchema *s, const char *data, int len)
 {
+	size_t		size;
+
 	avro_reader_memory_set_source(ap->in, data, len);
 	if (avro_value_read(ap->in, &s->value) != 0)
 	{
@@ -1193,6 +1198,8 @@ decode(StmAvroParser *ap, AvroSchema *s, const char *data, int len)
 				 errmsg("malformed Avro record"),
 				 errdetail("Avro C could not read it with schema %d: %s", s->id, avro_strerror())));
 	}
+	if (avro_value_sizeof(&s->value, &size) == 0 && size == (size_t) len)
+		return &s->value;
 	if (avro_skip(ap->in, 1) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
