@@ -143,7 +143,10 @@ kcat -P -b "$BOOTSTRAP" -t orders_avro -X queue.buffering.max.messages=1000000 -
 	die "producing Avro failed"
 JSON_RECORDS=$(wc -l <"$DATA/orders.jsonl")
 
-from_cache "cdc-$CHANGES-$KEYS" cdc.jsonl cdc.csv cdc.expected && say "$CHANGES changes from $CACHE" ||
+if from_cache "cdc-$CHANGES-$KEYS" cdc.jsonl cdc.csv cdc.expected; then
+	say "$CHANGES changes from $CACHE"
+else
+say "generating $CHANGES changes of $KEYS keys"
 python3 - "$CHANGES" "$KEYS" "$DATA/cdc.jsonl" "$DATA/cdc.csv" >"$DATA/cdc.expected" <<'EOF' || die "the change generator failed"
 import json, random, sys
 n, keys = int(sys.argv[1]), int(sys.argv[2])
@@ -176,7 +179,8 @@ with open(sys.argv[3], "w") as ev, open(sys.argv[4], "w") as csv:
 total = sum(r[1] for r in table.values())
 print(len(table), "%d.%02d" % divmod(total, 100))
 EOF
-[ -f "$CACHE/cdc-$CHANGES-$KEYS.cdc.expected" ] || to_cache "cdc-$CHANGES-$KEYS" cdc.jsonl cdc.csv cdc.expected
+to_cache "cdc-$CHANGES-$KEYS" cdc.jsonl cdc.csv cdc.expected
+fi
 read -r EXPECT_ROWS EXPECT_SUM <"$DATA/cdc.expected"
 say "producing the changes, keyed by id"
 kcat -P -b "$BOOTSTRAP" -t customers_cdc -K: -z lz4 -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
