@@ -50,6 +50,7 @@
 #include "parser/parse_coerce.h"
 #include "parser/parse_type.h"
 #include "utils/array.h"
+#include "port/pg_bitutils.h"
 #include "utils/builtins.h"
 #include "utils/date.h"
 #include "utils/datum.h"
@@ -1587,9 +1588,11 @@ event_row(StmAvroParser *ap, AvroPlan *plan, avro_value_t *event, avro_value_t *
  * would be, without the generic value's reset, copies and walks.  Strings
  * and bytes come as Avro C's buffers, handed over and freed once converted.
  * As the reader sets each value, the size of its shortest encoding is
- * added up, so that a record the value took whole needs no skip (decode).
- * Anything else (a record that fails, or may have bytes left) is read again
- * the generic way, which says what is wrong.  In test builds every record
+ * added up, so that a record the value took whole needs no skip (decode);
+ * fields no column takes are skipped by Avro C when they are not
+ * primitives (then the skip says whether bytes are left).  A record that
+ * fails, or has bytes left, is read again the generic way, which says what
+ * is wrong.  In test builds every record
  * read directly is read the generic way too and the two rows compared
  * (check_direct).
  */
@@ -1624,23 +1627,19 @@ struct DirectRecord
 	int			nfields;
 	DirectNode *fields;			/* per field of the writer's record, NULL: skipped */
 	DirectValue *values;		/* per row column */
+	DirectValue **held;			/* the values that hold a buffer */
+	int			nheld;
 	size_t		size;			/* of the shortest encoding of what was read */
 	bool		size_known;		/* false: a field was skipped */
 };
 
-/* a long's zigzag varint: its length in bytes */
-static size_t
+/* a long's zigzag varint: its length in bytes (7 bits a byte) */
+static inline size_t
 varint_size(int64 v)
 {
 	uint64		u = ((uint64) v << 1) ^ (uint64) (v >> 63);
-	size_t		n = 1;
 
-	while (u >= 0x80)
-	{
-		u >>= 7;
-		n++;
-	}
-	return n;
+	return u < 0x80 ? 1 : (pg_leftmost_one_pos64(u) + 7) / 7;
 }
 
 static DirectValue *
@@ -1679,6 +1678,8 @@ keep_buffer(DirectNode *n, avro_wrapped_buffer_t *buf, size_t len, bool sized)
 	}
 	if (dv->has_buf)
 		avro_wrapped_buffer_free(&dv->buf);
+	else
+		n->rec->held[n->rec->nheld++] = dv;
 	dv->buf = *buf;
 	dv->has_buf = true;
 	return 0;
@@ -1820,16 +1821,12 @@ direct_reset(const avro_value_iface_t *iface, void *self)
 {
 	DirectRecord *dr = self;
 
-	for (int i = 0; i < dr->nfields; i++)
+	for (int i = 0; i < dr->nheld; i++)
 	{
-		DirectValue *dv = dr->fields[i].column >= 0 ? &dr->values[dr->fields[i].column] : NULL;
-
-		if (dv && dv->has_buf)
-		{
-			avro_wrapped_buffer_free(&dv->buf);
-			dv->has_buf = false;
-		}
+		avro_wrapped_buffer_free(&dr->held[i]->buf);
+		dr->held[i]->has_buf = false;
 	}
+	dr->nheld = 0;
 	dr->size = 0;
 	dr->size_known = true;
 	return 0;
@@ -1967,6 +1964,7 @@ direct_plan(StmAvroParser *ap, AvroPlan *plan)
 	dr->nfields = rt->nfields;
 	dr->fields = palloc0(sizeof(DirectNode) * Max(rt->nfields, 1));
 	dr->values = palloc0(sizeof(DirectValue) * Max(p->nrow, 1));
+	dr->held = palloc0(sizeof(DirectValue *) * Max(p->nrow, 1));
 	column_of = palloc(sizeof(int) * Max(rt->nfields, 1));
 	for (int f = 0; f < rt->nfields; f++)
 		column_of[f] = -1;
@@ -2012,7 +2010,9 @@ direct_parse(StmAvroParser *ap, AvroPlan *plan, const char *data, int len,
 	value.iface = (avro_value_iface_t *) &direct_record_iface;
 	value.self = dr;
 	avro_reader_memory_set_source(ap->in, data, len);
-	if (avro_value_read(ap->in, &value) != 0 || !dr->size_known || dr->size != (size_t) len)
+	/* read it all, or (a skipped field, a longer encoding) nothing is left */
+	if (avro_value_read(ap->in, &value) != 0 ||
+		((!dr->size_known || dr->size != (size_t) len) && avro_skip(ap->in, 1) == 0))
 	{
 		(void) direct_reset(NULL, dr);
 		return false;
