@@ -15,7 +15,10 @@
  * field's default in the schema the columns were taken from, else NULL;
  * fields no column names are ignored), so a topic whose schema evolves
  * keeps flowing: each writer's schema gets its own plan (AvroPlan), made
- * by the parser the first time one of its records comes.  A value becomes
+ * by the parser the first time one of its records comes.  A record of
+ * primitive fields (the common one) is read by Avro C's reader straight
+ * into a value of the plan's own instead of the generic one (see "direct
+ * decoding" below).  A value becomes
  * its column's type as a JSON value of it would: strings (and enum
  * symbols) by the column type's input function, numbers, booleans, bytes,
  * decimals, dates and times as their PostgreSQL value, cast to the column's
@@ -49,8 +52,8 @@
 #include "miscadmin.h"
 #include "parser/parse_coerce.h"
 #include "parser/parse_type.h"
-#include "utils/array.h"
 #include "port/pg_bitutils.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/date.h"
 #include "utils/datum.h"
