@@ -2,7 +2,18 @@
 # bench/avro_cdc.sh: issue 20's two benchmarks, by hand (not in CI), each
 # against its baseline measured in the same run on the same server.
 #
-#   bench/avro_cdc.sh [--records N] [--changes M] [--keys K] [--partitions P] [--keep]
+#   bench/avro_cdc.sh [--records N] [--changes M] [--keys K] [--partitions P]
+#                     [--rounds R] [--perf RUN[,RUN...]] [--cache DIR] [--keep]
+#
+# --rounds R runs each stream and baseline R times, interleaved (JSON, Avro,
+# upsert, COPY, then again), each stream into a sink of its own, and gives a
+# row per run; the ratios of a round are against that round's baseline.
+# --perf RUN,... records the worker of each RUN (json, avro, upsert; every
+# round's) with perf record -g and prints its top symbols after the table
+# (linux-perf, installed by bench_init when missing).
+# --cache DIR keeps the generated orders and changes (and the Avro
+# encoding, while the registry gives its schema the same id) in DIR for the
+# next run with the same numbers.
 #
 # On a private PostgreSQL 15 installation (test/pg_env.sh: a copy of the
 # system tree with this checkout installed into it), the embedded mock
@@ -41,6 +52,9 @@ RECORDS=1000000
 CHANGES=1000000
 KEYS=100000
 PARTITIONS=32
+ROUNDS=1
+PERF_RUN=
+CACHE=
 KEEP=
 
 while [ $# -gt 0 ]; do
@@ -49,26 +63,23 @@ while [ $# -gt 0 ]; do
 		--changes) CHANGES=$2; shift 2 ;;
 		--keys) KEYS=$2; shift 2 ;;
 		--partitions) PARTITIONS=$2; shift 2 ;;
+		--rounds) ROUNDS=$2; shift 2 ;;
+		--perf) PERF_RUN=$2; shift 2 ;;
+		--cache) CACHE=$2; shift 2 ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/avro_cdc.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
 
-. "$SRC/test/pg_env.sh"
-say() { printf '%s\n' "$*" >&2; }
-die() { say "bench/avro_cdc.sh: $*"; exit 1; }
-
-stm_setup || die "setup failed"
-[ -n "$KEEP" ] && trap 'say "kept $STM_TMP"' EXIT
-DATA=$STM_TMP/data
-mkdir -p "$DATA" && chmod 755 "$DATA"
-stm_cluster_start "$STM_TMP/pgdata" "$STM_TMP/sock" "shared_buffers = '1GB'
-max_wal_size = '4GB'
-streaming.naptime = '100ms'" || die "the server did not start"
-stm_kafka_start || die "no Kafka broker"
+for k in ${PERF_RUN//,/ }; do
+	case $k in json|avro|upsert) ;; *) echo "bench/avro_cdc.sh: --perf takes json, avro and upsert" >&2; exit 2 ;; esac
+done
+. "$BENCH/lib.sh"
+bench_init bench/avro_cdc.sh ${PERF_RUN:+perf}
 stm_registry_start || die "no schema registry"
-psql_q() { "$STM_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$STM_TMP/sock" -p 5432 -U "$STM_USER" -d postgres "$@"; }
+bench_server_start "streaming.naptime = '100ms'"
+psql_q() { psql_do "$@"; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 rate() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%d", n / s }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
@@ -78,9 +89,33 @@ kafka_create_topic orders_json "$PARTITIONS" && kafka_create_topic orders_avro "
 	kafka_create_topic customers_cdc "$PARTITIONS" || die "could not create the topics"
 
 # ---- data ------------------------------------------------------------------
-say "generating $RECORDS orders"
-read -r _ _ _ ORDERS_SUM < <(python3 "$BENCH/gen_orders.py" "$RECORDS" "$DATA/orders.jsonl" "$DATA/orders.csv") ||
-	die "gen_orders.py failed"
+# from_cache KEY FILE...: the cached FILEs of KEY copied into $DATA (false: not all there)
+from_cache()
+{
+	local key=$1 f
+	shift
+	[ -n "$CACHE" ] || return 1
+	for f in "$@"; do [ -s "$CACHE/$key.$f" ] || return 1; done
+	for f in "$@"; do cp "$CACHE/$key.$f" "$DATA/$f" || return 1; done
+}
+# to_cache KEY FILE...
+to_cache()
+{
+	local key=$1 f
+	shift
+	[ -n "$CACHE" ] || return 0
+	mkdir -p "$CACHE" && for f in "$@"; do cp "$DATA/$f" "$CACHE/$key.$f"; done
+}
+
+if from_cache "orders-$RECORDS" orders.jsonl orders.csv orders.sum; then
+	say "$RECORDS orders from $CACHE"
+else
+	say "generating $RECORDS orders"
+	python3 "$BENCH/gen_orders.py" "$RECORDS" "$DATA/orders.jsonl" "$DATA/orders.csv" >"$DATA/orders.sum" ||
+		die "gen_orders.py failed"
+	to_cache "orders-$RECORDS" orders.jsonl orders.csv orders.sum
+fi
+read -r _ _ _ ORDERS_SUM <"$DATA/orders.sum"
 cat >"$DATA/orders.avsc" <<'EOF'
 {"type": "record", "name": "Order", "namespace": "bench", "fields": [
   {"name": "order_id", "type": "long"},
@@ -93,14 +128,24 @@ say "producing the orders as JSON and as Avro"
 kcat -P -b "$BOOTSTRAP" -t orders_json -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
 	-X sticky.partitioning.linger.ms=0 -l "$DATA/orders.jsonl" || die "producing JSON failed"
 # the sentinel line of gen_orders.py is not an order: only the first N lines
-head -n "$RECORDS" "$DATA/orders.jsonl" |
-	"$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject orders_avro-value \
-		--schema "$DATA/orders.avsc" >"$DATA/orders.avro" || die "avro_encode.py failed"
+AVRO_ID=$("$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject orders_avro-value \
+	--schema "$DATA/orders.avsc" --register-only </dev/null) || die "avro_encode.py could not register the schema"
+if from_cache "orders-$RECORDS-avro-$AVRO_ID" orders.avro; then
+	say "the Avro orders (schema id $AVRO_ID) from $CACHE"
+else
+	head -n "$RECORDS" "$DATA/orders.jsonl" |
+		"$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject orders_avro-value \
+			--schema "$DATA/orders.avsc" >"$DATA/orders.avro" || die "avro_encode.py failed"
+	to_cache "orders-$RECORDS-avro-$AVRO_ID" orders.avro
+fi
 kcat -P -b "$BOOTSTRAP" -t orders_avro -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
 	-X sticky.partitioning.linger.ms=0 -D '<<<end-of-avro-record-5c1e>>>' -l "$DATA/orders.avro" ||
 	die "producing Avro failed"
 JSON_RECORDS=$(wc -l <"$DATA/orders.jsonl")
 
+if from_cache "cdc-$CHANGES-$KEYS" cdc.jsonl cdc.csv cdc.expected; then
+	say "$CHANGES changes from $CACHE"
+else
 say "generating $CHANGES changes of $KEYS keys"
 python3 - "$CHANGES" "$KEYS" "$DATA/cdc.jsonl" "$DATA/cdc.csv" >"$DATA/cdc.expected" <<'EOF' || die "the change generator failed"
 import json, random, sys
@@ -134,6 +179,8 @@ with open(sys.argv[3], "w") as ev, open(sys.argv[4], "w") as csv:
 total = sum(r[1] for r in table.values())
 print(len(table), "%d.%02d" % divmod(total, 100))
 EOF
+to_cache "cdc-$CHANGES-$KEYS" cdc.jsonl cdc.csv cdc.expected
+fi
 read -r EXPECT_ROWS EXPECT_SUM <"$DATA/cdc.expected"
 say "producing the changes, keyed by id"
 kcat -P -b "$BOOTSTRAP" -t customers_cdc -K: -z lz4 -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
@@ -150,9 +197,13 @@ SELECT streaming.create_kafka_source('orders_json', :'bs', topics => ARRAY['orde
 SELECT streaming.create_kafka_source('customers_cdc', :'bs', topics => ARRAY['customers_cdc'],
     starting_offsets => 'earliest', envelope => 'debezium',
     columns => 'id int, name text, balance numeric(12,2)');
-CREATE TABLE cdc_staging (seq bigint, op text, id int, name text, balance numeric(12,2));
-CREATE TABLE replica_copy (id int PRIMARY KEY, name text, balance numeric(12,2));
 EOF
+
+for ((r = 1; r <= ROUNDS; r++)); do
+	psql_q -c "CREATE TABLE cdc_staging_$r (seq bigint, op text, id int, name text, balance numeric(12,2))" \
+		-c "CREATE TABLE replica_copy_$r (id int PRIMARY KEY, name text, balance numeric(12,2))" >/dev/null ||
+		die "setup failed"
+done
 
 # cpu_secs PID: the CPU time (user + system, all threads) of process PID so far
 cpu_secs()
@@ -160,87 +211,132 @@ cpu_secs()
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"
 }
 
-# run_stream NAME QUERY [create_stream args]: seconds from create_stream to
-# the end of process_available, and the CPU seconds of the stream's worker
-# (read before it is stopped)
+# run_stream KIND NAME QUERY [create_stream args]: seconds from create_stream
+# to the end of process_available, and the CPU seconds of the stream's worker
+# (read before it is stopped); with --perf KIND, the worker is recorded
+# (perf.data.NAME)
 run_stream()
 {
-	local name=$1 query=$2 t0 t1 pid
-	shift 2
+	local kind=$1 name=$2 query=$3 t0 t1 pid perf_pid=
+	shift 3
+	psql_q -c CHECKPOINT >/dev/null || return 1
 	t0=$(now)
-	psql_q -c "SELECT streaming.create_stream('$name', \$q\$$query\$q\$ $*)" \
-		-c "SELECT streaming.process_available('$name', '30 minutes')" >/dev/null || return 1
+	psql_q -c "SELECT streaming.create_stream('$name', \$q\$$query\$q\$ $*)" >/dev/null || return 1
+	if [[ ",$PERF_RUN," == *",$kind,"* ]]; then
+		pid=$(bench_worker_pid "$name") || return 1
+		perf record -q -g -F 999 -p "$pid" -o "$DATA/perf.data.$name" >"$DATA/perf-record.log" 2>&1 &
+		perf_pid=$!
+	fi
+	psql_q -c "SELECT streaming.process_available('$name', '30 minutes')" >/dev/null || return 1
 	t1=$(now)
 	pid=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = '$name'")
 	echo "$(secs "$t0" "$t1") $( [ -n "$pid" ] && cpu_secs "$pid" || echo n/a)"
+	if [ -n "$perf_pid" ]; then
+		kill -INT "$perf_pid"
+		wait "$perf_pid"
+	fi
 	psql_q -c "SELECT streaming.stop('$name')" >/dev/null
 }
 
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-say "(1) the JSON stream"
-read -r JSON_SECS JSON_CPU < <(run_stream orders_from_json 'SELECT order_id, user_id, amount, status, event_time FROM orders_json') && [ -n "$JSON_CPU" ] ||
-	die "the JSON stream failed"
-say "(1) the Avro stream"
-read -r AVRO_SECS AVRO_CPU < <(run_stream orders_from_avro 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro') && [ -n "$AVRO_CPU" ] ||
-	die "the Avro stream failed"
-say "(2) the upsert stream"
-read -r UPSERT_SECS UPSERT_CPU < <(run_stream customers_replica 'SELECT id, name, balance FROM customers_cdc' \
-	", output_mode => 'upsert', key_columns => ARRAY['id']") && [ -n "$UPSERT_CPU" ] ||
-	die "the upsert stream failed"
-say "(2) COPY + INSERT ... ON CONFLICT"
-t0=$(now)
-psql_q <<EOF || die "the baseline failed"
+# run_copy ROUND: the baseline, into cdc_staging_ROUND and replica_copy_ROUND:
+# its seconds and its backend's CPU seconds
+run_copy()
+{
+	local r=$1 t0
+	psql_q -c CHECKPOINT >/dev/null || return 1
+	t0=$(now)
+	psql_q >/dev/null <<EOF || return 1
 SELECT pg_backend_pid() AS backend \\gset
 \\setenv BENCH_BACKEND :backend
 BEGIN;
-COPY cdc_staging FROM '$DATA/cdc.csv' (FORMAT csv);
-INSERT INTO replica_copy
+COPY cdc_staging_$r FROM '$DATA/cdc.csv' (FORMAT csv);
+INSERT INTO replica_copy_$r
 SELECT id, name, balance FROM (
-    SELECT DISTINCT ON (id) id, op, name, balance FROM cdc_staging ORDER BY id, seq DESC) last
+    SELECT DISTINCT ON (id) id, op, name, balance FROM cdc_staging_$r ORDER BY id, seq DESC) last
 WHERE op <> 'd'
 ON CONFLICT (id) DO UPDATE SET name = excluded.name, balance = excluded.balance;
-DELETE FROM replica_copy r USING (
-    SELECT DISTINCT ON (id) id, op FROM cdc_staging ORDER BY id, seq DESC) last
+DELETE FROM replica_copy_$r r USING (
+    SELECT DISTINCT ON (id) id, op FROM cdc_staging_$r ORDER BY id, seq DESC) last
 WHERE last.id = r.id AND last.op = 'd';
 COMMIT;
 \\! awk -v hz="\$(getconf CLK_TCK)" '{ sub(/^.*\\) /, ""); printf "%.2f\\n", (\$12 + \$13) / hz }' /proc/\$BENCH_BACKEND/stat >$DATA/copy.cpu
 EOF
-COPY_SECS=$(secs "$t0" "$(now)")
-COPY_CPU=$(cat "$DATA/copy.cpu")
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+	echo "$(secs "$t0" "$(now)") $(cat "$DATA/copy.cpu")"
+}
 
-# ---- checks ----------------------------------------------------------------
 check()
 {
 	local what=$1 got=$2 want=$3
 	[ "$got" = "$want" ] || die "$what: got $got, expected $want"
 }
-check "orders from JSON" "$(psql_q -c 'SELECT count(*) || $$ $$ || sum(amount) FROM orders_from_json')" \
-	"$((JSON_RECORDS)) $ORDERS_SUM"
-check "orders from Avro" "$(psql_q -c 'SELECT count(*) || $$ $$ || sum(amount) FROM orders_from_avro WHERE order_id <= '"$RECORDS")" \
-	"$RECORDS $ORDERS_SUM"
-check "the upsert replica" "$(psql_q -c 'SELECT count(*) || $$ $$ || sum(balance) FROM customers_replica')" \
-	"$EXPECT_ROWS $EXPECT_SUM"
-check "the COPY replica" "$(psql_q -c 'SELECT count(*) || $$ $$ || sum(balance) FROM replica_copy')" \
-	"$EXPECT_ROWS $EXPECT_SUM"
-check "the replicas" "$(psql_q -c 'SELECT count(*) FROM (SELECT id, name, balance FROM customers_replica EXCEPT TABLE replica_copy) d')" 0
 
-JSON_RATE=$(rate "$JSON_RECORDS" "$JSON_SECS")
-AVRO_RATE=$(rate "$RECORDS" "$AVRO_SECS")
-UPSERT_RATE=$(rate "$CHANGES" "$UPSERT_SECS")
-COPY_RATE=$(rate "$CHANGES" "$COPY_SECS")
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+ROWS=()
+row() { ROWS+=("| $1 | $2 | $3 | $4 | $5 | $6 | $7 |"); }
+for ((r = 1; r <= ROUNDS; r++)); do
+	say "round $r: the JSON stream"
+	read -r JSON_SECS JSON_CPU < <(run_stream json orders_from_json_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_json') &&
+		[ -n "$JSON_CPU" ] || die "the JSON stream failed"
+	say "round $r: the Avro stream"
+	read -r AVRO_SECS AVRO_CPU < <(run_stream avro orders_from_avro_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro') &&
+		[ -n "$AVRO_CPU" ] || die "the Avro stream failed"
+	say "round $r: the upsert stream"
+	read -r UPSERT_SECS UPSERT_CPU < <(run_stream upsert customers_replica_$r 'SELECT id, name, balance FROM customers_cdc' \
+		", output_mode => 'upsert', key_columns => ARRAY['id']") && [ -n "$UPSERT_CPU" ] ||
+		die "the upsert stream failed"
+	say "round $r: COPY + INSERT ... ON CONFLICT"
+	read -r COPY_SECS COPY_CPU < <(run_copy "$r") && [ -n "$COPY_CPU" ] || die "the baseline failed"
+
+	# ---- checks ------------------------------------------------------------
+	check "orders from JSON" "$(psql_q -c "SELECT count(*) || ' ' || sum(amount) FROM orders_from_json_$r")" \
+		"$((JSON_RECORDS)) $ORDERS_SUM"
+	check "orders from Avro" "$(psql_q -c "SELECT count(*) || ' ' || sum(amount) FROM orders_from_avro_$r WHERE order_id <= $RECORDS")" \
+		"$RECORDS $ORDERS_SUM"
+	check "the upsert replica" "$(psql_q -c "SELECT count(*) || ' ' || sum(balance) FROM customers_replica_$r")" \
+		"$EXPECT_ROWS $EXPECT_SUM"
+	check "the COPY replica" "$(psql_q -c "SELECT count(*) || ' ' || sum(balance) FROM replica_copy_$r")" \
+		"$EXPECT_ROWS $EXPECT_SUM"
+	check "the replicas" "$(psql_q -c "SELECT count(*) FROM (SELECT id, name, balance FROM customers_replica_$r EXCEPT TABLE replica_copy_$r) d")" 0
+
+	JSON_RATE=$(rate "$JSON_RECORDS" "$JSON_SECS")
+	AVRO_RATE=$(rate "$RECORDS" "$AVRO_SECS")
+	UPSERT_RATE=$(rate "$CHANGES" "$UPSERT_SECS")
+	COPY_RATE=$(rate "$CHANGES" "$COPY_SECS")
+	row "$r: JSON orders stream (baseline)" "$JSON_SECS" "$JSON_RATE" 1.00 "" "$JSON_CPU" 1.00
+	row "$r: Avro orders stream" "$AVRO_SECS" "$AVRO_RATE" "$(ratio "$AVRO_RATE" "$JSON_RATE")" ">= 1.5" \
+		"$AVRO_CPU" "$(ratio "$JSON_CPU" "$AVRO_CPU")"
+	row "$r: COPY + INSERT ... ON CONFLICT of the changes (baseline)" "$COPY_SECS" "$COPY_RATE" 1.00 "" "$COPY_CPU" 1.00
+	row "$r: Debezium upsert stream" "$UPSERT_SECS" "$UPSERT_RATE" "$(ratio "$UPSERT_RATE" "$COPY_RATE")" ">= 0.8" \
+		"$UPSERT_CPU" "$(ratio "$COPY_CPU" "$UPSERT_CPU")"
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
 cat <<EOF
 
-issue 20 benchmarks: $RECORDS orders, $CHANGES changes of $KEYS keys, $PARTITIONS partitions
+issue 20 benchmarks: $RECORDS orders, $CHANGES changes of $KEYS keys, $PARTITIONS partitions, $ROUNDS round(s)
 load average before: $LOAD_BEFORE, after: $LOAD_AFTER ($(nproc) CPUs)
 
-| what | seconds | records/s | ratio | target | CPU seconds | CPU ratio |
+| round: what | seconds | records/s | ratio | target | CPU seconds | CPU ratio |
 | --- | --- | --- | --- | --- | --- | --- |
-| JSON orders stream (baseline) | $JSON_SECS | $JSON_RATE | 1.00 | | $JSON_CPU | 1.00 |
-| Avro orders stream | $AVRO_SECS | $AVRO_RATE | $(ratio "$AVRO_RATE" "$JSON_RATE") | >= 1.5 | $AVRO_CPU | $(ratio "$JSON_CPU" "$AVRO_CPU") |
-| COPY + INSERT ... ON CONFLICT of the changes (baseline) | $COPY_SECS | $COPY_RATE | 1.00 | | $COPY_CPU | 1.00 |
-| Debezium upsert stream | $UPSERT_SECS | $UPSERT_RATE | $(ratio "$UPSERT_RATE" "$COPY_RATE") | >= 0.8 | $UPSERT_CPU | $(ratio "$COPY_CPU" "$UPSERT_CPU") |
+EOF
+printf '%s\n' "${ROWS[@]}"
+cat <<EOF
 
 checked: both order sinks hold the orders (count, sum of amount); both replicas equal the
 captured table's final state ($EXPECT_ROWS rows, sum of balance $EXPECT_SUM) and each other
 EOF
+if [ -n "$PERF_RUN" ]; then
+	for f in "$DATA"/perf.data.*; do
+		[ -s "$f" ] || continue
+		echo
+		echo "perf record -g of the worker of ${f##*/perf.data.}, by thread (librdkafka's are rdk:*):"
+		perf report -i "$f" --no-children --stdio -g none --sort comm 2>/dev/null |
+			grep -v '^#' | grep -v '^$' | head -n 8 | sed 's/^/  /'
+		echo "top symbols (self):"
+		perf report -i "$f" --no-children --percent-limit 0.7 --stdio -g none --sort dso,symbol 2>/dev/null |
+			grep -v '^#' | grep -v '^$' | head -n 45 | sed 's/^/  /'
+		echo "with their callees (children):"
+		perf report -i "$f" --children --percent-limit 2.5 --stdio -g none --sort symbol 2>/dev/null |
+			grep -v '^#' | grep -v '^$' | grep -v '\] 0x0' | head -n 45 | sed 's/^/  /'
+	done
+fi

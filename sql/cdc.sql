@@ -9,7 +9,7 @@
 -- table at the end, in several batches.  Then: bad change events (dead
 -- letters), upsert without CDC (the batch's last row per key wins, NULL
 -- keys equal), and the refusals of upsert.  The same under kill -9 of the
--- worker is test/t/021_avro_cdc.pl.
+-- worker is test/t/022_avro_cdc.pl.
 --
 -- Environment: KAFKA_BOOTSTRAP, SCHEMA_REGISTRY, KAFKA_RUN_ID (optional).
 --

@@ -15,7 +15,10 @@
  * field's default in the schema the columns were taken from, else NULL;
  * fields no column names are ignored), so a topic whose schema evolves
  * keeps flowing: each writer's schema gets its own plan (AvroPlan), made
- * by the parser the first time one of its records comes.  A value becomes
+ * by the parser the first time one of its records comes.  A record of
+ * primitive fields (the common one) is read by Avro C's reader straight
+ * into a value of the plan's own instead of the generic one (see "direct
+ * decoding" below).  A value becomes
  * its column's type as a JSON value of it would: strings (and enum
  * symbols) by the column type's input function, numbers, booleans, bytes,
  * decimals, dates and times as their PostgreSQL value, cast to the column's
@@ -49,9 +52,11 @@
 #include "miscadmin.h"
 #include "parser/parse_coerce.h"
 #include "parser/parse_type.h"
+#include "port/pg_bitutils.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/date.h"
+#include "utils/datum.h"
 #include "utils/datetime.h"
 #include "utils/float.h"
 #include "utils/hsearch.h"
@@ -960,6 +965,8 @@ typedef struct AvroPlan
 	int			f_after;
 	int			f_op;
 	int			f_ts;
+	bool		direct_planned;	/* direct: decided */
+	struct DirectRecord *direct;	/* the direct reading of its records, or NULL */
 } AvroPlan;
 
 struct StmAvroParser
@@ -974,11 +981,20 @@ struct StmAvroParser
 	AvroType   *key_type;		/* kafka_key_avro's jsonb */
 };
 
+static int	direct_reset(const avro_value_iface_t *iface, void *self);
+
 static void
 parser_destroy_cb(void *arg)
 {
 	StmAvroParser *ap = arg;
+	HASH_SEQ_STATUS seq;
+	AvroPlan   *plan;
 
+	/* what a record that failed to convert handed over */
+	hash_seq_init(&seq, ap->plans);
+	while ((plan = hash_seq_search(&seq)) != NULL)
+		if (plan->direct)
+			(void) direct_reset(NULL, plan->direct);
 	if (ap->in)
 		avro_reader_free(ap->in);
 	ap->in = NULL;
@@ -1175,13 +1191,18 @@ plan_of(StmAvroParser *ap, int32 id)
  * Avro C reads the record into its schema's value; nothing may be left over.
  *
  * Avro C's errors cost a formatted message each (and a failed read
- * prefixes its message to the last one), so the common record makes only
- * the one of the skip that finds nothing left; a record that cannot be read
- * is read again from a cleared error, so that its message is its own.
+ * prefixes its message to the last one), so the common record makes none:
+ * a value whose binary encoding (avro_value_sizeof: the shortest, one
+ * block per array or map) is as long as the record took all of it, as no
+ * encoding of a value is shorter than that; only another record is asked
+ * with a skip whether bytes are left.  A record that cannot be read is read
+ * again from a cleared error, so that its message is its own.
  */
 static avro_value_t *
 decode(StmAvroParser *ap, AvroSchema *s, const char *data, int len)
 {
+	size_t		size;
+
 	avro_reader_memory_set_source(ap->in, data, len);
 	if (avro_value_read(ap->in, &s->value) != 0)
 	{
@@ -1193,6 +1214,8 @@ decode(StmAvroParser *ap, AvroSchema *s, const char *data, int len)
 				 errmsg("malformed Avro record"),
 				 errdetail("Avro C could not read it with schema %d: %s", s->id, avro_strerror())));
 	}
+	if (avro_value_sizeof(&s->value, &size) == 0 && size == (size_t) len)
+		return &s->value;
 	if (avro_skip(ap->in, 1) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
@@ -1286,11 +1309,86 @@ array_to_column(AvroColumn *c, avro_value_t *v, AvroType *t)
 											  c->elmlen, c->elmbyval, c->elmalign));
 }
 
+/* A primitive Avro value (AVRO_NULL through AVRO_ENUM but records, arrays and maps), as read. */
+typedef struct AvroScalar
+{
+	int64		l;				/* boolean, int, long, enum */
+	double		d;				/* float, double */
+	const void *data;			/* string (NUL-terminated, size with the NUL), bytes, fixed */
+	size_t		size;
+} AvroScalar;
+
+/*
+ * A primitive value of type t as the column's value (also the direct
+ * decoding's: one conversion for both ways of reading a record).
+ */
+static Datum
+scalar_to_column(AvroColumn *c, AvroType *t, const AvroScalar *v)
+{
+	Oid			ctype = c->t->type;
+
+	switch (t->type)
+	{
+		case AVRO_STRING:
+			{
+				char	   *str = server_string(v->data, v->size);
+
+				return stm_text_target_convert(c->t, str, str == v->data ? (int) v->size - 1 : -1);
+			}
+		case AVRO_BOOLEAN:
+			return natural_to_column(c, BoolGetDatum(v->l != 0), BOOLOID);
+		case AVRO_INT32:
+		case AVRO_INT64:
+			if (t->logical != STM_AVRO_PLAIN)
+			{
+				Oid			type;
+				Datum		d = stm_avro_logical_datum(t->logical, v->l, &type);
+
+				return natural_to_column(c, d, type);
+			}
+			if (ctype == INT8OID)
+				return Int64GetDatum(v->l);
+			if (t->type == AVRO_INT32)
+				return natural_to_column(c, Int32GetDatum((int32) v->l), INT4OID);
+			return natural_to_column(c, Int64GetDatum(v->l), INT8OID);
+		case AVRO_FLOAT:
+			if (ctype == FLOAT8OID)
+				return Float8GetDatum(v->d);
+			return natural_to_column(c, Float4GetDatum((float) v->d), FLOAT4OID);
+		case AVRO_DOUBLE:
+			if (ctype == FLOAT8OID)
+				return Float8GetDatum(v->d);
+			return natural_to_column(c, Float8GetDatum(v->d), FLOAT8OID);
+		case AVRO_BYTES:
+		case AVRO_FIXED:
+			{
+				bytea	   *b;
+
+				if (t->logical == STM_AVRO_DECIMAL)
+					return natural_to_column(c, stm_avro_decimal(v->data, v->size, t->scale), NUMERICOID);
+				b = palloc(v->size + VARHDRSZ);
+				SET_VARSIZE(b, v->size + VARHDRSZ);
+				memcpy(VARDATA(b), v->data, v->size);
+				return natural_to_column(c, PointerGetDatum(b), BYTEAOID);
+			}
+		case AVRO_ENUM:
+			if (v->l < 0 || v->l >= t->nsymbols)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+						 errmsg("malformed Avro record"),
+						 errdetail("Enum %s has no symbol %d.", t->name, (int) v->l)));
+			return stm_text_target_convert(c->t, t->symbols[v->l], -1);
+		default:
+			elog(ERROR, "Avro type %d is not a primitive one", (int) t->type);
+			return (Datum) 0;	/* keep the compiler quiet */
+	}
+}
+
 /* One value of the record (of type t) as the column's value. */
 static Datum
 to_column(AvroColumn *c, avro_value_t v, AvroType *t, bool *isnull)
 {
-	Oid			ctype = c->t->type;
+	AvroScalar	sv = {0};
 
 	while (t->type == AVRO_UNION)
 	{
@@ -1319,94 +1417,60 @@ to_column(AvroColumn *c, avro_value_t v, AvroType *t, bool *isnull)
 	{
 		case AVRO_STRING:
 			{
-				const char *s;
-				size_t		size;
-				char	   *str;
+				const char *str;
 
-				avro_value_get_string(&v, &s, &size);
-				str = server_string(s, size);
-				return stm_text_target_convert(c->t, str, str == s ? (int) size - 1 : -1);
+				avro_value_get_string(&v, &str, &sv.size);
+				sv.data = str;
+				break;
 			}
 		case AVRO_BOOLEAN:
 			{
 				int			b;
 
 				avro_value_get_boolean(&v, &b);
-				return natural_to_column(c, BoolGetDatum(b != 0), BOOLOID);
+				sv.l = b;
+				break;
 			}
 		case AVRO_INT32:
+			{
+				int32		i;
+
+				avro_value_get_int(&v, &i);
+				sv.l = i;
+				break;
+			}
 		case AVRO_INT64:
 			{
-				int64		l = 0;
-				int32		i;
-				Oid			type;
+				int64_t		l;
 
-				if (t->type == AVRO_INT32)
-				{
-					avro_value_get_int(&v, &i);
-					l = i;
-				}
-				else
-					avro_value_get_long(&v, &l);
-				if (t->logical != STM_AVRO_PLAIN)
-				{
-					Datum		d = stm_avro_logical_datum(t->logical, l, &type);
-
-					return natural_to_column(c, d, type);
-				}
-				if (ctype == INT8OID)
-					return Int64GetDatum(l);
-				if (t->type == AVRO_INT32)
-					return natural_to_column(c, Int32GetDatum((int32) l), INT4OID);
-				return natural_to_column(c, Int64GetDatum(l), INT8OID);
+				avro_value_get_long(&v, &l);
+				sv.l = l;
+				break;
 			}
 		case AVRO_FLOAT:
 			{
 				float		f;
 
 				avro_value_get_float(&v, &f);
-				if (ctype == FLOAT8OID)
-					return Float8GetDatum((double) f);
-				return natural_to_column(c, Float4GetDatum(f), FLOAT4OID);
+				sv.d = f;
+				break;
 			}
 		case AVRO_DOUBLE:
-			{
-				double		d;
-
-				avro_value_get_double(&v, &d);
-				if (ctype == FLOAT8OID)
-					return Float8GetDatum(d);
-				return natural_to_column(c, Float8GetDatum(d), FLOAT8OID);
-			}
+			avro_value_get_double(&v, &sv.d);
+			break;
 		case AVRO_BYTES:
+			avro_value_get_bytes(&v, &sv.data, &sv.size);
+			break;
 		case AVRO_FIXED:
-			{
-				const void *data;
-				size_t		n;
-				bytea	   *b;
-
-				if (t->type == AVRO_BYTES)
-					avro_value_get_bytes(&v, &data, &n);
-				else
-					avro_value_get_fixed(&v, &data, &n);
-				if (t->logical == STM_AVRO_DECIMAL)
-					return natural_to_column(c, stm_avro_decimal(data, n, t->scale), NUMERICOID);
-				b = palloc(n + VARHDRSZ);
-				SET_VARSIZE(b, n + VARHDRSZ);
-				memcpy(VARDATA(b), data, n);
-				return natural_to_column(c, PointerGetDatum(b), BYTEAOID);
-			}
+			avro_value_get_fixed(&v, &sv.data, &sv.size);
+			break;
 		case AVRO_ENUM:
 			{
 				int			e;
 
 				avro_value_get_enum(&v, &e);
-				if (e < 0 || e >= t->nsymbols)
-					ereport(ERROR,
-							(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-							 errmsg("malformed Avro record"),
-							 errdetail("Enum %s has no symbol %d.", t->name, e)));
-				return stm_text_target_convert(c->t, t->symbols[e], -1);
+				sv.l = e;
+				break;
 			}
 		default:
 			{
@@ -1418,6 +1482,7 @@ to_column(AvroColumn *c, avro_value_t v, AvroType *t, bool *isnull)
 				return stm_text_target_convert(c->t, buf.data, buf.len);
 			}
 	}
+	return scalar_to_column(c, t, &sv);
 }
 
 /* A column the writer's record lacks: its default (JSON, or a string's text), or NULL. */
@@ -1514,6 +1579,494 @@ event_row(StmAvroParser *ap, AvroPlan *plan, avro_value_t *event, avro_value_t *
 	return p->cdc_op == 'd' ? &plan->before : &plan->row;
 }
 
+/* ---- direct decoding ------------------------------------------------------ */
+
+/*
+ * The common record (a record whose fields the columns name are
+ * primitives, or unions of primitives such as ["null", "string"], none of
+ * them a json column) is read by Avro C's own reader, avro_value_read,
+ * into a value of ours (DirectRecord, whose avro_value_iface_t takes what
+ * the reader sets) instead of a generic value: each field's value is kept
+ * as it comes and converted by scalar_to_column, as the generic value's
+ * would be, without the generic value's reset, copies and walks.  Strings
+ * and bytes come as Avro C's buffers, handed over and freed once converted.
+ * As the reader sets each value, the size of its shortest encoding is
+ * added up, so that a record the value took whole needs no skip (decode);
+ * fields no column takes are skipped by Avro C when they are not
+ * primitives (then the skip says whether bytes are left).  A record that
+ * fails, or has bytes left, is read again the generic way, which says what
+ * is wrong.  In test builds every record
+ * read directly is read the generic way too and the two rows compared
+ * (check_direct).
+ */
+
+typedef struct DirectRecord DirectRecord;
+
+/* One node of the writer's record: a field, or a branch of a field's union. */
+typedef struct DirectNode
+{
+	DirectRecord *rec;
+	avro_type_t type;			/* what get_type says */
+	avro_schema_t schema;		/* Avro C's (fixed: for its size) */
+	AvroType   *atype;			/* ours (a branch's: its own) */
+	int			column;			/* the row column it fills, or -1: read for its size only */
+	bool		skipped;		/* a field: Avro C skips it (no node) */
+	int			nbranches;		/* a union's */
+	struct DirectNode *branches;
+} DirectNode;
+
+/* A column's value as the reader set it. */
+typedef struct DirectValue
+{
+	AvroType   *atype;			/* the type it came as (a union's branch) */
+	AvroScalar	v;
+	avro_wrapped_buffer_t buf;	/* a string's, bytes' or fixed's, until converted */
+	bool		has_buf;
+} DirectValue;
+
+struct DirectRecord
+{
+	avro_schema_t schema;		/* the writer's record */
+	int			nfields;
+	DirectNode *fields;			/* per field of the writer's record, NULL: skipped */
+	DirectValue *values;		/* per row column */
+	DirectValue **held;			/* the values that hold a buffer */
+	int			nheld;
+	size_t		size;			/* of the shortest encoding of what was read */
+	bool		size_known;		/* false: a field was skipped */
+};
+
+/* a long's zigzag varint: its length in bytes (7 bits a byte) */
+static inline size_t
+varint_size(int64 v)
+{
+	uint64		u = ((uint64) v << 1) ^ (uint64) (v >> 63);
+
+	return u < 0x80 ? 1 : (pg_leftmost_one_pos64(u) + 7) / 7;
+}
+
+static DirectValue *
+node_value(DirectNode *n)
+{
+	return n->column >= 0 ? &n->rec->values[n->column] : NULL;
+}
+
+static void
+keep_scalar(DirectNode *n, const AvroScalar *v, size_t size)
+{
+	DirectValue *dv = node_value(n);
+
+	n->rec->size += size;
+	if (dv)
+	{
+		dv->atype = n->atype;
+		dv->v = *v;
+	}
+}
+
+/* a handed-over buffer: kept until the column is converted (or dropped, for a node of no column) */
+static int
+keep_buffer(DirectNode *n, avro_wrapped_buffer_t *buf, size_t len, bool sized)
+{
+	DirectValue *dv = node_value(n);
+	AvroScalar	v = {0};
+
+	v.data = buf->buf;
+	v.size = buf->size;
+	keep_scalar(n, &v, (sized ? varint_size((int64) len) : 0) + len);
+	if (dv == NULL)
+	{
+		avro_wrapped_buffer_free(buf);
+		return 0;
+	}
+	if (dv->has_buf)
+		avro_wrapped_buffer_free(&dv->buf);
+	else
+		n->rec->held[n->rec->nheld++] = dv;
+	dv->buf = *buf;
+	dv->has_buf = true;
+	return 0;
+}
+
+static avro_type_t
+direct_get_type(const avro_value_iface_t *iface, const void *self)
+{
+	return ((const DirectNode *) self)->type;
+}
+
+static avro_schema_t
+direct_get_schema(const avro_value_iface_t *iface, const void *self)
+{
+	return ((const DirectNode *) self)->schema;
+}
+
+static int
+direct_set_null(const avro_value_iface_t *iface, void *self)
+{
+	AvroScalar	v = {0};
+
+	keep_scalar(self, &v, 0);
+	return 0;
+}
+
+static int
+direct_set_boolean(const avro_value_iface_t *iface, void *self, int val)
+{
+	AvroScalar	v = {0};
+
+	v.l = val;
+	keep_scalar(self, &v, 1);
+	return 0;
+}
+
+static int
+direct_set_int(const avro_value_iface_t *iface, void *self, int32_t val)
+{
+	AvroScalar	v = {0};
+
+	v.l = val;
+	keep_scalar(self, &v, varint_size(val));
+	return 0;
+}
+
+static int
+direct_set_long(const avro_value_iface_t *iface, void *self, int64_t val)
+{
+	AvroScalar	v = {0};
+
+	v.l = val;
+	keep_scalar(self, &v, varint_size(val));
+	return 0;
+}
+
+static int
+direct_set_enum(const avro_value_iface_t *iface, void *self, int val)
+{
+	return direct_set_long(iface, self, val);
+}
+
+static int
+direct_set_float(const avro_value_iface_t *iface, void *self, float val)
+{
+	AvroScalar	v = {0};
+
+	v.d = val;
+	keep_scalar(self, &v, 4);
+	return 0;
+}
+
+static int
+direct_set_double(const avro_value_iface_t *iface, void *self, double val)
+{
+	AvroScalar	v = {0};
+
+	v.d = val;
+	keep_scalar(self, &v, 8);
+	return 0;
+}
+
+/* a string's buffer holds its NUL, which the encoding does not */
+static int
+direct_give_string_len(const avro_value_iface_t *iface, void *self, avro_wrapped_buffer_t *buf)
+{
+	return keep_buffer(self, buf, buf->size - 1, true);
+}
+
+static int
+direct_give_bytes(const avro_value_iface_t *iface, void *self, avro_wrapped_buffer_t *buf)
+{
+	return keep_buffer(self, buf, buf->size, true);
+}
+
+static int
+direct_give_fixed(const avro_value_iface_t *iface, void *self, avro_wrapped_buffer_t *buf)
+{
+	return keep_buffer(self, buf, buf->size, false);
+}
+
+static int
+direct_set_branch(const avro_value_iface_t *iface, void *self, int discriminant,
+				  avro_value_t *branch)
+{
+	DirectNode *n = self;
+
+	if (discriminant < 0 || discriminant >= n->nbranches)
+	{
+		avro_set_error("Branch index %d out of range", discriminant);
+		return EINVAL;
+	}
+	n->rec->size += varint_size(discriminant);
+	branch->iface = (avro_value_iface_t *) iface;
+	branch->self = &n->branches[discriminant];
+	return 0;
+}
+
+/* the nodes: fields and branches */
+static const avro_value_iface_t direct_node_iface = {
+	.get_type = direct_get_type,
+	.get_schema = direct_get_schema,
+	.set_null = direct_set_null,
+	.set_boolean = direct_set_boolean,
+	.set_int = direct_set_int,
+	.set_long = direct_set_long,
+	.set_enum = direct_set_enum,
+	.set_float = direct_set_float,
+	.set_double = direct_set_double,
+	.give_string_len = direct_give_string_len,
+	.give_bytes = direct_give_bytes,
+	.give_fixed = direct_give_fixed,
+	.set_branch = direct_set_branch,
+};
+
+/* Free what the last record handed over (its columns were converted, or failed). */
+static int
+direct_reset(const avro_value_iface_t *iface, void *self)
+{
+	DirectRecord *dr = self;
+
+	for (int i = 0; i < dr->nheld; i++)
+	{
+		avro_wrapped_buffer_free(&dr->held[i]->buf);
+		dr->held[i]->has_buf = false;
+	}
+	dr->nheld = 0;
+	dr->size = 0;
+	dr->size_known = true;
+	return 0;
+}
+
+static avro_type_t
+direct_record_type(const avro_value_iface_t *iface, const void *self)
+{
+	return AVRO_RECORD;
+}
+
+static avro_schema_t
+direct_record_schema(const avro_value_iface_t *iface, const void *self)
+{
+	return ((const DirectRecord *) self)->schema;
+}
+
+static int
+direct_record_size(const avro_value_iface_t *iface, const void *self, size_t *size)
+{
+	*size = ((const DirectRecord *) self)->nfields;
+	return 0;
+}
+
+/* a field: its node, or none (Avro C skips it: its size is not known) */
+static int
+direct_record_field(const avro_value_iface_t *iface, const void *self, size_t index,
+					avro_value_t *child, const char **name)
+{
+	DirectRecord *dr = (DirectRecord *) self;
+
+	if (index >= (size_t) dr->nfields)
+	{
+		avro_set_error("Field index %d out of range", (int) index);
+		return EINVAL;
+	}
+	if (dr->fields[index].skipped)
+	{
+		child->iface = NULL;
+		child->self = NULL;
+		dr->size_known = false;
+		return 0;
+	}
+	child->iface = (avro_value_iface_t *) &direct_node_iface;
+	child->self = &dr->fields[index];
+	if (name)
+		*name = NULL;
+	return 0;
+}
+
+static const avro_value_iface_t direct_record_iface = {
+	.reset = direct_reset,
+	.get_type = direct_record_type,
+	.get_schema = direct_record_schema,
+	.get_size = direct_record_size,
+	.get_by_index = direct_record_field,
+};
+
+static avro_schema_t
+resolved(avro_schema_t s)
+{
+	while (is_avro_link(s))
+		s = avro_schema_link_target(s);
+	return s;
+}
+
+static bool
+direct_primitive(avro_type_t t)
+{
+	switch (t)
+	{
+		case AVRO_NULL:
+		case AVRO_BOOLEAN:
+		case AVRO_INT32:
+		case AVRO_INT64:
+		case AVRO_FLOAT:
+		case AVRO_DOUBLE:
+		case AVRO_STRING:
+		case AVRO_BYTES:
+		case AVRO_FIXED:
+		case AVRO_ENUM:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/* A field's node, filling column; false: the field is not of the direct kind. */
+static bool
+direct_node(DirectRecord *dr, DirectNode *n, AvroType *t, avro_schema_t s, int column)
+{
+	n->rec = dr;
+	n->type = t->type;
+	n->schema = resolved(s);
+	n->atype = t;
+	n->column = column;
+	if (t->type != AVRO_UNION)
+		return direct_primitive(t->type) && avro_typeof(n->schema) == t->type;
+	if (avro_typeof(n->schema) != AVRO_UNION)
+		return false;
+	n->nbranches = t->nbranches;
+	n->branches = palloc0(sizeof(DirectNode) * Max(t->nbranches, 1));
+	for (int b = 0; b < t->nbranches; b++)
+	{
+		if (t->branches[b]->type == AVRO_UNION ||
+			!direct_node(dr, &n->branches[b], t->branches[b],
+						 avro_schema_union_branch(n->schema, b), column))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The direct reading of a plan's records, in the parser's memory; NULL:
+ * they are read the generic way (a change event, a whole value, a field a
+ * column takes that is not a primitive, a json column).
+ */
+static DirectRecord *
+direct_plan(StmAvroParser *ap, AvroPlan *plan)
+{
+	StmParser  *p = ap->p;
+	AvroType   *rt = plan->row.record;
+	avro_schema_t rs;
+	DirectRecord *dr;
+	int		   *column_of;
+
+	if (plan->error || plan->whole || p->envelope == STM_ENVELOPE_DEBEZIUM ||
+		rt == NULL || rt->type != AVRO_RECORD)
+		return NULL;
+	rs = resolved(plan->schema->schema);
+	if (avro_typeof(rs) != AVRO_RECORD || avro_schema_record_size(rs) != (size_t) rt->nfields)
+		return NULL;
+	dr = palloc0(sizeof(DirectRecord));
+	dr->schema = rs;
+	dr->nfields = rt->nfields;
+	dr->fields = palloc0(sizeof(DirectNode) * Max(rt->nfields, 1));
+	dr->values = palloc0(sizeof(DirectValue) * Max(p->nrow, 1));
+	dr->held = palloc0(sizeof(DirectValue *) * Max(p->nrow, 1));
+	column_of = palloc(sizeof(int) * Max(rt->nfields, 1));
+	for (int f = 0; f < rt->nfields; f++)
+		column_of[f] = -1;
+	for (int i = 0; i < p->nrow; i++)
+	{
+		if (plan->row.field[i] < 0)
+			continue;
+		if (ap->cols[i].t->wants_json || ap->cols[i].elem)
+			return NULL;
+		column_of[plan->row.field[i]] = i;
+	}
+	for (int f = 0; f < rt->nfields; f++)
+	{
+		DirectNode *n = &dr->fields[f];
+
+		if (!direct_node(dr, n, rt->field_types[f], avro_schema_record_field_get_by_index(rs, f),
+						 column_of[f]))
+		{
+			/* a column's field must be read directly; another one is skipped */
+			if (column_of[f] >= 0)
+				return NULL;
+			memset(n, 0, sizeof(DirectNode));
+			n->skipped = true;
+			n->column = -1;
+		}
+	}
+	return dr;
+}
+
+/*
+ * A record read directly into the row's columns: false (nothing converted)
+ * when it must be read the generic way, which says what is wrong with it,
+ * if anything.
+ */
+static bool
+direct_parse(StmAvroParser *ap, AvroPlan *plan, const char *data, int len,
+			 Datum *values, bool *nulls)
+{
+	DirectRecord *dr = plan->direct;
+	AvroRow    *row = &plan->row;
+	avro_value_t value;
+
+	value.iface = (avro_value_iface_t *) &direct_record_iface;
+	value.self = dr;
+	avro_reader_memory_set_source(ap->in, data, len);
+	/* read it all, or (a skipped field, a longer encoding) nothing is left */
+	if (avro_value_read(ap->in, &value) != 0 ||
+		((!dr->size_known || dr->size != (size_t) len) && avro_skip(ap->in, 1) == 0))
+	{
+		(void) direct_reset(NULL, dr);
+		return false;
+	}
+	for (int i = 0; i < ap->p->nrow; i++)
+	{
+		DirectValue *dv = &dr->values[i];
+
+		if (row->field[i] < 0)
+			values[i] = default_value(&ap->cols[i], row->dflt[i], row->dflt_string[i], &nulls[i]);
+		else if ((nulls[i] = dv->atype->type == AVRO_NULL))
+			values[i] = (Datum) 0;
+		else
+			values[i] = scalar_to_column(&ap->cols[i], dv->atype, &dv->v);
+	}
+	(void) direct_reset(NULL, dr);
+	return true;
+}
+
+#ifdef STM_FAULT_INJECTION
+/* Test builds: the generic reading of the record must give the same row. */
+static void
+check_direct(StmAvroParser *ap, AvroPlan *plan, const char *data, int len,
+			 const Datum *values, const bool *nulls)
+{
+	avro_value_t *v = decode(ap, plan->schema, data, len);
+
+	for (int i = 0; i < ap->p->nrow; i++)
+	{
+		int			f = plan->row.field[i];
+		bool		isnull;
+		Datum		d;
+		int16		typlen;
+		bool		typbyval;
+
+		if (f < 0)
+			continue;
+		{
+			avro_value_t fv;
+
+			avro_value_get_by_index(v, f, &fv, NULL);
+			d = to_column(&ap->cols[i], fv, plan->row.record->field_types[f], &isnull);
+		}
+		get_typlenbyval(ap->cols[i].t->type, &typlen, &typbyval);
+		if (isnull != nulls[i] || (!isnull && !datumIsEqual(d, values[i], typbyval, typlen)))
+			elog(ERROR, "Avro record of schema %d: the direct reading of column %d differs from the generic one",
+				 plan->id, i + 1);
+	}
+}
+#endif
+
 /* One record (a Kafka message's value) into the parser's row columns (and cdc_op, cdc_ts). */
 void
 stm_avro_parse(StmAvroParser *ap, const char *data, int len, Datum *values, bool *nulls)
@@ -1529,6 +2082,21 @@ stm_avro_parse(StmAvroParser *ap, const char *data, int len, Datum *values, bool
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
 				 errmsg("Avro record of schema %d cannot be read", plan->id),
 				 errdetail("%s", plan->error)));
+	if (!plan->direct_planned)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(ap->cxt);
+
+		plan->direct = direct_plan(ap, plan);
+		plan->direct_planned = true;
+		MemoryContextSwitchTo(oldcxt);
+	}
+	if (plan->direct && direct_parse(ap, plan, data + 5, len - 5, values, nulls))
+	{
+#ifdef STM_FAULT_INJECTION
+		check_direct(ap, plan, data + 5, len - 5, values, nulls);
+#endif
+		return;
+	}
 	v = decode(ap, plan->schema, data + 5, len - 5);
 	if (plan->whole)
 	{

@@ -15,7 +15,10 @@
 # (status 'waiting', nothing dead-lettered, nothing skipped) until the
 # registry is back.  At the end the replica equals the captured table (as
 # this script computed it), positions are the high watermark, no record
-# was set aside, and the registry's secret is in no log line.
+# was set aside, and the registry's secret is in no log line.  The same
+# events go as Debezium's JSON to a second topic, applied by a second
+# upsert stream whose worker is killed in the same rounds: its replica
+# must equal the captured table too.
 #
 # STREAMING_TEST_SEED=N replays the random changes.
 use strict;
@@ -33,6 +36,7 @@ test_seed();
 my $kafka = StreamingTest::Kafka->start;
 my $registry = StreamingTest::Registry->start(basic_auth => 'cdc_021:s3cret-of-021');
 my ($topic) = $kafka->create_topic('customers_021', 1);
+my ($jtopic) = $kafka->create_topic('customers_json_021', 1);
 my $schema = slurp_file("$FindBin::RealBin/../avro/debezium_customers.avsc");
 
 # the captured table: id => [name (undef: NULL), balance in cents, ts_ms of its last change]
@@ -91,13 +95,19 @@ open my $fh, '>', $tombstone_file or die "$tombstone_file: $!";
 print $fh "tombstone:\n";
 close $fh or die "$tombstone_file: $!";
 
-# produce(N): N changes, then a tombstone (skipped by the source)
+# produce(N): N changes, as Avro and as JSON, then a tombstone in each
+# (skipped by the sources)
 sub produce
 {
 	my ($n) = @_;
-	$kafka->produce_avro($topic, 0, $registry, "$topic-value", $schema, changes($n));
-	$kafka->kcat('-P', '-t', $topic, '-p', 0, '-K:', '-Z', '-l', $tombstone_file);
-	$kafka->{produced}{$topic}{0}++;
+	my $events = changes($n);
+	$kafka->produce_avro($topic, 0, $registry, "$topic-value", $schema, $events);
+	$kafka->produce_to($jtopic, 0, $events);
+	for my $t ($topic, $jtopic)
+	{
+		$kafka->kcat('-P', '-t', $t, '-p', 0, '-K:', '-Z', '-l', $tombstone_file);
+		$kafka->{produced}{$t}{0}++;
+	}
 	return;
 }
 
@@ -115,6 +125,12 @@ $node->safe_psql('postgres', qq{
 	    max_offsets_per_trigger => 400);
 	SELECT streaming.create_stream('cdc_replica', 'SELECT id, name, balance, cdc_ts FROM cdc_src',
 	    output_mode => 'upsert', key_columns => ARRAY['id']);
+	SELECT streaming.create_kafka_source('cdc_json_src', '@{[ $kafka->bootstrap ]}',
+	    topics => ARRAY['$jtopic'], starting_offsets => 'earliest', envelope => 'debezium',
+	    columns => 'id int, name text, balance numeric(10,2)', max_offsets_per_trigger => 400);
+	SELECT streaming.create_stream('cdc_json_replica',
+	    'SELECT id, name, balance, cdc_ts FROM cdc_json_src',
+	    output_mode => 'upsert', key_columns => ARRAY['id']);
 });
 is( $node->safe_psql('postgres',
 		"SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum) "
@@ -125,41 +141,47 @@ is( $node->safe_psql('postgres',
 
 sub batches
 {
+	my ($stream) = @_;
+	$stream //= 'cdc_replica';
 	return query_retry($node,
-		"SELECT count(*) FROM streaming.progress WHERE stream = 'cdc_replica'");
+		"SELECT count(*) FROM streaming.progress WHERE stream = '$stream'");
 }
 
-# kill -9 of the worker while events are waiting
+# kill -9 of both workers while events are waiting
 for my $round (1 .. 3)
 {
-	# the backlog is all there before the worker plans its next batch: hold
-	# the stream's catalog row, as a batch does first thing
-	my $done = batches();
+	# the backlog is all there before the workers plan their next batch:
+	# hold the streams' catalog rows, as a batch does first thing
+	my %done = map { $_ => batches($_) } qw(cdc_replica cdc_json_replica);
 	my $hold = $node->background_psql('postgres');
 	$hold->query_safe('BEGIN');
 	$hold->query_safe(
-		"SELECT count(*) FROM (SELECT FROM streaming.stream_defs WHERE name = 'cdc_replica' FOR UPDATE) s");
+		"SELECT count(*) FROM (SELECT FROM streaming.stream_defs "
+		  . "WHERE name IN ('cdc_replica', 'cdc_json_replica') FOR UPDATE) s");
 	produce(3_000);
 	$hold->query_safe('COMMIT');
 	$hold->quit;
-	wait_for($node,
-		"SELECT count(*) > $done FROM streaming.progress WHERE stream = 'cdc_replica'",
-		't', "round $round: the replica applies batches", 'cdc_replica');
-	my $pid = stream_row($node, 'cdc_replica')->{worker_pid};
-	if ($pid eq '')
+	for my $stream (qw(cdc_replica cdc_json_replica))
 	{
 		wait_for($node,
-			"SELECT worker_pid IS NOT NULL FROM streaming.streams WHERE name = 'cdc_replica'",
-			't', "round $round: the stream has a worker", 'cdc_replica');
-		$pid = stream_row($node, 'cdc_replica')->{worker_pid};
+			"SELECT count(*) > $done{$stream} FROM streaming.progress WHERE stream = '$stream'",
+			't', "round $round: $stream applies batches", $stream);
+		my $pid = stream_row($node, $stream)->{worker_pid};
+		if ($pid eq '')
+		{
+			wait_for($node,
+				"SELECT worker_pid IS NOT NULL FROM streaming.streams WHERE name = '$stream'",
+				't', "round $round: $stream has a worker", $stream);
+			$pid = stream_row($node, $stream)->{worker_pid};
+		}
+		usleep(int(rand(200_000)));
+		my $applied = batches($stream);
+		ok(kill('KILL', $pid), "round $round: killed the worker $pid of $stream after $applied batches");
+		wait_for($node,
+			"SELECT status = 'running' AND worker_pid IS NOT NULL AND worker_pid <> $pid "
+			  . "FROM streaming.streams WHERE name = '$stream'",
+			't', "round $round: $stream runs again, in a new worker", $stream);
 	}
-	usleep(int(rand(200_000)));
-	my $applied = batches();
-	ok(kill('KILL', $pid), "round $round: killed worker $pid after $applied batches");
-	wait_for($node,
-		"SELECT status = 'running' AND worker_pid IS NOT NULL AND worker_pid <> $pid "
-		  . "FROM streaming.streams WHERE name = 'cdc_replica'",
-		't', "round $round: the stream runs again, in a new worker", 'cdc_replica');
 }
 
 # the registry down: a new runtime cannot learn the writer's schema
@@ -193,6 +215,7 @@ SKIP:
 
 produce(1_000);
 $node->safe_psql('postgres', "SELECT streaming.process_available('cdc_replica', '180s')");
+$node->safe_psql('postgres', "SELECT streaming.process_available('cdc_json_replica', '180s')");
 
 my $expected = join "\n", map {
 	my ($name, $cents, $ts) = @{ $captured{$_} };
@@ -205,16 +228,24 @@ is( $node->safe_psql('postgres',
 	$expected,
 	'the replica equals the captured table, cdc_ts its last change\'s ts_ms ('
 	  . scalar(keys %captured) . " rows after $seq changes)");
+is( $node->safe_psql('postgres',
+		"SELECT id || '|' || coalesce(name, '<null>') || '|' || balance || '|' "
+		  . "|| (extract(epoch FROM cdc_ts) * 1000)::bigint FROM cdc_json_replica ORDER BY id"),
+	$expected, 'the replica of the JSON events equals the captured table too');
 check_offsets($node, 'cdc_replica', $kafka, $topic, 'after the crashes');
+check_offsets($node, 'cdc_json_replica', $kafka, $jtopic, 'JSON, after the crashes');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM streaming.dead_letters'),
 	'0', 'no record was set aside (tombstones are skipped)');
-is( $node->safe_psql('postgres',
-		"SELECT sum(num_input_rows) FROM streaming.progress WHERE stream = 'cdc_replica'"),
-	$seq, 'the committed batches read every change once (tombstones are not rows)');
+for my $stream (qw(cdc_replica cdc_json_replica))
+{
+	is( $node->safe_psql('postgres',
+			"SELECT sum(num_input_rows) FROM streaming.progress WHERE stream = '$stream'"),
+		$seq, "$stream: the committed batches read every change once (tombstones are not rows)");
+}
 
 my $log = slurp_file($node->logfile);
 my $kills = () = $log =~ /terminated by signal 9: Killed/g;
-is($kills, 3, 'the postmaster saw every killed worker');
+is($kills, 6, 'the postmaster saw every killed worker');
 unlike($log, qr/s3cret-of-021/, "the registry's secret is in no log line");
 
 $node->stop;
