@@ -646,7 +646,9 @@ stm_catalog_last_trigger(int32 stream_id, TimestampTz since)
 	bool		isnull;
 	Datum		d;
 
-	d = stm_catalog_value("SELECT coalesce((SELECT max(started_at) FROM streaming.batches WHERE stream_id = $1), "
+	/* the newest batch by the primary key: batches start in batch_id order */
+	d = stm_catalog_value("SELECT coalesce((SELECT started_at FROM streaming.batches WHERE stream_id = $1 "
+						  "ORDER BY batch_id DESC LIMIT 1), "
 						  "(SELECT created_at FROM streaming.stream_defs WHERE id = $1))",
 						  1, &argtype, &arg, &isnull);
 	return !isnull && DatumGetTimestampTz(d) > since ? DatumGetTimestampTz(d) : since;

@@ -14,7 +14,13 @@
  * end of each partition is its high watermark when the batch is planned, cut
  * by max_offsets_per_trigger.  The end of a partition is never guessed from
  * an empty fetch.  Messages fetched past a batch's end stay held for the next
- * batch.
+ * batch.  With the continuous trigger, a plan whose partitions are all
+ * consumed where their stored positions say takes the high watermarks the
+ * fetch responses carried (no ListOffsets round trip) and ends each
+ * partition at what its consumer has delivered, so the batch never waits
+ * for a fetch; the metadata is asked at most every METADATA_MAX_AGE_MS
+ * (plan_from_consumer).  Positions are written for the partitions that
+ * moved only.
  *
  * A source that cannot be read whole is never silent: a subscribed topic
  * that is missing or refused, a pattern that matches nothing, a partition
@@ -92,6 +98,7 @@ PG_FUNCTION_INFO_V1(streaming_create_kafka_source);
 #define POP_MAX 1000
 #define STALL_MS 20				/* a batch waiting this long wakes librdkafka's fetchers */
 #define STM_KAFKA_LOW_LATENCY_WAIT_MS 5	/* trigger continuous: a fetch with nothing held this long at most */
+#define METADATA_MAX_AGE_MS 1000	/* trigger continuous: new partitions, topics gone, seen this late at most */
 
 /* One partition the source reads. */
 typedef struct KafkaPartition
@@ -103,6 +110,9 @@ typedef struct KafkaPartition
 	int32		leader;			/* broker id, as the last metadata said (-1: none) */
 	bool		held_back;		/* this plan could not get its offsets: it is left out */
 	bool		stored;			/* has a row in streaming.positions */
+	int64		stored_pos;		/* while stored: its row's position and high watermark */
+	int64		stored_high;
+	int64		ready;			/* plan_from_consumer: delivered up to here (-1: not used) */
 	int64		start;			/* this batch reads [start, end) */
 	int64		end;
 	int64		low;			/* log start offset, as last queried */
@@ -168,6 +178,8 @@ typedef struct KafkaSource
 	StringInfoData data_loss;	/* JSON array of losses found by the plan */
 	StringInfoData problem;		/* what the plan could not read, and why */
 	List	   *suspect_leaders;	/* broker ids whose offsets failed last time */
+	TimestampTz metadata_at;	/* when refresh_partitions last ran */
+	bool		clean_plan;		/* the last plan saw no problem and no data loss */
 	int			chunk_size;		/* the batch's (the plan's, a helper's share's) */
 	StmRecord  *records;		/* while fetching: the chunk, as the batch sees it */
 } KafkaSource;
@@ -176,6 +188,9 @@ typedef struct KafkaSource
 
 static void position_partition(KafkaSource *kc, KafkaPartition *p);
 static void resume_partitions(KafkaSource *kc);
+static int	pop_messages(KafkaSource *kc, bool fetching);
+static void flow_control(KafkaSource *kc);
+static void drain_wakeups(KafkaSource *kc);
 
 /* Destroy a partition's held messages. */
 static void
@@ -584,6 +599,7 @@ add_partition(KafkaSource *kc, const char *topic, int32 partition)
 	p->limit = -1;
 	p->eof = -1;
 	p->popped = -1;
+	p->ready = -1;
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *q = lfirst(lc);
@@ -853,6 +869,7 @@ query_watermarks(KafkaSource *kc)
 	{
 		KafkaPartition *p = lfirst(lc);
 
+		p->ready = -1;
 		p->held_back = p->leader < 0;
 		if (p->leader == -1)
 			add_problem(kc, "partition %d of topic \"%s\" has no leader", p->partition, p->topic);
@@ -989,6 +1006,52 @@ note_data_loss(KafkaSource *kc, KafkaPartition *p, int64 from, int64 to)
 }
 
 /*
+ * trigger continuous: the bounds from what the consumer knows, without a
+ * round trip, when every partition has a stored position and is consumed
+ * from exactly there (not after a rolled-back batch, an offset reset or a
+ * held-back leader: query_watermarks then asks the leaders).  Its high
+ * and low watermarks are the ones the last fetch response carried
+ * (rd_kafka_get_watermark_offsets: cached, at most a fetch old), and it
+ * is ready up to what the consumer has delivered (its last message, or
+ * its end-of-partition event): the batch reads records that are here,
+ * and what arrives meanwhile is the next batch's.  False when some
+ * partition does not qualify (nothing changed then).
+ */
+static bool
+plan_from_consumer(KafkaSource *kc)
+{
+	ListCell   *lc;
+
+	drain_wakeups(kc);
+	(void) pop_messages(kc, false);
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+		int64_t		low;
+		int64_t		high;
+
+		if (!p->stored || !p->started || p->held_back || p->pos != p->start ||
+			rd_kafka_get_watermark_offsets(kc->rk, p->topic, p->partition, &low, &high) !=
+			RD_KAFKA_RESP_ERR_NO_ERROR || high < 0)
+			return false;
+	}
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+		int64_t		low;
+		int64_t		high;
+
+		(void) rd_kafka_get_watermark_offsets(kc->rk, p->topic, p->partition, &low, &high);
+		p->high = high;
+		if (low >= 0)
+			p->low = low;
+		p->ready = Max(p->popped, p->eof);
+	}
+	flow_control(kc);
+	return true;
+}
+
+/*
  * Fix the next batch's bounds [start, end) of every partition from the stored
  * positions and the current high watermarks.  Returns the number of offsets
  * the batch covers; 0 when there is nothing (or not yet enough) to read.
@@ -1003,6 +1066,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	List	   *stored;
 	List	   *stored_topics = NIL;
 	int64		total = 0;
+	bool		fast;
 
 	kc->chunk_size = ctx->chunk_size;
 	resetStringInfo(&kc->data_loss);
@@ -1013,7 +1077,14 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 		resume_partitions(kc);	/* left paused by a batch that failed */
 	}
 	rd_kafka_poll(kc->meta, 0);
-	refresh_partitions(kc);
+	fast = kc->base.low_latency && !kc->base.bounded && !kc->base.plan_only &&
+		kc->rk != NULL && kc->clean_plan &&
+		!TimestampDifferenceExceeds(kc->metadata_at, GetCurrentTimestamp(), METADATA_MAX_AGE_MS);
+	if (!fast)
+	{
+		refresh_partitions(kc);
+		kc->metadata_at = GetCurrentTimestamp();
+	}
 
 	foreach(lc, kc->partitions)
 		((KafkaPartition *) lfirst(lc))->stored = false;
@@ -1030,11 +1101,13 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 		{
 			p->stored = true;
 			p->start = pos->position;
+			p->stored_pos = pos->position;
+			p->stored_high = pos->has_end ? pos->end_position : -1;
 		}
 	}
 	list_free_deep(stored);
-
-	query_watermarks(kc);
+	if (!fast || !plan_from_consumer(kc))
+		query_watermarks(kc);
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
@@ -1061,7 +1134,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 			note_data_loss(kc, p, p->start, p->low);
 			p->start = p->low;
 		}
-		p->end = p->high;
+		p->end = p->ready >= 0 ? Max(p->start, Min(p->high, p->ready)) : p->high;
 		/* available_now: what was there at the first plan, and no more */
 		if (kc->base.bounded)
 		{
@@ -1074,6 +1147,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 		total += p->end - p->start;
 	}
 	kc->limits_fixed = kc->base.bounded;
+	kc->clean_plan = kc->problem.len == 0 && kc->data_loss.len == 0;
 	kc->base.problem = kc->problem.len > 0 ? kc->problem.data : NULL;
 	kc->base.unreadable = kc->base.problem != NULL && !any_partition_readable(kc);
 
@@ -1730,8 +1804,10 @@ has_position(KafkaPartition *p)
 }
 
 /*
- * Write every partition's new position (end of this batch) and the high
- * watermark the plan saw: the part is the topic and partition.
+ * Write the new position (end of this batch) and the high watermark the
+ * plan saw of every partition whose row says otherwise, or that has none:
+ * the part is the topic and partition.  A row left alone still says where
+ * the partition stands (the plan read it in this transaction).
  */
 static void
 save_positions(KafkaSource *kc, int32 stream_id)
@@ -1743,7 +1819,8 @@ save_positions(KafkaSource *kc, int32 stream_id)
 	{
 		KafkaPartition *p = lfirst(lc);
 
-		if (has_position(p))
+		if (has_position(p) &&
+			(!p->stored || p->end != p->stored_pos || p->high != p->stored_high))
 			positions = lappend(positions, stm_position_make(p->topic, p->partition, p->end, p->high));
 	}
 	stm_positions_write(stream_id, kc->base.name, positions);

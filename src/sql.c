@@ -4,6 +4,16 @@
  * (stm_catalog_begin), or as the current user, always with search_path
  * pinned.
  *
+ * A query (SELECT, INSERT, UPDATE, DELETE, WITH) is parsed and planned
+ * once per process: its plan is kept (SPI_keepplan) by its text and
+ * parameter types, and PostgreSQL's plan cache re-plans it when what it
+ * reads changes (an upgrade, a dropped table).  A worker runs the same few
+ * catalog statements in every batch; parsing and planning them each time
+ * was most of a small batch's cost.  At most MAX_KEPT_PLANS are kept
+ * (texts that embed names differ per stream); later ones run unkept.
+ * Statements that read named tuplestores, and utility statements, are
+ * never kept.
+ *
  * Every statement runs in an SPI connection of its own, never kept open
  * (a caller may be inside another SPI call), and is not read-only: under
  * READ COMMITTED each takes a fresh snapshot, so that a batch that waited
@@ -21,8 +31,11 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
+#include "common/hashfn.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -279,6 +292,111 @@ numbered_sql(const StmSql *q)
 	return buf.data;
 }
 
+/* ---- kept plans ----------------------------------------------------------- */
+
+#define MAX_KEPT_PLANS 256
+
+/* A kept plan: its statement's text and parameter types (in kept_cxt). */
+typedef struct KeptPlan
+{
+	char	   *sql;
+	int			nparams;
+	Oid		   *types;
+	SPIPlanPtr	plan;
+} KeptPlan;
+
+/* KeptPlans by the hash of their text and types (collisions share a list) */
+typedef struct KeptPlanBucket
+{
+	uint32		hash;
+	List	   *plans;
+} KeptPlanBucket;
+
+static HTAB *kept_plans = NULL;
+static MemoryContext kept_cxt = NULL;
+static int	nkept = 0;
+
+/* A query worth keeping: not a utility statement (those run once). */
+static bool
+keepable(const char *sql)
+{
+	static const char *const kinds[] = {"select", "insert", "update", "delete", "with"};
+
+	while (*sql == ' ' || *sql == '\n' || *sql == '\t' || *sql == '(')
+		sql++;
+	for (int i = 0; i < lengthof(kinds); i++)
+		if (pg_strncasecmp(sql, kinds[i], strlen(kinds[i])) == 0 &&
+			!ident_char(sql[strlen(kinds[i])]))
+			return true;
+	return false;
+}
+
+/*
+ * The kept plan of this statement, prepared and kept now if it is not yet
+ * and there is room; NULL when it is not to be kept.  In an SPI connection.
+ */
+static SPIPlanPtr
+kept_plan(const char *sql, int nparams, Oid *types)
+{
+	uint32		hash;
+	KeptPlanBucket *bucket;
+	bool		found;
+	ListCell   *lc;
+	KeptPlan   *kp;
+	SPIPlanPtr	plan;
+	MemoryContext old;
+
+	if (!keepable(sql))
+		return NULL;
+	if (kept_plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		kept_cxt = AllocSetContextCreate(TopMemoryContext, "streaming kept plans",
+										 ALLOCSET_SMALL_SIZES);
+		ctl.keysize = sizeof(uint32);
+		ctl.entrysize = sizeof(KeptPlanBucket);
+		ctl.hcxt = kept_cxt;
+		kept_plans = hash_create("streaming kept plans", 64, &ctl,
+								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	hash = hash_bytes((const unsigned char *) sql, strlen(sql));
+	if (nparams > 0)
+		hash = hash_combine(hash, hash_bytes((const unsigned char *) types, sizeof(Oid) * nparams));
+	bucket = hash_search(kept_plans, &hash, HASH_FIND, NULL);
+	if (bucket)
+		foreach(lc, bucket->plans)
+		{
+			kp = lfirst(lc);
+			if (kp->nparams == nparams && strcmp(kp->sql, sql) == 0 &&
+				(nparams == 0 || memcmp(kp->types, types, sizeof(Oid) * nparams) == 0))
+				return kp->plan;
+		}
+	if (nkept >= MAX_KEPT_PLANS)
+		return NULL;
+	plan = SPI_prepare(sql, nparams, types);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare %s: %s", sql, SPI_result_code_string(SPI_result));
+	/* only once it is prepared: an error leaves nothing behind */
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "could not keep the plan of: %s", sql);
+	old = MemoryContextSwitchTo(kept_cxt);
+	kp = palloc(sizeof(KeptPlan));
+	kp->sql = pstrdup(sql);
+	kp->nparams = nparams;
+	kp->types = palloc(sizeof(Oid) * Max(nparams, 1));
+	if (nparams > 0)
+		memcpy(kp->types, types, sizeof(Oid) * nparams);
+	kp->plan = plan;
+	bucket = hash_search(kept_plans, &hash, HASH_ENTER, &found);
+	if (!found)
+		bucket->plans = NIL;
+	bucket->plans = lappend(bucket->plans, kp);
+	MemoryContextSwitchTo(old);
+	nkept++;
+	return plan;
+}
+
 /* One statement in an SPI connection of its own; its rows to fn (NULL: none). */
 static uint64
 execute(const char *sql, int nparams, Oid *types, Datum *values, const char *nulls,
@@ -288,12 +406,17 @@ execute(const char *sql, int nparams, Oid *types, Datum *values, const char *nul
 	uint64		n;
 	int			rc;
 	ListCell   *lc;
+	SPIPlanPtr	plan;
 
 	SPI_connect();
 	foreach(lc, enrs)
 		if (SPI_register_relation(lfirst(lc)) != SPI_OK_REL_REGISTER)
 			elog(ERROR, "could not register a named tuplestore for: %s", sql);
-	rc = SPI_execute_with_args(sql, nparams, types, values, nulls, false, 0);
+	plan = enrs == NIL ? kept_plan(sql, nparams, types) : NULL;
+	if (plan)
+		rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	else
+		rc = SPI_execute_with_args(sql, nparams, types, values, nulls, false, 0);
 	if (rc != expect)
 		elog(ERROR, "unexpected result %s of: %s", SPI_result_code_string(rc), sql);
 	n = SPI_processed;
