@@ -38,6 +38,7 @@
 #include "postgres.h"
 
 #include "access/heapam.h"
+#include "access/nbtree.h"
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -60,6 +61,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/tuplesort.h"
 
 #include "aggstate.h"
 #include "join.h"
@@ -792,7 +794,11 @@ evict(StmJoinRun *run, int s)
  * the planner takes 200 distinct keys, prices a hash join's buckets at a
  * tenth of its input and chose merge joins that sort both inputs (on disk
  * for a large batch); a hash join (or a nested loop over the key index)
- * is what these joins want.
+ * is what these joins want.  Run without JIT: for the same reason a busy
+ * batch's pairs were priced at millions of rows, past jit_above_cost, and
+ * JIT code lives for one execution only, so every batch compiled the
+ * query anew (0.3 to 1 s of a 100,000-row batch, more than its join;
+ * bench/joins.sh --explain).
  */
 static void
 run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRowFn fn)
@@ -800,6 +806,8 @@ run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRow
 	int			nest = NewGUCNestLevel();
 
 	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	stm_join_exec(&run->plans[plan], run->plans_cxt, q, run->query_text, env, fn, run);
 	AtEOXact_GUC(true, nest);
@@ -935,13 +943,79 @@ store_flush(Relation rel, ResultRelInfo *rri, EState *estate, TupleTableSlot **s
 }
 
 /*
+ * A sort of a side's state rows in the order of the state table's key
+ * index (its first: the one made with the table), or NULL when the side
+ * has no key (that index is on the row id, which only grows).  Sorted,
+ * a batch's rows reach the index's leaf pages in order, mostly its
+ * rightmost one, which btree inserts into without descending from the
+ * root; in arrival order (partition after partition, each spanning the
+ * batch's keys) every insert descended and landed on a page of its own,
+ * a fifth of a busy batch's time (bench/joins.sh --perf).  Memory as
+ * CREATE INDEX sorts its entries: maintenance_work_mem.
+ */
+static Tuplesortstate *
+key_sort_begin(StmJoinSide *side, ResultRelInfo *rri)
+{
+	Relation	index;
+	int			nkeys;
+	AttrNumber *attnos;
+	Oid		   *ops;
+	Oid		   *collations;
+	bool	   *nulls_first;
+
+	if (side->key_attnos == NIL || rri->ri_NumIndices == 0)
+		return NULL;
+	index = rri->ri_IndexRelationDescs[0];
+	if (index->rd_rel->relam != BTREE_AM_OID)
+		return NULL;
+	nkeys = IndexRelationGetNumberOfKeyAttributes(index);
+	attnos = palloc(sizeof(AttrNumber) * nkeys);
+	ops = palloc(sizeof(Oid) * nkeys);
+	collations = palloc(sizeof(Oid) * nkeys);
+	nulls_first = palloc(sizeof(bool) * nkeys);
+	for (int k = 0; k < nkeys; k++)
+	{
+		attnos[k] = index->rd_index->indkey.values[k];
+		if (attnos[k] == 0)
+			return NULL;		/* an expression: not a table we made */
+		ops[k] = get_opfamily_member(index->rd_opfamily[k], index->rd_opcintype[k],
+									 index->rd_opcintype[k],
+									 (index->rd_indoption[k] & INDOPTION_DESC) ?
+									 BTGreaterStrategyNumber : BTLessStrategyNumber);
+		if (!OidIsValid(ops[k]))
+			return NULL;
+		collations[k] = index->rd_indcollation[k];
+		nulls_first[k] = (index->rd_indoption[k] & INDOPTION_NULLS_FIRST) != 0;
+	}
+	return tuplesort_begin_heap(RelationGetDescr(rri->ri_RelationDesc), nkeys, attnos, ops,
+								collations, nulls_first, maintenance_work_mem, NULL,
+								TUPLESORT_NONE);
+}
+
+/* A state row into the multi-insert buffer (copied), written when it is full. */
+static void
+store_row(Relation rel, ResultRelInfo *rri, EState *estate, TupleTableSlot **slots, int *nbuf,
+		  TupleTableSlot *row, MemoryContext flush_cxt)
+{
+	if (slots[*nbuf] == NULL)
+		slots[*nbuf] = table_slot_create(rel, NULL);
+	ExecCopySlot(slots[*nbuf], row);
+	if (++*nbuf == STORE_BUFFER)
+	{
+		store_flush(rel, rri, estate, slots, *nbuf, flush_cxt);
+		*nbuf = 0;
+	}
+}
+
+/*
  * Step 5: the new rows of a side that can still match go into its state
  * table, with whether they matched; not a semi or anti join's left rows
  * that matched (their row was given, or never will be).  They go in with
  * the table AM's multi-insert and the index AM's inserts, as COPY FROM
- * writes a plain table (WAL-logged, in the batch's transaction): an
- * INSERT ... SELECT over the new rows spent most of a batch on the
- * executor's per-row work and on its skip and matched arrays.
+ * writes a plain table (WAL-logged, in the batch's transaction), sorted
+ * by the key index's order (key_sort_begin): an INSERT ... SELECT over
+ * the new rows spent most of a batch on the executor's per-row work and
+ * on its skip and matched arrays.
  */
 static void
 store_new_rows(StmJoinRun *run, int s)
@@ -955,7 +1029,9 @@ store_new_rows(StmJoinRun *run, int s)
 	ResultRelInfo *rri;
 	EState	   *estate;
 	TupleTableSlot *in;
+	TupleTableSlot *row;
 	TupleTableSlot *slots[STORE_BUFFER];
+	Tuplesortstate *sort;
 	MemoryContext flush_cxt;
 	int			nbuf = 0;
 	int64		k = 0;
@@ -978,10 +1054,11 @@ store_new_rows(StmJoinRun *run, int s)
 									  ALLOCSET_DEFAULT_SIZES);
 	memset(slots, 0, sizeof(slots));
 	in = MakeSingleTupleTableSlot(sr->desc, &TTSOpsMinimalTuple);
+	row = MakeSingleTupleTableSlot(rdesc, &TTSOpsVirtual);
+	sort = key_sort_begin(sr->side, rri);
 	tuplestore_rescan(sr->new_rows);
 	while (tuplestore_gettupleslot(sr->new_rows, true, false, in))
 	{
-		TupleTableSlot *out;
 		int			o = 0;
 
 		if (sr->new_expired[k] || (exists_left && sr->new_matched[k]))
@@ -989,39 +1066,46 @@ store_new_rows(StmJoinRun *run, int s)
 			k++;
 			continue;
 		}
-		if (slots[nbuf] == NULL)
-			slots[nbuf] = table_slot_create(rel, NULL);
-		out = slots[nbuf];
-		ExecClearTuple(out);
+		ExecClearTuple(row);
 		slot_getallattrs(in);
 		/* the state table's columns: the used view columns, then the hidden ones */
 		for (int a = 0; a < natts; a++)
 			if (bms_is_member(a + 1, sr->side->used))
 			{
-				out->tts_values[o] = in->tts_values[a];
-				out->tts_isnull[o++] = in->tts_isnull[a];
+				row->tts_values[o] = in->tts_values[a];
+				row->tts_isnull[o++] = in->tts_isnull[a];
 			}
 		for (int h = 0; h < NHIDDEN; h++)
 		{
-			out->tts_values[o] = in->tts_values[natts + h];
-			out->tts_isnull[o++] = in->tts_isnull[natts + h];
+			row->tts_values[o] = in->tts_values[natts + h];
+			row->tts_isnull[o++] = in->tts_isnull[natts + h];
 		}
-		out->tts_values[o - NHIDDEN + HIDDEN_MATCHED] = BoolGetDatum(sr->new_matched[k]);
-		out->tts_isnull[o - NHIDDEN + HIDDEN_MATCHED] = false;
-		ExecStoreVirtualTuple(out);
-		ExecMaterializeSlot(out);	/* the input slot's memory is the tuplestore's */
+		row->tts_values[o - NHIDDEN + HIDDEN_MATCHED] = BoolGetDatum(sr->new_matched[k]);
+		row->tts_isnull[o - NHIDDEN + HIDDEN_MATCHED] = false;
+		ExecStoreVirtualTuple(row);
+		/* both copy the row: the input slot's memory is the tuplestore's */
+		if (sort)
+			tuplesort_puttupleslot(sort, row);
+		else
+			store_row(rel, rri, estate, slots, &nbuf, row, flush_cxt);
 		k++;
 		n++;
-		if (++nbuf == STORE_BUFFER)
-		{
-			store_flush(rel, rri, estate, slots, nbuf, flush_cxt);
-			nbuf = 0;
-		}
+	}
+	if (sort)
+	{
+		TupleTableSlot *sorted = MakeSingleTupleTableSlot(rdesc, &TTSOpsMinimalTuple);
+
+		tuplesort_performsort(sort);
+		while (tuplesort_gettupleslot(sort, true, false, sorted, NULL))
+			store_row(rel, rri, estate, slots, &nbuf, sorted, flush_cxt);
+		tuplesort_end(sort);
+		ExecDropSingleTupleTableSlot(sorted);
 	}
 	if (nbuf > 0)
 		store_flush(rel, rri, estate, slots, nbuf, flush_cxt);
 	for (int i = 0; i < STORE_BUFFER && slots[i]; i++)
 		ExecDropSingleTupleTableSlot(slots[i]);
+	ExecDropSingleTupleTableSlot(row);
 	ExecDropSingleTupleTableSlot(in);
 	ExecCloseIndices(rri);
 	table_finish_bulk_insert(rel, 0);
