@@ -7,7 +7,8 @@
  * then the row's id, event time, expiry and whether it matched; an index on
  * the equality's columns), written in the batch's
  * transaction.  A batch's new rows of a side are a named tuplestore of the
- * side's view's columns and the same four.  Every relation the queries read
+ * side's view's columns, the same four and a NULL ctid; the state table is
+ * read as its columns and its rows' ctids.  Every relation the queries read
  * has that shape, so the stream query's own range-table entry of a side
  * can become any of them: its new rows, its state, both, the rows to give
  * NULL rows, or none.
@@ -69,17 +70,24 @@
 #include "ssjoin.h"
 #include "statetable.h"
 
-/* the four columns every side relation has after the view's */
+/*
+ * The columns every side relation has after the view's: the four a state
+ * table stores, then where a stored row is (its ctid; NULL for a batch's
+ * new rows), so that the stored rows that matched are marked by a TID
+ * scan rather than a scan of the whole table.
+ */
 #define HIDDEN_ROW_ID		0
 #define HIDDEN_EVENT_TIME	1
 #define HIDDEN_EXPIRES_AT	2
 #define HIDDEN_MATCHED		3
-#define NHIDDEN				4
+#define NSTORED				4
+#define HIDDEN_TID			4
+#define NHIDDEN				5
 
 static const char *const hidden_names[NHIDDEN] = {
-	"_stm_row_id", "_stm_event_time", "_stm_expires_at", "_stm_matched"
+	"_stm_row_id", "_stm_event_time", "_stm_expires_at", "_stm_matched", "_stm_tid"
 };
-static const Oid hidden_types[NHIDDEN] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID};
+static const Oid hidden_types[NHIDDEN] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, TIDOID};
 
 static const char *const side_names[2] = {"left", "right"};
 
@@ -105,7 +113,7 @@ typedef struct SideRun
 	int64		cap;			/* new_matched and new_expired have room for this many */
 	bool	   *new_matched;	/* per new row (index: row id - first id) */
 	bool	   *new_expired;	/* already past its expiry (not stored) */
-	List	   *matched_state;	/* ids of stored rows that matched for the first time */
+	List	   *matched_state;	/* ctids of stored rows that matched for the first time */
 	Tuplestorestate *rows;		/* SIDE_ROWS: rows to give their own rows */
 	int64		nrows;
 	TimestampTz max_event_time;
@@ -214,10 +222,11 @@ state_columns(StmJoinSide *side, TupleDesc view_desc)
 
 /*
  * The state table as a side relation: the view's columns (NULL for those
- * the query does not use, which are not stored), then the hidden ones.
+ * the query does not use, which are not stored), then the hidden ones;
+ * from: the table (its rows' ctids), or a DELETE's RETURNING rows (none).
  */
 static char *
-state_select(SideRun *sr, const char *from)
+state_select(SideRun *sr, const char *from, bool has_tid)
 {
 	StringInfoData buf;
 
@@ -234,7 +243,8 @@ state_select(SideRun *sr, const char *from)
 							 format_type_with_typemod(att->atttypid, att->atttypmod),
 							 quote_identifier(NameStr(att->attname)));
 	}
-	appendStringInfo(&buf, "_stm_row_id, _stm_event_time, _stm_expires_at, _stm_matched FROM %s", from);
+	appendStringInfo(&buf, "_stm_row_id, _stm_event_time, _stm_expires_at, _stm_matched, %s AS _stm_tid FROM %s",
+					 has_tid ? "ctid" : "NULL::tid", from);
 	return buf.data;
 }
 
@@ -306,9 +316,9 @@ side_as_relation(StmJoinRun *run, Query *q, int rtindex, int s, SideRelation rel
 		return;
 	}
 	if (rel == SIDE_STATE)
-		sub = analyse(state_select(sr, sr->table), env);
+		sub = analyse(state_select(sr, sr->table, true), env);
 	else
-		sub = analyse(psprintf("%s UNION ALL SELECT * FROM %s", state_select(sr, sr->table),
+		sub = analyse(psprintf("%s UNION ALL SELECT * FROM %s", state_select(sr, sr->table, true),
 							   quote_identifier(enr_name(s, SIDE_NEW))), env);
 	rte = rt_fetch(rtindex, q->rtable);
 	rte->rtekind = RTE_SUBQUERY;
@@ -421,7 +431,7 @@ exists_true(Node *node, SubLink *sublink)
  * The pairs of an inner or outer join: the user's query made an inner join
  * with the left side reading left_rel and the right right_rel; its rows are
  * the output (or joined) row, whether an outer join's WHERE holds for it,
- * and both sides' ids and matched flags.
+ * and both sides' ids, matched flags and ctids.
  */
 static Query *
 pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, QueryEnvironment *env)
@@ -452,8 +462,10 @@ pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, Quer
 	tlist = lappend(tlist, makeTargetEntry((Expr *) pass, list_length(tlist) + 1, "_stm_pass", false));
 	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 0, l, HIDDEN_ROW_ID), list_length(tlist) + 1, NULL, false));
 	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 0, l, HIDDEN_MATCHED), list_length(tlist) + 1, NULL, false));
+	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 0, l, HIDDEN_TID), list_length(tlist) + 1, NULL, false));
 	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 1, r, HIDDEN_ROW_ID), list_length(tlist) + 1, NULL, false));
 	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 1, r, HIDDEN_MATCHED), list_length(tlist) + 1, NULL, false));
+	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 1, r, HIDDEN_TID), list_length(tlist) + 1, NULL, false));
 	q->targetList = tlist;
 	return q;
 }
@@ -461,7 +473,7 @@ pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, Quer
 /*
  * The pairs of a semi or anti join: FROM left, right WHERE the EXISTS's
  * condition (its Vars moved to this query's levels), giving the left row's
- * id and matched flag.
+ * id, matched flag and ctid.
  */
 static Query *
 exists_pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel,
@@ -491,8 +503,9 @@ exists_pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_re
 	q->hasSubLinks = sub->hasSubLinks;
 	side_as_relation(run, q, 1, STM_JOIN_LEFT_SIDE, left_rel, env);
 	side_as_relation(run, q, 2, STM_JOIN_RIGHT_SIDE, right_rel, env);
-	q->targetList = list_make2(makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_ROW_ID), 1, "id", false),
-							   makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_MATCHED), 2, "matched", false));
+	q->targetList = list_make3(makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_ROW_ID), 1, "id", false),
+							   makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_MATCHED), 2, "matched", false),
+							   makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_TID), 3, "tid", false));
 	return q;
 }
 
@@ -658,6 +671,7 @@ stm_ssjoin_add(StmJoinRun *run, int s, TupleTableSlot *slot)
 				nulls[natts + HIDDEN_EVENT_TIME] = !has_time;
 				nulls[natts + HIDDEN_EXPIRES_AT] = true;
 				values[natts + HIDDEN_MATCHED] = BoolGetDatum(false);
+				nulls[natts + HIDDEN_TID] = true;
 				tuplestore_putvalues(sr->rows, sr->desc, values, nulls);
 				sr->nrows++;
 			}
@@ -680,15 +694,19 @@ stm_ssjoin_add(StmJoinRun *run, int s, TupleTableSlot *slot)
 		sr->new_expired[sr->nnew] = run->has_watermark && expiry <= run->watermark;
 	}
 	values[natts + HIDDEN_MATCHED] = BoolGetDatum(false);
+	nulls[natts + HIDDEN_TID] = true;
 	tuplestore_putvalues(sr->new_rows, sr->desc, values, nulls);
 	sr->nnew++;
 	pfree(values);
 	pfree(nulls);
 }
 
-/* An id of a side that matched: a new row's flag, or a stored row to mark. */
+/*
+ * A row of a side that matched, by its id: a new row's flag, or a stored
+ * row (by its ctid, tid) to mark.
+ */
 static void
-note_match(StmJoinRun *run, int s, int64 id, bool was_matched)
+note_match(StmJoinRun *run, int s, int64 id, bool was_matched, Datum tid, bool tid_isnull)
 {
 	SideRun    *sr = &run->sides[s];
 
@@ -698,8 +716,10 @@ note_match(StmJoinRun *run, int s, int64 id, bool was_matched)
 	{
 		MemoryContext old = MemoryContextSwitchTo(run->cxt);
 
-		sr->matched_state = lappend(sr->matched_state, palloc(sizeof(int64)));
-		*(int64 *) llast(sr->matched_state) = id;
+		if (tid_isnull)
+			elog(ERROR, "a stored row of a stream-stream join came without its ctid");
+		sr->matched_state = lappend(sr->matched_state, palloc(sizeof(ItemPointerData)));
+		ItemPointerCopy((ItemPointer) DatumGetPointer(tid), (ItemPointer) llast(sr->matched_state));
 		MemoryContextSwitchTo(old);
 	}
 }
@@ -713,8 +733,10 @@ pair_row(void *arg, TupleTableSlot *slot)
 	Datum	   *v = slot->tts_values;
 	bool	   *isnull = slot->tts_isnull;
 
-	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(v[n + 1]), DatumGetBool(v[n + 2]));
-	note_match(run, STM_JOIN_RIGHT_SIDE, DatumGetInt64(v[n + 3]), DatumGetBool(v[n + 4]));
+	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(v[n + 1]), DatumGetBool(v[n + 2]),
+			   v[n + 3], isnull[n + 3]);
+	note_match(run, STM_JOIN_RIGHT_SIDE, DatumGetInt64(v[n + 4]), DatumGetBool(v[n + 5]),
+			   v[n + 6], isnull[n + 6]);
 	if (!isnull[n] && DatumGetBool(v[n]))
 	{
 		run->num_output++;
@@ -729,7 +751,7 @@ exists_pair_row(void *arg, TupleTableSlot *slot)
 	StmJoinRun *run = arg;
 
 	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(slot->tts_values[0]),
-			   DatumGetBool(slot->tts_values[1]));
+			   DatumGetBool(slot->tts_values[1]), slot->tts_values[2], slot->tts_isnull[2]);
 }
 
 /* A row of a rows query (NULL rows, semi and anti rows): the batch's. */
@@ -783,7 +805,7 @@ evict(StmJoinRun *run, int s)
 	if (!keep_unmatched)
 		return;
 	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_expires_at <= :w RETURNING *) %s",
-							  sr->table, state_select(sr, "d")));
+							  sr->table, state_select(sr, "d", false)));
 	stm_sql_timestamptz(&q, "w", run->watermark, false);
 	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, add_to_rows, sr);
 }
@@ -875,16 +897,17 @@ new_rows_into_rows(SideRun *sr, bool want_matched, bool want_expired)
 	ExecDropSingleTupleTableSlot(slot);
 }
 
+/* A list of ctids as a tid[] */
 static ArrayType *
-id_list_array(List *ids)
+tid_list_array(List *tids)
 {
-	Datum	   *d = palloc(sizeof(Datum) * Max(list_length(ids), 1));
+	Datum	   *d = palloc(sizeof(Datum) * Max(list_length(tids), 1));
 	int			n = 0;
 	ListCell   *lc;
 
-	foreach(lc, ids)
-		d[n++] = Int64GetDatum(*(int64 *) lfirst(lc));
-	return construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+	foreach(lc, tids)
+		d[n++] = PointerGetDatum(lfirst(lc));
+	return construct_array(d, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT);
 }
 
 /*
@@ -906,9 +929,9 @@ exists_rows(StmJoinRun *run)
 		new_rows_into_rows(sr, false, true);
 	if (sr->matched_state == NIL)
 		return;
-	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_row_id = ANY (:ids) RETURNING *) %s",
-							  sr->table, state_select(sr, "d")));
-	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
+	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE ctid = ANY (:tids) RETURNING *) %s",
+							  sr->table, state_select(sr, "d", false)));
+	stm_sql_param(&q, "tids", TIDARRAYOID, PointerGetDatum(tid_list_array(sr->matched_state)), false);
 	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
 }
 
@@ -1043,9 +1066,9 @@ store_new_rows(StmJoinRun *run, int s)
 	rel = table_open(RangeVarGetRelid(makeRangeVar("streaming", stm_ssjoin_table(run->stream_id, s), -1),
 									  RowExclusiveLock, false), NoLock);
 	rdesc = RelationGetDescr(rel);
-	if (rdesc->natts != bms_num_members(sr->side->used) + NHIDDEN)
+	if (rdesc->natts != bms_num_members(sr->side->used) + NSTORED)
 		elog(ERROR, "the state table of a stream-stream join has %d columns, not %d",
-			 rdesc->natts, bms_num_members(sr->side->used) + NHIDDEN);
+			 rdesc->natts, bms_num_members(sr->side->used) + NSTORED);
 	estate = CreateExecutorState();
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
@@ -1075,13 +1098,13 @@ store_new_rows(StmJoinRun *run, int s)
 				row->tts_values[o] = in->tts_values[a];
 				row->tts_isnull[o++] = in->tts_isnull[a];
 			}
-		for (int h = 0; h < NHIDDEN; h++)
+		for (int h = 0; h < NSTORED; h++)
 		{
 			row->tts_values[o] = in->tts_values[natts + h];
 			row->tts_isnull[o++] = in->tts_isnull[natts + h];
 		}
-		row->tts_values[o - NHIDDEN + HIDDEN_MATCHED] = BoolGetDatum(sr->new_matched[k]);
-		row->tts_isnull[o - NHIDDEN + HIDDEN_MATCHED] = false;
+		row->tts_values[o - NSTORED + HIDDEN_MATCHED] = BoolGetDatum(sr->new_matched[k]);
+		row->tts_isnull[o - NSTORED + HIDDEN_MATCHED] = false;
 		ExecStoreVirtualTuple(row);
 		/* both copy the row: the input slot's memory is the tuplestore's */
 		if (sort)
@@ -1126,9 +1149,9 @@ mark_matched(StmJoinRun *run, int s)
 
 	if (sr->matched_state == NIL || !gives_unmatched(run->j, s) || run->j->type == STM_JOIN_ANTI)
 		return;
-	stm_sql_init(&q, psprintf("UPDATE %s SET _stm_matched = true WHERE _stm_row_id = ANY (:ids) "
+	stm_sql_init(&q, psprintf("UPDATE %s SET _stm_matched = true WHERE ctid = ANY (:tids) "
 							  "AND NOT _stm_matched", sr->table));
-	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
+	stm_sql_param(&q, "tids", TIDARRAYOID, PointerGetDatum(tid_list_array(sr->matched_state)), false);
 	sr->num_updated += stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
 }
 
