@@ -911,6 +911,28 @@ tid_list_array(List *tids)
 }
 
 /*
+ * A statement on a side's state table over the stored rows that matched
+ * (:tids, their ctids), by a TID scan.  The planner prices a TID scan at a
+ * random page read per row and took a scan of the whole table for a few
+ * thousand rows; those pages are the ones this batch's pairs just read.
+ */
+static uint64
+run_by_tids(SideRun *sr, const char *sql, int expect, StmSqlRowFn fn, void *arg)
+{
+	int			nest = NewGUCNestLevel();
+	StmSql		q;
+	uint64		n;
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	stm_sql_init(&q, sql);
+	stm_sql_param(&q, "tids", TIDARRAYOID, PointerGetDatum(tid_list_array(sr->matched_state)), false);
+	n = stm_catalog_run(&q, expect, fn, arg);
+	AtEOXact_GUC(true, nest);
+	return n;
+}
+
+/*
  * Step 4, a semi or anti join's left side: a semi join gives its rows that
  * matched for the first time (new ones, and stored ones, which go: done),
  * an anti join those that can match no more (evicted, or new and past
@@ -921,7 +943,6 @@ exists_rows(StmJoinRun *run)
 {
 	SideRun    *sr = &run->sides[STM_JOIN_LEFT_SIDE];
 	bool		semi = run->j->type == STM_JOIN_SEMI;
-	StmSql		q;
 
 	if (semi)
 		new_rows_into_rows(sr, true, false);
@@ -929,10 +950,9 @@ exists_rows(StmJoinRun *run)
 		new_rows_into_rows(sr, false, true);
 	if (sr->matched_state == NIL)
 		return;
-	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE ctid = ANY (:tids) RETURNING *) %s",
-							  sr->table, state_select(sr, "d", false)));
-	stm_sql_param(&q, "tids", TIDARRAYOID, PointerGetDatum(tid_list_array(sr->matched_state)), false);
-	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
+	sr->num_removed += run_by_tids(sr, psprintf("WITH d AS (DELETE FROM %s WHERE ctid = ANY (:tids) RETURNING *) %s",
+												sr->table, state_select(sr, "d", false)),
+								   SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
 }
 
 /* rows written per table_multi_insert, as COPY FROM buffers them */
@@ -1145,14 +1165,12 @@ static void
 mark_matched(StmJoinRun *run, int s)
 {
 	SideRun    *sr = &run->sides[s];
-	StmSql		q;
 
 	if (sr->matched_state == NIL || !gives_unmatched(run->j, s) || run->j->type == STM_JOIN_ANTI)
 		return;
-	stm_sql_init(&q, psprintf("UPDATE %s SET _stm_matched = true WHERE ctid = ANY (:tids) "
-							  "AND NOT _stm_matched", sr->table));
-	stm_sql_param(&q, "tids", TIDARRAYOID, PointerGetDatum(tid_list_array(sr->matched_state)), false);
-	sr->num_updated += stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
+	sr->num_updated += run_by_tids(sr, psprintf("UPDATE %s SET _stm_matched = true WHERE ctid = ANY (:tids) "
+												"AND NOT _stm_matched", sr->table),
+								   SPI_OK_UPDATE, NULL, NULL);
 }
 
 /*
