@@ -7,7 +7,8 @@
  * then the row's id, event time, expiry and whether it matched; an index on
  * the equality's columns), written in the batch's
  * transaction.  A batch's new rows of a side are a named tuplestore of the
- * side's view's columns and the same four.  Every relation the queries read
+ * side's view's columns, the same four and a NULL ctid; the state table is
+ * read as its columns and its rows' ctids.  Every relation the queries read
  * has that shape, so the stream query's own range-table entry of a side
  * can become any of them: its new rows, its state, both, the rows to give
  * NULL rows, or none.
@@ -38,6 +39,7 @@
 #include "postgres.h"
 
 #include "access/heapam.h"
+#include "access/nbtree.h"
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -60,6 +62,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/tuplesort.h"
 
 #include "aggstate.h"
 #include "join.h"
@@ -67,17 +70,24 @@
 #include "ssjoin.h"
 #include "statetable.h"
 
-/* the four columns every side relation has after the view's */
+/*
+ * The columns every side relation has after the view's: the four a state
+ * table stores, then where a stored row is (its ctid; NULL for a batch's
+ * new rows), so that the stored rows that matched are marked by a TID
+ * scan rather than a scan of the whole table.
+ */
 #define HIDDEN_ROW_ID		0
 #define HIDDEN_EVENT_TIME	1
 #define HIDDEN_EXPIRES_AT	2
 #define HIDDEN_MATCHED		3
-#define NHIDDEN				4
+#define NSTORED				4
+#define HIDDEN_TID			4
+#define NHIDDEN				5
 
 static const char *const hidden_names[NHIDDEN] = {
-	"_stm_row_id", "_stm_event_time", "_stm_expires_at", "_stm_matched"
+	"_stm_row_id", "_stm_event_time", "_stm_expires_at", "_stm_matched", "_stm_tid"
 };
-static const Oid hidden_types[NHIDDEN] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID};
+static const Oid hidden_types[NHIDDEN] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, TIDOID};
 
 static const char *const side_names[2] = {"left", "right"};
 
@@ -103,7 +113,7 @@ typedef struct SideRun
 	int64		cap;			/* new_matched and new_expired have room for this many */
 	bool	   *new_matched;	/* per new row (index: row id - first id) */
 	bool	   *new_expired;	/* already past its expiry (not stored) */
-	List	   *matched_state;	/* ids of stored rows that matched for the first time */
+	List	   *matched_state;	/* ctids of stored rows that matched for the first time */
 	Tuplestorestate *rows;		/* SIDE_ROWS: rows to give their own rows */
 	int64		nrows;
 	TimestampTz max_event_time;
@@ -212,10 +222,11 @@ state_columns(StmJoinSide *side, TupleDesc view_desc)
 
 /*
  * The state table as a side relation: the view's columns (NULL for those
- * the query does not use, which are not stored), then the hidden ones.
+ * the query does not use, which are not stored), then the hidden ones;
+ * from: the table (its rows' ctids), or a DELETE's RETURNING rows (none).
  */
 static char *
-state_select(SideRun *sr, const char *from)
+state_select(SideRun *sr, const char *from, bool has_tid)
 {
 	StringInfoData buf;
 
@@ -232,7 +243,8 @@ state_select(SideRun *sr, const char *from)
 							 format_type_with_typemod(att->atttypid, att->atttypmod),
 							 quote_identifier(NameStr(att->attname)));
 	}
-	appendStringInfo(&buf, "_stm_row_id, _stm_event_time, _stm_expires_at, _stm_matched FROM %s", from);
+	appendStringInfo(&buf, "_stm_row_id, _stm_event_time, _stm_expires_at, _stm_matched, %s AS _stm_tid FROM %s",
+					 has_tid ? "ctid" : "NULL::tid", from);
 	return buf.data;
 }
 
@@ -304,9 +316,9 @@ side_as_relation(StmJoinRun *run, Query *q, int rtindex, int s, SideRelation rel
 		return;
 	}
 	if (rel == SIDE_STATE)
-		sub = analyse(state_select(sr, sr->table), env);
+		sub = analyse(state_select(sr, sr->table, true), env);
 	else
-		sub = analyse(psprintf("%s UNION ALL SELECT * FROM %s", state_select(sr, sr->table),
+		sub = analyse(psprintf("%s UNION ALL SELECT * FROM %s", state_select(sr, sr->table, true),
 							   quote_identifier(enr_name(s, SIDE_NEW))), env);
 	rte = rt_fetch(rtindex, q->rtable);
 	rte->rtekind = RTE_SUBQUERY;
@@ -419,7 +431,7 @@ exists_true(Node *node, SubLink *sublink)
  * The pairs of an inner or outer join: the user's query made an inner join
  * with the left side reading left_rel and the right right_rel; its rows are
  * the output (or joined) row, whether an outer join's WHERE holds for it,
- * and both sides' ids and matched flags.
+ * and both sides' ids, matched flags and ctids.
  */
 static Query *
 pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, QueryEnvironment *env)
@@ -450,8 +462,10 @@ pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, Quer
 	tlist = lappend(tlist, makeTargetEntry((Expr *) pass, list_length(tlist) + 1, "_stm_pass", false));
 	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 0, l, HIDDEN_ROW_ID), list_length(tlist) + 1, NULL, false));
 	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 0, l, HIDDEN_MATCHED), list_length(tlist) + 1, NULL, false));
+	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 0, l, HIDDEN_TID), list_length(tlist) + 1, NULL, false));
 	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 1, r, HIDDEN_ROW_ID), list_length(tlist) + 1, NULL, false));
 	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 1, r, HIDDEN_MATCHED), list_length(tlist) + 1, NULL, false));
+	tlist = lappend(tlist, makeTargetEntry((Expr *) hidden_var(run, 1, r, HIDDEN_TID), list_length(tlist) + 1, NULL, false));
 	q->targetList = tlist;
 	return q;
 }
@@ -459,7 +473,7 @@ pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, Quer
 /*
  * The pairs of a semi or anti join: FROM left, right WHERE the EXISTS's
  * condition (its Vars moved to this query's levels), giving the left row's
- * id and matched flag.
+ * id, matched flag and ctid.
  */
 static Query *
 exists_pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel,
@@ -489,8 +503,9 @@ exists_pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_re
 	q->hasSubLinks = sub->hasSubLinks;
 	side_as_relation(run, q, 1, STM_JOIN_LEFT_SIDE, left_rel, env);
 	side_as_relation(run, q, 2, STM_JOIN_RIGHT_SIDE, right_rel, env);
-	q->targetList = list_make2(makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_ROW_ID), 1, "id", false),
-							   makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_MATCHED), 2, "matched", false));
+	q->targetList = list_make3(makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_ROW_ID), 1, "id", false),
+							   makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_MATCHED), 2, "matched", false),
+							   makeTargetEntry((Expr *) hidden_var(run, 0, 1, HIDDEN_TID), 3, "tid", false));
 	return q;
 }
 
@@ -656,6 +671,7 @@ stm_ssjoin_add(StmJoinRun *run, int s, TupleTableSlot *slot)
 				nulls[natts + HIDDEN_EVENT_TIME] = !has_time;
 				nulls[natts + HIDDEN_EXPIRES_AT] = true;
 				values[natts + HIDDEN_MATCHED] = BoolGetDatum(false);
+				nulls[natts + HIDDEN_TID] = true;
 				tuplestore_putvalues(sr->rows, sr->desc, values, nulls);
 				sr->nrows++;
 			}
@@ -678,15 +694,19 @@ stm_ssjoin_add(StmJoinRun *run, int s, TupleTableSlot *slot)
 		sr->new_expired[sr->nnew] = run->has_watermark && expiry <= run->watermark;
 	}
 	values[natts + HIDDEN_MATCHED] = BoolGetDatum(false);
+	nulls[natts + HIDDEN_TID] = true;
 	tuplestore_putvalues(sr->new_rows, sr->desc, values, nulls);
 	sr->nnew++;
 	pfree(values);
 	pfree(nulls);
 }
 
-/* An id of a side that matched: a new row's flag, or a stored row to mark. */
+/*
+ * A row of a side that matched, by its id: a new row's flag, or a stored
+ * row (by its ctid, tid) to mark.
+ */
 static void
-note_match(StmJoinRun *run, int s, int64 id, bool was_matched)
+note_match(StmJoinRun *run, int s, int64 id, bool was_matched, Datum tid, bool tid_isnull)
 {
 	SideRun    *sr = &run->sides[s];
 
@@ -696,8 +716,10 @@ note_match(StmJoinRun *run, int s, int64 id, bool was_matched)
 	{
 		MemoryContext old = MemoryContextSwitchTo(run->cxt);
 
-		sr->matched_state = lappend(sr->matched_state, palloc(sizeof(int64)));
-		*(int64 *) llast(sr->matched_state) = id;
+		if (tid_isnull)
+			elog(ERROR, "a stored row of a stream-stream join came without its ctid");
+		sr->matched_state = lappend(sr->matched_state, palloc(sizeof(ItemPointerData)));
+		ItemPointerCopy((ItemPointer) DatumGetPointer(tid), (ItemPointer) llast(sr->matched_state));
 		MemoryContextSwitchTo(old);
 	}
 }
@@ -711,8 +733,10 @@ pair_row(void *arg, TupleTableSlot *slot)
 	Datum	   *v = slot->tts_values;
 	bool	   *isnull = slot->tts_isnull;
 
-	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(v[n + 1]), DatumGetBool(v[n + 2]));
-	note_match(run, STM_JOIN_RIGHT_SIDE, DatumGetInt64(v[n + 3]), DatumGetBool(v[n + 4]));
+	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(v[n + 1]), DatumGetBool(v[n + 2]),
+			   v[n + 3], isnull[n + 3]);
+	note_match(run, STM_JOIN_RIGHT_SIDE, DatumGetInt64(v[n + 4]), DatumGetBool(v[n + 5]),
+			   v[n + 6], isnull[n + 6]);
 	if (!isnull[n] && DatumGetBool(v[n]))
 	{
 		run->num_output++;
@@ -727,7 +751,7 @@ exists_pair_row(void *arg, TupleTableSlot *slot)
 	StmJoinRun *run = arg;
 
 	note_match(run, STM_JOIN_LEFT_SIDE, DatumGetInt64(slot->tts_values[0]),
-			   DatumGetBool(slot->tts_values[1]));
+			   DatumGetBool(slot->tts_values[1]), slot->tts_values[2], slot->tts_isnull[2]);
 }
 
 /* A row of a rows query (NULL rows, semi and anti rows): the batch's. */
@@ -781,7 +805,7 @@ evict(StmJoinRun *run, int s)
 	if (!keep_unmatched)
 		return;
 	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_expires_at <= :w RETURNING *) %s",
-							  sr->table, state_select(sr, "d")));
+							  sr->table, state_select(sr, "d", false)));
 	stm_sql_timestamptz(&q, "w", run->watermark, false);
 	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, add_to_rows, sr);
 }
@@ -792,7 +816,11 @@ evict(StmJoinRun *run, int s)
  * the planner takes 200 distinct keys, prices a hash join's buckets at a
  * tenth of its input and chose merge joins that sort both inputs (on disk
  * for a large batch); a hash join (or a nested loop over the key index)
- * is what these joins want.
+ * is what these joins want.  Run without JIT: for the same reason a busy
+ * batch's pairs were priced at millions of rows, past jit_above_cost, and
+ * JIT code lives for one execution only, so every batch compiled the
+ * query anew (0.3 to 1 s of a 100,000-row batch, more than its join;
+ * bench/joins.sh --explain).
  */
 static void
 run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRowFn fn)
@@ -800,6 +828,8 @@ run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRow
 	int			nest = NewGUCNestLevel();
 
 	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	stm_join_exec(&run->plans[plan], run->plans_cxt, q, run->query_text, env, fn, run);
 	AtEOXact_GUC(true, nest);
@@ -867,16 +897,39 @@ new_rows_into_rows(SideRun *sr, bool want_matched, bool want_expired)
 	ExecDropSingleTupleTableSlot(slot);
 }
 
+/* A list of ctids as a tid[] */
 static ArrayType *
-id_list_array(List *ids)
+tid_list_array(List *tids)
 {
-	Datum	   *d = palloc(sizeof(Datum) * Max(list_length(ids), 1));
+	Datum	   *d = palloc(sizeof(Datum) * Max(list_length(tids), 1));
 	int			n = 0;
 	ListCell   *lc;
 
-	foreach(lc, ids)
-		d[n++] = Int64GetDatum(*(int64 *) lfirst(lc));
-	return construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+	foreach(lc, tids)
+		d[n++] = PointerGetDatum(lfirst(lc));
+	return construct_array(d, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT);
+}
+
+/*
+ * A statement on a side's state table over the stored rows that matched
+ * (:tids, their ctids), by a TID scan.  The planner prices a TID scan at a
+ * random page read per row and took a scan of the whole table for a few
+ * thousand rows; those pages are the ones this batch's pairs just read.
+ */
+static uint64
+run_by_tids(SideRun *sr, const char *sql, int expect, StmSqlRowFn fn, void *arg)
+{
+	int			nest = NewGUCNestLevel();
+	StmSql		q;
+	uint64		n;
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	stm_sql_init(&q, sql);
+	stm_sql_param(&q, "tids", TIDARRAYOID, PointerGetDatum(tid_list_array(sr->matched_state)), false);
+	n = stm_catalog_run(&q, expect, fn, arg);
+	AtEOXact_GUC(true, nest);
+	return n;
 }
 
 /*
@@ -890,7 +943,6 @@ exists_rows(StmJoinRun *run)
 {
 	SideRun    *sr = &run->sides[STM_JOIN_LEFT_SIDE];
 	bool		semi = run->j->type == STM_JOIN_SEMI;
-	StmSql		q;
 
 	if (semi)
 		new_rows_into_rows(sr, true, false);
@@ -898,10 +950,9 @@ exists_rows(StmJoinRun *run)
 		new_rows_into_rows(sr, false, true);
 	if (sr->matched_state == NIL)
 		return;
-	stm_sql_init(&q, psprintf("WITH d AS (DELETE FROM %s WHERE _stm_row_id = ANY (:ids) RETURNING *) %s",
-							  sr->table, state_select(sr, "d")));
-	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
-	sr->num_removed += stm_catalog_run(&q, SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
+	sr->num_removed += run_by_tids(sr, psprintf("WITH d AS (DELETE FROM %s WHERE ctid = ANY (:tids) RETURNING *) %s",
+												sr->table, state_select(sr, "d", false)),
+								   SPI_OK_SELECT, semi ? add_to_rows : NULL, sr);
 }
 
 /* rows written per table_multi_insert, as COPY FROM buffers them */
@@ -935,13 +986,81 @@ store_flush(Relation rel, ResultRelInfo *rri, EState *estate, TupleTableSlot **s
 }
 
 /*
+ * A sort of a side's state rows in the order of the state table's key
+ * index (its first, the lowest OID: the one made with the table), or NULL
+ * when the side has no key (that index is on the row id, which only
+ * grows).  Sorted, a batch's rows reach the index's leaf pages in order,
+ * mostly its rightmost one, which btree inserts into without descending
+ * from the root; in arrival order (partition after partition, each
+ * spanning the batch's keys) every insert descended.  In bench/joins.sh
+ * (left, capped, perf) the index inserts went from a fifth of the
+ * worker's time to a tenth, the sort costing about 6%.  Only the order of
+ * the inserts changes, never what is stored.  Memory as CREATE INDEX
+ * sorts its entries: maintenance_work_mem.
+ */
+static Tuplesortstate *
+key_sort_begin(StmJoinSide *side, ResultRelInfo *rri)
+{
+	Relation	index;
+	int			nkeys;
+	AttrNumber *attnos;
+	Oid		   *ops;
+	Oid		   *collations;
+	bool	   *nulls_first;
+
+	if (side->key_attnos == NIL || rri->ri_NumIndices == 0)
+		return NULL;
+	index = rri->ri_IndexRelationDescs[0];
+	if (index->rd_rel->relam != BTREE_AM_OID)
+		return NULL;
+	nkeys = IndexRelationGetNumberOfKeyAttributes(index);
+	attnos = palloc(sizeof(AttrNumber) * nkeys);
+	ops = palloc(sizeof(Oid) * nkeys);
+	collations = palloc(sizeof(Oid) * nkeys);
+	nulls_first = palloc(sizeof(bool) * nkeys);
+	for (int k = 0; k < nkeys; k++)
+	{
+		attnos[k] = index->rd_index->indkey.values[k];
+		if (attnos[k] == 0)
+			return NULL;		/* an expression: not a table we made */
+		ops[k] = get_opfamily_member(index->rd_opfamily[k], index->rd_opcintype[k],
+									 index->rd_opcintype[k],
+									 (index->rd_indoption[k] & INDOPTION_DESC) ?
+									 BTGreaterStrategyNumber : BTLessStrategyNumber);
+		if (!OidIsValid(ops[k]))
+			return NULL;
+		collations[k] = index->rd_indcollation[k];
+		nulls_first[k] = (index->rd_indoption[k] & INDOPTION_NULLS_FIRST) != 0;
+	}
+	return tuplesort_begin_heap(RelationGetDescr(rri->ri_RelationDesc), nkeys, attnos, ops,
+								collations, nulls_first, maintenance_work_mem, NULL,
+								TUPLESORT_NONE);
+}
+
+/* A state row into the multi-insert buffer (copied), written when it is full. */
+static void
+store_row(Relation rel, ResultRelInfo *rri, EState *estate, TupleTableSlot **slots, int *nbuf,
+		  TupleTableSlot *row, MemoryContext flush_cxt)
+{
+	if (slots[*nbuf] == NULL)
+		slots[*nbuf] = table_slot_create(rel, NULL);
+	ExecCopySlot(slots[*nbuf], row);
+	if (++*nbuf == STORE_BUFFER)
+	{
+		store_flush(rel, rri, estate, slots, *nbuf, flush_cxt);
+		*nbuf = 0;
+	}
+}
+
+/*
  * Step 5: the new rows of a side that can still match go into its state
  * table, with whether they matched; not a semi or anti join's left rows
  * that matched (their row was given, or never will be).  They go in with
  * the table AM's multi-insert and the index AM's inserts, as COPY FROM
- * writes a plain table (WAL-logged, in the batch's transaction): an
- * INSERT ... SELECT over the new rows spent most of a batch on the
- * executor's per-row work and on its skip and matched arrays.
+ * writes a plain table (WAL-logged, in the batch's transaction), sorted
+ * by the key index's order (key_sort_begin): an INSERT ... SELECT over
+ * the new rows spent most of a batch on the executor's per-row work and
+ * on its skip and matched arrays.
  */
 static void
 store_new_rows(StmJoinRun *run, int s)
@@ -955,7 +1074,9 @@ store_new_rows(StmJoinRun *run, int s)
 	ResultRelInfo *rri;
 	EState	   *estate;
 	TupleTableSlot *in;
+	TupleTableSlot *row;
 	TupleTableSlot *slots[STORE_BUFFER];
+	Tuplesortstate *sort;
 	MemoryContext flush_cxt;
 	int			nbuf = 0;
 	int64		k = 0;
@@ -967,9 +1088,9 @@ store_new_rows(StmJoinRun *run, int s)
 	rel = table_open(RangeVarGetRelid(makeRangeVar("streaming", stm_ssjoin_table(run->stream_id, s), -1),
 									  RowExclusiveLock, false), NoLock);
 	rdesc = RelationGetDescr(rel);
-	if (rdesc->natts != bms_num_members(sr->side->used) + NHIDDEN)
+	if (rdesc->natts != bms_num_members(sr->side->used) + NSTORED)
 		elog(ERROR, "the state table of a stream-stream join has %d columns, not %d",
-			 rdesc->natts, bms_num_members(sr->side->used) + NHIDDEN);
+			 rdesc->natts, bms_num_members(sr->side->used) + NSTORED);
 	estate = CreateExecutorState();
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
@@ -978,10 +1099,11 @@ store_new_rows(StmJoinRun *run, int s)
 									  ALLOCSET_DEFAULT_SIZES);
 	memset(slots, 0, sizeof(slots));
 	in = MakeSingleTupleTableSlot(sr->desc, &TTSOpsMinimalTuple);
+	row = MakeSingleTupleTableSlot(rdesc, &TTSOpsVirtual);
+	sort = key_sort_begin(sr->side, rri);
 	tuplestore_rescan(sr->new_rows);
 	while (tuplestore_gettupleslot(sr->new_rows, true, false, in))
 	{
-		TupleTableSlot *out;
 		int			o = 0;
 
 		if (sr->new_expired[k] || (exists_left && sr->new_matched[k]))
@@ -989,39 +1111,46 @@ store_new_rows(StmJoinRun *run, int s)
 			k++;
 			continue;
 		}
-		if (slots[nbuf] == NULL)
-			slots[nbuf] = table_slot_create(rel, NULL);
-		out = slots[nbuf];
-		ExecClearTuple(out);
+		ExecClearTuple(row);
 		slot_getallattrs(in);
 		/* the state table's columns: the used view columns, then the hidden ones */
 		for (int a = 0; a < natts; a++)
 			if (bms_is_member(a + 1, sr->side->used))
 			{
-				out->tts_values[o] = in->tts_values[a];
-				out->tts_isnull[o++] = in->tts_isnull[a];
+				row->tts_values[o] = in->tts_values[a];
+				row->tts_isnull[o++] = in->tts_isnull[a];
 			}
-		for (int h = 0; h < NHIDDEN; h++)
+		for (int h = 0; h < NSTORED; h++)
 		{
-			out->tts_values[o] = in->tts_values[natts + h];
-			out->tts_isnull[o++] = in->tts_isnull[natts + h];
+			row->tts_values[o] = in->tts_values[natts + h];
+			row->tts_isnull[o++] = in->tts_isnull[natts + h];
 		}
-		out->tts_values[o - NHIDDEN + HIDDEN_MATCHED] = BoolGetDatum(sr->new_matched[k]);
-		out->tts_isnull[o - NHIDDEN + HIDDEN_MATCHED] = false;
-		ExecStoreVirtualTuple(out);
-		ExecMaterializeSlot(out);	/* the input slot's memory is the tuplestore's */
+		row->tts_values[o - NSTORED + HIDDEN_MATCHED] = BoolGetDatum(sr->new_matched[k]);
+		row->tts_isnull[o - NSTORED + HIDDEN_MATCHED] = false;
+		ExecStoreVirtualTuple(row);
+		/* both copy the row: the input slot's memory is the tuplestore's */
+		if (sort)
+			tuplesort_puttupleslot(sort, row);
+		else
+			store_row(rel, rri, estate, slots, &nbuf, row, flush_cxt);
 		k++;
 		n++;
-		if (++nbuf == STORE_BUFFER)
-		{
-			store_flush(rel, rri, estate, slots, nbuf, flush_cxt);
-			nbuf = 0;
-		}
+	}
+	if (sort)
+	{
+		TupleTableSlot *sorted = MakeSingleTupleTableSlot(rdesc, &TTSOpsMinimalTuple);
+
+		tuplesort_performsort(sort);
+		while (tuplesort_gettupleslot(sort, true, false, sorted, NULL))
+			store_row(rel, rri, estate, slots, &nbuf, sorted, flush_cxt);
+		tuplesort_end(sort);
+		ExecDropSingleTupleTableSlot(sorted);
 	}
 	if (nbuf > 0)
 		store_flush(rel, rri, estate, slots, nbuf, flush_cxt);
 	for (int i = 0; i < STORE_BUFFER && slots[i]; i++)
 		ExecDropSingleTupleTableSlot(slots[i]);
+	ExecDropSingleTupleTableSlot(row);
 	ExecDropSingleTupleTableSlot(in);
 	ExecCloseIndices(rri);
 	table_finish_bulk_insert(rel, 0);
@@ -1038,14 +1167,12 @@ static void
 mark_matched(StmJoinRun *run, int s)
 {
 	SideRun    *sr = &run->sides[s];
-	StmSql		q;
 
 	if (sr->matched_state == NIL || !gives_unmatched(run->j, s) || run->j->type == STM_JOIN_ANTI)
 		return;
-	stm_sql_init(&q, psprintf("UPDATE %s SET _stm_matched = true WHERE _stm_row_id = ANY (:ids) "
-							  "AND NOT _stm_matched", sr->table));
-	stm_sql_param(&q, "ids", INT8ARRAYOID, PointerGetDatum(id_list_array(sr->matched_state)), false);
-	sr->num_updated += stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
+	sr->num_updated += run_by_tids(sr, psprintf("UPDATE %s SET _stm_matched = true WHERE ctid = ANY (:tids) "
+												"AND NOT _stm_matched", sr->table),
+								   SPI_OK_UPDATE, NULL, NULL);
 }
 
 /*
