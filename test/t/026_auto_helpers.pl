@@ -11,7 +11,8 @@
 # so), never waiting, and each sink holds every order once.  A stream on a
 # 1-partition topic gets no helper (one could not be kept busier than the
 # worker).  alter_stream(reset => ...) gives a stream with a number back
-# to automatic.
+# to automatic.  Every wait is for a condition (sinks, logs), never a
+# fixed sleep.
 use strict;
 use warnings;
 
@@ -21,6 +22,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use StreamingTest;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $kafka = StreamingTest::Kafka->start;
 my ($topic) = $kafka->create_topic('orders_026', 4);
@@ -106,14 +108,19 @@ $node->safe_psql('postgres',
 $kafka->produce_orders($topic, $orders, 1_000);
 $node->safe_psql('postgres', "SELECT streaming.process_available('auto_a', '120s')");
 is(helpers('auto_a'), '1', 'parallel_workers => 1: one helper');
+my $log_offset = -s $node->logfile;
 $node->safe_psql('postgres',
 	"SELECT streaming.alter_stream('auto_a', reset => ARRAY['parallel_workers'])");
 is( $node->safe_psql('postgres',
 		"SELECT parallel_workers IS NULL FROM streaming.stream_defs WHERE name = 'auto_a'"),
 	't', 'reset: parallel_workers is automatic (NULL) again');
 $kafka->produce_orders($topic, $orders, 1_000);
-wait_for($node, "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'streaming helper'",
-	't', 'automatic again: two helpers, as slots are free', 'auto_a');
+$deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+usleep(100_000)
+  until $node->log_contains(qr/stream "auto_a" started 1 of its 2 parallel helpers/, $log_offset)
+  || time() > $deadline;
+ok($node->log_contains(qr/stream "auto_a" started 1 of its 2 parallel helpers/, $log_offset),
+	'automatic again: two helpers asked for, one started (one slot is free)');
 $node->safe_psql('postgres', "SELECT streaming.process_available('auto_a', '120s')");
 check_sink($node, 'auto_a', $orders, 'back to automatic');
 check_progress($node, 'auto_a', $orders->count, 'back to automatic');
