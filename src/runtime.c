@@ -157,7 +157,7 @@ automatic_helpers(StmRuntime *rt, StmStreamDef *def)
  * number changed.  Who fetches: a source the helpers read only plans in
  * the leader (plan_only), and one the leader reads fetches ahead.  A
  * source that only planned can be read by the leader at once (its fetch
- * positions the partitions), so it only stops planning only; one that
+ * positions the partitions): it is simply no longer plan_only; one that
  * fetched ahead is opened again once helpers read it, as its client
  * would go on fetching what they read.  The helpers themselves start
  * with the first batch that has records (stm_runtime_start_helpers).
