@@ -81,8 +81,10 @@ stm_runtime_open_sources(StmRuntime *rt, StmStreamDef *def)
 			srt->src = stm_source_open(srt->def, def->owner, true);
 			srt->src->bounded = rt->bounded;
 			srt->src->low_latency = rt->low_latency;
+			/* an automatic stream's helpers start with this batch unless they wait to retry */
 			srt->src->plan_only = rt->parallel_wanted > 0 &&
-				(rt->parallel != NULL || def->parallel_workers >= 0);
+				(rt->parallel != NULL || def->parallel_workers >= 0 ||
+				 GetCurrentTimestamp() >= rt->parallel_retry_at);
 			MemoryContextSwitchTo(oldcxt);
 		}
 	}
