@@ -172,9 +172,12 @@
 #                   the source's kafka_options (default '{}'), e.g.
 #                   '{"fetch.wait.max.ms": "5"}'
 #   --parallel-workers N
-#                   stream s's parallel_workers (default 0: the worker reads
-#                   and parses everything itself); not with --join, which
-#                   create_stream refuses it for
+#                   stream s's parallel_workers: N helpers (0: the worker
+#                   reads and parses everything itself); default none given,
+#                   that is automatic (NULL: up to
+#                   streaming.max_parallel_workers_per_stream, 2, as the
+#                   partitions allow), what a user who sets nothing gets; a
+#                   number not with --join, which create_stream refuses it for
 #   --no-install    use the extension installed for $PG_CONFIG as it is (as
 #                   root too): how bench/compare.sh runs two builds
 #   --keep          keep the temp dir (data, server log, perf.data)
@@ -206,8 +209,8 @@ LATENCY=${BENCH_LATENCY:-}
 LATENCY_SECS=${BENCH_LATENCY_SECONDS:-20}
 LATENCY_LINGER=${BENCH_LATENCY_LINGER:-0}
 KAFKA_OPTIONS=${BENCH_KAFKA_OPTIONS:-'{}'}
-PARALLEL_WORKERS=${BENCH_PARALLEL_WORKERS:-0}
-PW_ARG=    # create_stream's parallel_workers argument, only when not 0 (builds before it have none)
+PARALLEL_WORKERS=${BENCH_PARALLEL_WORKERS:-automatic}
+PW_ARG=    # create_stream's parallel_workers argument, only when a number is given
 NO_INSTALL=${BENCH_NO_INSTALL:-}
 KEEP=
 
@@ -250,8 +253,8 @@ case $RECORDS in ''|*[!0-9]*|0) echo "bench/run.sh: --records wants a positive i
 case $PARTITIONS in ''|*[!0-9]*|0) echo "bench/run.sh: --partitions wants a positive integer" >&2; exit 2 ;; esac
 case $USERS in ''|*[!0-9]*|0) echo "bench/run.sh: --users wants a positive integer" >&2; exit 2 ;; esac
 case $MAX_OFFSETS in ''|[1-9]|[1-9]*[0-9]) ;; *) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
-case $PARALLEL_WORKERS in ''|*[!0-9]*) echo "bench/run.sh: --parallel-workers wants a non-negative integer" >&2; exit 2 ;; esac
-[ "$PARALLEL_WORKERS" != 0 ] && PW_ARG=", parallel_workers => $PARALLEL_WORKERS"
+case $PARALLEL_WORKERS in automatic) ;; ''|*[!0-9]*) echo "bench/run.sh: --parallel-workers wants a non-negative integer" >&2; exit 2 ;; esac
+[ "$PARALLEL_WORKERS" != automatic ] && PW_ARG=", parallel_workers => $PARALLEL_WORKERS"
 case $MAX_OFFSETS in *[!0-9]*) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 case $LATENCY in *[!0-9,]*|,*|*,|*,,*) echo "bench/run.sh: --latency wants records/s, comma-separated (2000,20000)" >&2; exit 2 ;; esac
 case $LATENCY_SECS in ''|*[!0-9]*|0|1|2) echo "bench/run.sh: --latency-seconds wants an integer above 2" >&2; exit 2 ;; esac

@@ -60,10 +60,19 @@ SELECT streaming.alter_stream('pw_sess', parallel_workers => 2);
 SELECT streaming.alter_stream('pw_two', parallel_workers => -1);
 SELECT streaming.alter_stream('pw_missing', parallel_workers => 1);
 SELECT streaming.alter_stream(NULL, parallel_workers => 1);
+-- reset: back to automatic (NULL), which NULL as a value cannot say; not
+-- with a number for it too, nor for a setting it does not know
+SELECT streaming.alter_stream('pw_none', reset => ARRAY['parallel_workers']);
+SELECT parallel_workers IS NULL AS automatic FROM streaming.stream_defs WHERE name = 'pw_none';
+SELECT streaming.alter_stream('pw_none', parallel_workers => 1, reset => ARRAY['parallel_workers']);
+SELECT streaming.alter_stream('pw_none', reset => ARRAY['trigger']);
+SELECT streaming.alter_stream('pw_none', reset => ARRAY[NULL]);
+SELECT streaming.alter_stream('pw_none', parallel_workers => 0);
 -- a second role cannot change another's helpers, nor the automatic cap
 CREATE ROLE regress_pw_mallory;
 SET ROLE regress_pw_mallory;
 SELECT streaming.alter_stream('pw_two', parallel_workers => 0);
+SELECT streaming.alter_stream('pw_two', reset => ARRAY['parallel_workers']);
 UPDATE streaming.stream_defs SET parallel_workers = 64 WHERE name = 'pw_two';
 SET streaming.max_parallel_workers_per_stream = 64;
 RESET ROLE;

@@ -75,6 +75,14 @@ ALTER TABLE streaming.stream_defs
     ALTER COLUMN parallel_workers DROP NOT NULL,
     ALTER COLUMN parallel_workers DROP DEFAULT;
 ALTER TABLE streaming.batches ADD COLUMN state_operators jsonb;
+-- alter_stream(reset => ARRAY['parallel_workers']): back to automatic
+DROP FUNCTION streaming.alter_stream(text, integer);
+CREATE FUNCTION streaming.alter_stream(name text, parallel_workers integer DEFAULT NULL,
+    reset text[] DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'streaming_alter_stream'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+COMMENT ON FUNCTION streaming.alter_stream IS 'Change settings of a stream (NULL: unchanged; reset: back to the default); a running stream takes them at its next batch.';
 
 CREATE OR REPLACE VIEW streaming.source_lag WITH (security_invoker = true) AS
 SELECT s.name AS stream, p.part AS topic, p.part_no AS partition,

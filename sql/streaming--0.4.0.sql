@@ -403,11 +403,12 @@ AS 'MODULE_PATHNAME', 'streaming_create_stream'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
 COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over one source (or two joined) whose results go into a sink.';
 
-CREATE FUNCTION streaming.alter_stream(name text, parallel_workers integer DEFAULT NULL)
+CREATE FUNCTION streaming.alter_stream(name text, parallel_workers integer DEFAULT NULL,
+    reset text[] DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'streaming_alter_stream'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE;
-COMMENT ON FUNCTION streaming.alter_stream IS 'Change settings of a stream (NULL: unchanged); a running stream takes them at its next batch.';
+COMMENT ON FUNCTION streaming.alter_stream IS 'Change settings of a stream (NULL: unchanged; reset: back to the default); a running stream takes them at its next batch.';
 
 CREATE FUNCTION streaming.drop_stream(name text, drop_sink boolean DEFAULT false,
     force boolean DEFAULT false)

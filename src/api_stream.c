@@ -667,26 +667,67 @@ streaming_drop_stream(PG_FUNCTION_ARGS)
 }
 
 /*
- * streaming.alter_stream(name, parallel_workers => n): change a stream's
- * settings (NULL: unchanged).  A running stream takes them at its next
- * batch (its worker reads the definition each batch); the row lock waits
- * for a batch in flight.
+ * alter_stream's reset argument: the settings named go back to their
+ * defaults (for now parallel_workers only: NULL, automatic), as NULL in an
+ * argument means "unchanged".  Refused with a value for the same setting.
+ */
+static bool
+reset_parallel_workers(FunctionCallInfo fcinfo)
+{
+	Datum	   *names;
+	bool	   *nulls;
+	int			n;
+	bool		reset = false;
+
+	if (PG_ARGISNULL(2))
+		return false;
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(2), TEXTOID, -1, false, TYPALIGN_INT,
+					  &names, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *name = nulls[i] ? NULL : TextDatumGetCString(names[i]);
+
+		if (name == NULL || strcmp(name, "parallel_workers") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("alter_stream cannot reset \"%s\"", name ? name : "NULL"),
+					 errhint("The settings that can be reset are: parallel_workers.")));
+		reset = true;
+	}
+	if (reset && !PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("parallel_workers cannot be both given and reset")));
+	return reset;
+}
+
+/*
+ * streaming.alter_stream(name, parallel_workers => n, reset => ARRAY[...]):
+ * change a stream's settings (NULL: unchanged; reset: back to the
+ * default).  A running stream takes them at its next batch (its worker
+ * reads the definition each batch); the row lock waits for a batch in
+ * flight.
  */
 Datum
 streaming_alter_stream(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	StmStreamDef *def;
+	bool		reset;
 
 	(void) stm_catalog_check_version(ERROR);
 	name = stm_arg_name(fcinfo);
 	def = stm_catalog_get_stream(name, false);
 	stm_catalog_check_owner("stream", name, def->owner);
-	if (!PG_ARGISNULL(1))
+	reset = reset_parallel_workers(fcinfo);
+	if (!PG_ARGISNULL(1) || reset)
 	{
-		int			n = PG_GETARG_INT32(1);
+		int			n = reset ? -1 : PG_GETARG_INT32(1);
 		StmQueryInfo *qi = NULL;
 		StmSourceDef *src = stm_catalog_get_source_of_stream(def);
+		Oid			types[2] = {INT4OID, INT4OID};
+		Datum		values[2] = {Int32GetDatum(def->id), Int32GetDatum(n)};
+		char		nulls[2] = {' ', reset ? 'n' : ' '};
 
 		if (n > 0)
 		{
@@ -696,16 +737,12 @@ streaming_alter_stream(PG_FUNCTION_ARGS)
 			qi = stm_query_analyze_stored(def, &nest);
 			AtEOXact_GUC(true, nest);
 		}
-		stm_parallel_check_arg(name, n, stm_source_routine(src->kind), qi, def->has_dedup,
-							   def->keep_late_rows);
+		if (!reset)
+			stm_parallel_check_arg(name, n, stm_source_routine(src->kind), qi, def->has_dedup,
+								   def->keep_late_rows);
 		(void) stm_catalog_get_stream_by_id(def->id, true);
-		{
-			Oid			types[2] = {INT4OID, INT4OID};
-			Datum		values[2] = {Int32GetDatum(def->id), Int32GetDatum(n)};
-
-			stm_catalog_exec("UPDATE streaming.stream_defs SET parallel_workers = $2 WHERE id = $1",
-							 2, types, values, NULL, SPI_OK_UPDATE);
-		}
+		stm_catalog_exec("UPDATE streaming.stream_defs SET parallel_workers = $2 WHERE id = $1",
+						 2, types, values, nulls, SPI_OK_UPDATE);
 	}
 	PG_RETURN_VOID();
 }

@@ -1283,6 +1283,7 @@ stm_batch_run_share(StmRuntime *rt, const char *bounds, StmHelperOut *out,
 	error_context_stack = errcb.previous;
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	totals->num_input = bc.num_input;
+	totals->num_late = bc.num_late;
 	totals->has_max_event_time = bc.has_max_event_time;
 	totals->max_event_time = bc.max_event_time;
 }

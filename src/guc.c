@@ -30,11 +30,11 @@ int			stm_guc_kafka_timeout_ms = 10000;
 int			stm_guc_file_settle_time_ms = 2000;
 int			stm_guc_outbox_max_rows = 1000000;
 /*
- * 0 until a stream that finds no free slot for its helpers runs without
- * them (today it waits, 53000): a default above 0 would make streams wait
- * on servers with few background worker slots.
+ * An automatic stream (parallel_workers NULL) that finds no free slot for
+ * its helpers runs with fewer or none, and its helpers give their slots
+ * back to a stream's worker that found none (runtime.c): safe as a default.
  */
-int			stm_guc_max_parallel_workers_per_stream = 0;
+int			stm_guc_max_parallel_workers_per_stream = 2;
 
 void
 stm_guc_init(void)
@@ -64,7 +64,7 @@ stm_guc_init(void)
 	DefineCustomIntVariable("streaming.max_parallel_workers_per_stream",
 							"Most parallel helpers a stream with parallel_workers NULL (automatic) starts.",
 							"A stream whose parallel_workers is set uses that number instead; 0 here means automatic streams run without helpers.",
-							&stm_guc_max_parallel_workers_per_stream, 0, 0, STM_MAX_PARALLEL_WORKERS,
+							&stm_guc_max_parallel_workers_per_stream, 2, 0, STM_MAX_PARALLEL_WORKERS,
 							PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("streaming.log_batches",

@@ -114,6 +114,9 @@ discover_all_databases(void)
 		if (!register_dynamic("streaming_discovery_main", "streaming discovery",
 							  ObjectIdGetDatum(lfirst_oid(lc)), &handle))
 		{
+			/* automatic helpers give their slots back (runtime.c) */
+			stm_shmem_helpers_yield(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																 STM_HELPER_YIELD_MS));
 			/* retried every naptime until it works: said once, not each time */
 			if (!warned)
 				ereport(WARNING,
@@ -195,6 +198,9 @@ start_worker(LauncherSlots *ls, int i)
 		return;
 	}
 	ls->handles[i] = NULL;
+	/* automatic helpers of other streams give their slots back (runtime.c) */
+	stm_shmem_helpers_yield(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 STM_HELPER_YIELD_MS));
 	snprintf(slot->problem, sizeof(slot->problem),
 			 "no background worker could be started (max_worker_processes = %d); it starts when one is free",
 			 max_worker_processes);

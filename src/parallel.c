@@ -74,7 +74,6 @@ typedef struct ParallelShared
 struct StmParallel
 {
 	dsm_segment *seg;
-	int			wanted;			/* parallel_workers asked for */
 	int			n;				/* helpers registered */
 	bool		dirty;			/* a batch began and did not end cleanly */
 	BackgroundWorkerHandle **handles;
@@ -169,18 +168,17 @@ stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routin
 /*
  * The leader's helpers, for the runtime (in cxt): a DSM segment kept for
  * the session (not the transaction that made it), its queues, and as many
- * of the nhelpers as background worker slots allow (a WARNING when that
- * is fewer).  NULL when none could be started: the batches run without.
+ * of the nhelpers as background worker slots allow (a message at elevel
+ * when that is fewer).  NULL when none could be started.
  */
 StmParallel *
-stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt)
+stm_parallel_start(int32 stream_id, int nhelpers, int elevel, MemoryContext cxt)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
 	StmParallel *par = palloc0(sizeof(StmParallel));
 	ParallelShared *shared;
 	Size		size = queue_offset(nhelpers, false);
 
-	par->wanted = nhelpers;
 	par->stream_id = stream_id;
 	par->name = stm_catalog_text("SELECT name FROM streaming.stream_defs WHERE id = $1",
 								 INT4OID, Int32GetDatum(stream_id));
@@ -229,7 +227,7 @@ stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt)
 	shared->nhelpers = par->n;
 	MemoryContextSwitchTo(oldcxt);
 	if (par->n < nhelpers && par->n > 0)
-		ereport(WARNING,
+		ereport(elevel,
 				(errmsg("stream %s started %d of its %d parallel helpers",
 						par->name, par->n, nhelpers),
 				 errdetail("No more background worker slots are free."),
@@ -242,10 +240,11 @@ stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt)
 	return par;
 }
 
+/* how many helpers were started */
 int
-stm_parallel_wanted(StmParallel *par)
+stm_parallel_count(StmParallel *par)
 {
-	return par->wanted;
+	return par->n;
 }
 
 bool

@@ -49,8 +49,9 @@ typedef enum StmShareNext
 } StmShareNext;
 
 /* the leader (a stream's worker) */
-extern StmParallel *stm_parallel_start(int32 stream_id, int nhelpers, MemoryContext cxt);
-extern int	stm_parallel_wanted(StmParallel *par);
+extern StmParallel *stm_parallel_start(int32 stream_id, int nhelpers, int elevel,
+									   MemoryContext cxt);
+extern int	stm_parallel_count(StmParallel *par);
 extern bool stm_parallel_dirty(StmParallel *par);
 extern void stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc,
 							   TupleDesc partial_desc, StmParallelReceiver *recv,

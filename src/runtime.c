@@ -27,6 +27,10 @@
 #include "interrupts.h"
 #include "parallel.h"
 #include "runtime.h"
+#include "shmem.h"
+
+/* an automatic stream that got no helpers tries again after this long */
+#define STM_HELPER_RETRY_MS 10000
 
 StmRuntime *
 stm_runtime_create(int32 stream_id)
@@ -77,7 +81,10 @@ stm_runtime_open_sources(StmRuntime *rt, StmStreamDef *def)
 			srt->src = stm_source_open(srt->def, def->owner, true);
 			srt->src->bounded = rt->bounded;
 			srt->src->low_latency = rt->low_latency;
-			srt->src->plan_only = rt->parallel_wanted > 0;
+			/* an automatic stream's helpers start with this batch unless they wait to retry */
+			srt->src->plan_only = rt->parallel_wanted > 0 &&
+				(rt->parallel != NULL || def->parallel_workers >= 0 ||
+				 GetCurrentTimestamp() >= rt->parallel_retry_at);
 			MemoryContextSwitchTo(oldcxt);
 		}
 	}
@@ -114,19 +121,23 @@ close_sources(StmRuntime *rt)
 }
 
 /*
- * How many helpers the stream's parallel_workers asks for now (none for a
- * run_batch inside a transaction block, whose uncommitted work they would
- * not see, and none for a shape helpers do not run): the helpers are
- * replaced after a batch that failed while they worked, or when the
- * number changed, and the sources are opened again when that changes who
- * fetches (a source the helpers read only plans in the leader).  The
- * helpers themselves start with the first batch that has records.
+ * parallel_workers NULL (automatic): streaming.max_parallel_workers_per_stream
+ * helpers for a shape they run, in a stream's worker only (a run_batch
+ * call's helpers would live for one batch), none while automatic helpers
+ * give way to a stream's worker that found no slot.
  */
 static int
 automatic_helpers(StmRuntime *rt, StmStreamDef *def)
 {
-	if (stm_guc_max_parallel_workers_per_stream == 0)
+	TimestampTz until;
+
+	if (stm_guc_max_parallel_workers_per_stream == 0 || !rt->parallel_allowed)
 		return 0;
+	if (stm_shmem_helpers_yielding(GetCurrentTimestamp(), &until))
+	{
+		rt->parallel_retry_at = Max(rt->parallel_retry_at, until);
+		return 0;
+	}
 	/* the stored query does not change: ask once per runtime */
 	if (rt->parallel_auto_shape == 0)
 	{
@@ -140,6 +151,19 @@ automatic_helpers(StmRuntime *rt, StmStreamDef *def)
 	return rt->parallel_auto_shape > 0 ? stm_guc_max_parallel_workers_per_stream : 0;
 }
 
+/*
+ * How many helpers the stream's parallel_workers asks for now (none for a
+ * run_batch inside a transaction block, whose uncommitted work they would
+ * not see, and none for a shape helpers do not run): the helpers are
+ * replaced after a batch that failed while they worked, or when the
+ * number changed.  Who fetches: a source the helpers read only plans in
+ * the leader (plan_only), and one the leader reads fetches ahead.  A
+ * source that only planned can be read by the leader at once (its fetch
+ * positions the partitions): it is simply no longer plan_only; one that
+ * fetched ahead is opened again once helpers read it, as its client
+ * would go on fetching what they read.  The helpers themselves start
+ * with the first batch that has records (stm_runtime_start_helpers).
+ */
 void
 stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 {
@@ -161,7 +185,7 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 			want = 0;
 	}
 	if (rt->parallel &&
-		(stm_parallel_dirty(rt->parallel) || stm_parallel_wanted(rt->parallel) != want))
+		(stm_parallel_dirty(rt->parallel) || rt->parallel_asked != want))
 	{
 		stm_parallel_stop(rt->parallel);
 		rt->parallel = NULL;
@@ -171,7 +195,11 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 	{
 		StmSourceRuntime *srt = lfirst(lc);
 
-		if (srt->src && srt->src->plan_only != (want > 0))
+		if (srt->src == NULL)
+			continue;
+		if (srt->src->plan_only && want == 0)
+			srt->src->plan_only = false;
+		else if (!srt->src->plan_only && rt->parallel != NULL)
 		{
 			close_sources(rt);
 			break;
@@ -180,23 +208,69 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 }
 
 /*
- * The helpers, once a plan found records to read: a batch whose source
- * is plan_only cannot run without any, so it waits (53000) while no
- * background worker slot is free.
+ * How many helpers an automatic stream starts for this plan: no more than
+ * the source's parts can keep busy, and none for a single part (one
+ * helper alone does what the leader would, and hands it over besides).
+ */
+static int
+automatic_count(StmRuntime *rt, int want)
+{
+	StmSource  *src = ((StmSourceRuntime *) linitial(rt->sources))->src;
+	int			parts = src->routine->share_parts ? src->routine->share_parts(src) : 0;
+
+	return parts < 2 ? 0 : Min(want, parts);
+}
+
+/*
+ * The helpers, once a plan found records to read.  A stream with a number
+ * of its own waits (53000) while no background worker slot is free: its
+ * source only plans.  An automatic one runs with the helpers it got, or
+ * alone: the leader reads the batch itself, and tries again after
+ * STM_HELPER_RETRY_MS.
  */
 void
 stm_runtime_start_helpers(StmRuntime *rt, StmStreamDef *def)
 {
-	if (rt->parallel_wanted == 0 || rt->parallel != NULL)
-		return;
-	rt->parallel = stm_parallel_start(def->id, rt->parallel_wanted, rt->cxt);
+	ListCell   *lc;
+
+	if (rt->parallel_wanted > 0 && rt->parallel == NULL)
+	{
+		if (def->parallel_workers >= 0)
+		{
+			rt->parallel = stm_parallel_start(def->id, rt->parallel_wanted, WARNING, rt->cxt);
+			if (rt->parallel == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+						 errmsg("stream \"%s\" could not start any of its %d parallel helpers",
+								def->name, rt->parallel_wanted),
+						 errdetail("No background worker slot is free."),
+						 errhint("Raise max_worker_processes, or leave the number to the extension: streaming.alter_stream(name, reset => ARRAY['parallel_workers']).")));
+		}
+		else
+		{
+			int			n = automatic_count(rt, rt->parallel_wanted);
+			TimestampTz now = GetCurrentTimestamp();
+
+			if (n > 0 && now >= rt->parallel_retry_at)
+			{
+				rt->parallel = stm_parallel_start(def->id, n, LOG, rt->cxt);
+				if (rt->parallel == NULL)
+				{
+					rt->parallel_retry_at = TimestampTzPlusMilliseconds(now, STM_HELPER_RETRY_MS);
+					ereport(LOG,
+							(errmsg("stream \"%s\" runs without parallel helpers for now",
+									def->name),
+							 errdetail("No background worker slot is free for its %d automatic helpers.", n)));
+				}
+			}
+		}
+		if (rt->parallel)
+			rt->parallel_asked = rt->parallel_wanted;
+	}
+	/* no helpers: the leader reads, and fetches ahead from now on */
 	if (rt->parallel == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("stream \"%s\" could not start any of its %d parallel helpers",
-						def->name, rt->parallel_wanted),
-				 errdetail("No background worker slot is free."),
-				 errhint("Raise max_worker_processes, or set parallel_workers to 0 with streaming.alter_stream().")));
+		foreach(lc, rt->sources)
+			((StmSourceRuntime *) lfirst(lc))->src->plan_only = false;
 }
 
 /*

@@ -33,7 +33,9 @@ typedef struct StmRuntime
 	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */
 	bool		parallel_allowed;	/* a worker: helpers even inside a transaction block */
 	struct StmParallel *parallel;	/* its helpers (parallel.c), or NULL */
-	int			parallel_wanted;	/* helpers this batch reads with (0: none) */
+	int			parallel_wanted;	/* helpers this batch may read with (0: none) */
+	int			parallel_asked; /* parallel_wanted when the helpers started */
+	TimestampTz parallel_retry_at;	/* automatic helpers: none started before then */
 	int			parallel_auto_shape;	/* parallel_workers NULL: 0 not yet asked, 1 helpers
 										 * run its query, -1 they do not */
 } StmRuntime;

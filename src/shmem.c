@@ -53,6 +53,7 @@ stm_shmem_startup(void)
 		stm_shared->lock = &(GetNamedLWLockTranche("streaming"))->lock;
 		stm_shared->nslots = stm_guc_max_workers;
 		stm_shared->rescan_requested = true;
+		pg_atomic_init_u64(&stm_shared->helpers_yield_until, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -229,4 +230,30 @@ stm_shmem_reassign_owner(Oid dboid, Oid old_owner, Oid new_owner)
 			slot->owner = new_owner;
 	}
 	LWLockRelease(stm_shared->lock);
+}
+
+/*
+ * The launcher could not start a stream's worker: automatic helpers
+ * (parallel_workers NULL) stop and start no more until "until", so that
+ * their slots go to the stream.  Without the shared memory (not preloaded)
+ * there is no launcher either.
+ */
+void
+stm_shmem_helpers_yield(TimestampTz until)
+{
+	if (stm_shared)
+		pg_atomic_write_u64(&stm_shared->helpers_yield_until, (uint64) until);
+}
+
+/* Must automatic helpers give way now?  Until when, if so. */
+bool
+stm_shmem_helpers_yielding(TimestampTz now, TimestampTz *until)
+{
+	TimestampTz t;
+
+	if (stm_shared == NULL)
+		return false;
+	t = (TimestampTz) pg_atomic_read_u64(&stm_shared->helpers_yield_until);
+	*until = t;
+	return now < t;
 }

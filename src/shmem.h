@@ -8,6 +8,7 @@
 #ifndef STM_SHMEM_H
 #define STM_SHMEM_H
 
+#include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/timestamp.h"
@@ -34,11 +35,20 @@ typedef struct StmShared
 	LWLock	   *lock;
 	Latch	   *launcher_latch;
 	bool		rescan_requested;	/* rediscover enabled streams in all DBs */
+	/*
+	 * automatic helpers give their background worker slots back to a
+	 * stream's worker that could not start: until then (a TimestampTz),
+	 * streams with parallel_workers NULL run without helpers
+	 */
+	pg_atomic_uint64 helpers_yield_until;
 	int			nslots;
 	StmWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } StmShared;
 
 extern StmShared *stm_shared;
+
+/* how long automatic helpers give way after a stream's worker found no slot */
+#define STM_HELPER_YIELD_MS 10000
 
 extern void stm_shmem_install_hooks(void);
 extern bool stm_shmem_available(void);
@@ -49,5 +59,7 @@ extern void stm_shmem_unwant_stream(Oid dboid, int32 stream_id);
 extern pid_t stm_shmem_stream_pid(Oid dboid, int32 stream_id);
 extern bool stm_shmem_stream_of_owner_elsewhere(Oid dboid, Oid role, char *name, char *dbname);
 extern void stm_shmem_reassign_owner(Oid dboid, Oid old_owner, Oid new_owner);
+extern void stm_shmem_helpers_yield(TimestampTz until);
+extern bool stm_shmem_helpers_yielding(TimestampTz now, TimestampTz *until);
 
 #endif

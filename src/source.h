@@ -263,9 +263,13 @@ struct StmSourceRoutine
 	 * set_share_bounds, in a helper: read exactly those bounds with the
 	 * next fetch, and nothing else (the helper's source is open as the
 	 * leader's, never plans and never saves positions).
+	 * share_parts, in the leader after plan: how many shares the source's
+	 * parts can keep busy (partitions read, or the batch's files), which
+	 * bounds the automatic number of helpers (parallel_workers NULL).
 	 */
 	char	   *(*share_bounds) (StmSource *src, int share, int nshares);
 	void		(*set_share_bounds) (StmSource *src, const char *bounds);
+	int			(*share_parts) (StmSource *src);
 
 	/* Give resources back before the memory context goes (else it does). */
 	void		(*close) (StmSource *src);

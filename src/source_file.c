@@ -1381,6 +1381,13 @@ file_set_share_bounds(StmSource *src, const char *bounds)
 	MemoryContextSwitchTo(oldcxt);
 }
 
+/* Parallel helpers: the batch's files (a helper reads whole files). */
+static int
+file_share_parts(StmSource *src)
+{
+	return list_length(((FileSource *) src)->batch);
+}
+
 /* file_name, file_line */
 static void
 file_fill_metadata(StmSource *src, StmRecord *rec, Datum *values, bool *nulls)
@@ -1879,6 +1886,7 @@ const StmSourceRoutine stm_file_source = {
 	.fetch = file_fetch,
 	.share_bounds = file_share_bounds,
 	.set_share_bounds = file_set_share_bounds,
+	.share_parts = file_share_parts,
 	.fill_metadata = file_fill_metadata,
 	.position_json = file_position_json,
 	.save_positions = file_save_positions,

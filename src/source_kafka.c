@@ -2307,6 +2307,20 @@ kafka_set_share_bounds(StmSource *src, const char *bounds)
 	list_free(mine);
 }
 
+/* Parallel helpers: the partitions this plan reads (held-back ones aside). */
+static int
+kafka_share_parts(StmSource *src)
+{
+	KafkaSource *kc = (KafkaSource *) src;
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, kc->partitions)
+		if (!((KafkaPartition *) lfirst(lc))->held_back)
+			n++;
+	return n;
+}
+
 const StmSourceRoutine stm_kafka_source = {
 	.kind = "kafka",
 	.display_name = "Kafka",
@@ -2329,6 +2343,7 @@ const StmSourceRoutine stm_kafka_source = {
 	.ready = kafka_ready,
 	.share_bounds = kafka_share_bounds,
 	.set_share_bounds = kafka_set_share_bounds,
+	.share_parts = kafka_share_parts,
 	.close = kafka_close
 };
 

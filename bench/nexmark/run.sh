@@ -157,8 +157,8 @@ cpu_s() { awk -v hz="$HZ" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz 
 now() { date +%s.%N; }
 
 # ---- queries ----------------------------------------------------------------
-PW=
-[ "$PARALLEL_WORKERS" != 0 ] && PW=", parallel_workers => $PARALLEL_WORKERS"
+# always given: NULL (automatic) would take helpers where the shape allows
+PW=", parallel_workers => $PARALLEL_WORKERS"
 
 # query NAME: "sql|create_stream's other arguments"
 query_of()
