@@ -53,7 +53,8 @@
 #   --max-offsets N     max_offsets_per_trigger of the orders source (default
 #                       none): both streams in batches of N, as the Kafka
 #                       sink's are of half the outbox anyway
-#   --perf              profile the worker of round 1's Kafka stream
+#   --perf              profile the worker of round 1's Kafka stream (PERF_STREAM:
+#                       another, e.g. table_1; PERF_ARGS: perf record's options)
 #                       (perf record -g; its report goes to stderr)
 # Environment: KS_PRE_SQL, SQL run after CREATE EXTENSION (e.g. the outbox's
 # storage as it was, to compare).
@@ -162,7 +163,7 @@ run_stream()
 	(while :; do awk '/^RssAnon|^RssShmem/ { printf "%s ", $2 } END { print "" }' "/proc/$pid/status" \
 		>>"$DATA/rss.$name" 2>/dev/null; sleep 0.25; done) &
 	rss_sampler=$!
-	if [ -n "$PERF" ] && [ "$name" = kafka_1 ]; then
+	if [ -n "$PERF" ] && [ "$name" = "${PERF_STREAM:-kafka_1}" ]; then
 		perf record -q ${PERF_ARGS:--g} -o "$DATA/perf.data" -p "$pid" >/dev/null 2>&1 &
 		perf_pid=$!
 	fi
@@ -183,7 +184,8 @@ run_stream()
 	# the outbox); the worker's CPU, and the mock broker's (one process for
 	# the source's fetches and the sink's produce requests alike)
 	read -r cpu_main cpu_rdk < <(thread_cpu "$pid")
-	psql_do -c "SELECT format('%s: %s batches, %s s in batches of %s s; CPU s: worker %s (main thread %s, librdkafka %s), mock broker %s; WAL %s; peak RssAnon/RssShmem kB %s', stream, count(*),
+	psql_do -c "SELECT format('%s: %s batches (%s), %s s in batches of %s s; CPU s: worker %s (main thread %s, librdkafka %s), mock broker %s; WAL %s; peak RssAnon/RssShmem kB %s', stream, count(*),
+		string_agg(num_input_rows || ' rows in ' || round(extract(epoch FROM duration)::numeric, 2) || ' s', ', ' ORDER BY batch_id),
 		round(extract(epoch FROM sum(duration))::numeric, 2), round(($t1 - $t0)::numeric, 2),
 		'$(cpu_s "$pid")', '$cpu_main', '$cpu_rdk',
 		round($(cpu_s "$MOCK_BROKER_PID") - $mock0, 2), pg_size_pretty(pg_current_wal_lsn() - '$lsn0'), '$rss')
