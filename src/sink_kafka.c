@@ -109,6 +109,7 @@ typedef struct KafkaSink
 	rd_kafka_t *rk;
 	rd_kafka_topic_t *rkt;
 	char		error[STM_KAFKA_ERROR_LEN];	/* librdkafka's last error (error_cb) */
+	int			stream_name_len;	/* the streaming-stream header's */
 } KafkaSink;
 
 /*
@@ -513,6 +514,7 @@ kafka_sink_open(StmStreamDef *def)
 	ks->base.timeout_setting = "streaming.kafka_timeout";
 	ks->base.timeout_ms = &stm_guc_kafka_timeout_ms;
 	stm_outbox_open(&ks->base, def, &stm_kafka_sink_routine, &kafka_transport);
+	ks->stream_name_len = strlen(ks->base.base.stream_name);
 	return &ks->base.base;
 }
 
@@ -1105,12 +1107,14 @@ kafka_send(StmOutboxSink *sink, const StmOutboxMsg *msg, void *ref, int *error)
 	char		b[MAXINT8LEN + 1];
 	char		s[MAXINT8LEN + 1];
 	rd_kafka_resp_err_t err;
+	int			blen = pg_lltoa(msg->batch_id, b);
+	int			slen = pg_lltoa(msg->seq, s);
 
-	pg_lltoa(msg->batch_id, b);
-	pg_lltoa(msg->seq, s);
-	rd_kafka_header_add(hdrs, "streaming-seq", -1, s, -1);
-	rd_kafka_header_add(hdrs, "streaming-stream", -1, sink->base.stream_name, -1);
-	rd_kafka_header_add(hdrs, "streaming-batch-id", -1, b, -1);
+	/* lengths given: no strlen of each per message */
+	rd_kafka_header_add(hdrs, "streaming-seq", sizeof("streaming-seq") - 1, s, slen);
+	rd_kafka_header_add(hdrs, "streaming-stream", sizeof("streaming-stream") - 1,
+						sink->base.stream_name, ks->stream_name_len);
+	rd_kafka_header_add(hdrs, "streaming-batch-id", sizeof("streaming-batch-id") - 1, b, blen);
 	err = rd_kafka_producev(ks->rk,
 							RD_KAFKA_V_RKT(ks->rkt),
 							RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
