@@ -107,7 +107,7 @@ stm_statetable_rows(const char *table)
 	(void) set_config_option("max_parallel_workers_per_gather", "0", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	access = stm_statetable_begin();
-	if (SPI_execute(psprintf("SELECT count(*) FROM %s", table), false, 1) != SPI_OK_SELECT)
+	if (SPI_execute(psprintf("SELECT pg_catalog.count(*) FROM %s", table), false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not count the rows of %s", table);
 	rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	stm_statetable_end(access);
