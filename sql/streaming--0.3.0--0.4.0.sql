@@ -155,6 +155,10 @@ COMMENT ON FUNCTION streaming.create_stream IS 'Define a stream: a query over on
  */
 ALTER TABLE streaming.stream_defs ADD COLUMN key_columns text[];
 
+-- An aggregate's and dedup's state rows, counted on from batch to batch
+-- (per state table, by OID) rather than counted in every batch.
+ALTER TABLE streaming.stream_defs ADD COLUMN state_rows jsonb;
+
 -- Past one server (SPEC 8, issue 22): status 'moved', create_kafka_source's share,
 -- and the functions and view below.
 ALTER TABLE streaming.stream_defs DROP CONSTRAINT stream_defs_status_check,

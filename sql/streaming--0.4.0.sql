@@ -66,7 +66,8 @@ CREATE TABLE streaming.stream_defs (
     watermarks      jsonb,
     multiple_watermark_policy text NOT NULL DEFAULT 'min' CHECK (multiple_watermark_policy IN ('min', 'max')),
     side_watermarks jsonb,              -- per side: its watermark, idle clock and state rows, written by batches
-    key_columns     text[]              -- upsert mode: the sink's key (output columns)
+    key_columns     text[],             -- upsert mode: the sink's key (output columns)
+    state_rows      jsonb               -- per state table (by OID): the rows the last batch left, counted on by the next
 );
 COMMENT ON TABLE streaming.stream_defs IS 'Streams defined by create_stream, with their run-time state; read it through streaming.streams.';
 

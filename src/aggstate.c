@@ -87,6 +87,7 @@ struct StmAggBatch
 	TupleHashTable late;		/* the closed windows and groups that rows came for */
 	int64		nlate;
 	int64		ngroups;		/* groups merged into the state table so far */
+	int64		rows_added;		/* state rows inserted less deleted */
 	int			nmerges;		/* merges of the groups in memory so far */
 	TupleTableSlot *key_slot;	/* the hash tables' key: window start, group values */
 	TupleTableSlot *entry_slot; /* a hash entry's key, read back */
@@ -927,7 +928,10 @@ merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 		}
 	}
 	if (key == NULL)
+	{
 		key = group_key(ab, has_window, wstart, keyvals, keynulls);
+		ab->rows_added++;		/* the upsert inserts */
+	}
 	SPI_freetuptable(SPI_tuptable);
 	write_state(ab, p, key, has_window, wstart, wend, keyvals, keynulls, merged, hash);
 	if (ab->update)
@@ -1007,7 +1011,10 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 			if (((StmStoredSession *) lfirst(lc))->start == session->start)
 				key = ((StmStoredSession *) lfirst(lc))->key;
 		if (key == NULL)
+		{
 			key = group_key(ab, true, session->start, keyvals, keynulls);
+			ab->rows_added++;	/* the upsert inserts */
+		}
 		foreach(lc, session->stored)
 		{
 			StmStoredSession *ref = lfirst(lc);
@@ -1017,6 +1024,7 @@ merge_sessions(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 			args[0] = PointerGetDatum(ref->key);
 			if (execute_state_plan(p->delete, args, NULL, 0) != SPI_OK_DELETE)
 				elog(ERROR, "could not delete a merged session of stream %d", ab->stream_id);
+			ab->rows_added -= SPI_processed;
 			if (ab->update)
 				delete_sink_key(ab, p, ref->start, keyvals, keynulls);
 		}
@@ -1081,7 +1089,8 @@ merge_groups(StmAggBatch *ab)
  * date.
  */
 void
-stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows)
+stm_aggbatch_finish(StmAggBatch *ab, Jsonb *stored_rows, StringInfo rows_json,
+					int64 *num_state_rows, int64 *num_late_rows)
 {
 	StmAggQuery *agg = ab->agg;
 	StmAggRuntime *rt = ab->rt;
@@ -1179,11 +1188,19 @@ stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows, int64 *num_late_rows
 		if (SPI_execute_with_args(psprintf("DELETE FROM %s WHERE window_end <= $1", ab->table),
 								  1, &wmtype, &wm, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not evict closed windows of stream %d", ab->stream_id);
+		ab->rows_added -= SPI_processed;
 		stm_statetable_end(access);
 	}
 	*num_late_rows = ab->nlate;
 
-	*num_state_rows = stm_statetable_rows(ab->table);
+	{
+		int64		prev = 0;
+		bool		known = stm_statetable_stored_rows(stored_rows, ab->table, &prev);
+
+		*num_state_rows = stm_statetable_rows_after(ab->table, known, prev, ab->rows_added);
+		if (rows_json)
+			stm_statetable_store_rows(rows_json, ab->table, *num_state_rows);
+	}
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);
 	stm_agg_end(ab->rt);

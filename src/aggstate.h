@@ -27,8 +27,8 @@ extern StmAggBatch *stm_aggbatch_begin(StmAggQuery *agg, int32 stream_id,
 									   int event_time_att, StmLateRows *keep_late);
 extern void stm_aggbatch_add(StmAggBatch *ab, ExprContext *econtext);
 extern void stm_aggbatch_no_late_rows(StmAggBatch *ab);
-extern void stm_aggbatch_finish(StmAggBatch *ab, int64 *num_state_rows,
-								int64 *num_late_rows);
+extern void stm_aggbatch_finish(StmAggBatch *ab, Jsonb *stored_rows, StringInfo rows_json,
+								int64 *num_state_rows, int64 *num_late_rows);
 
 /* parallel helpers: partial groups (parallel.c) */
 typedef void (*StmAggForwardFn) (void *arg, TupleDesc desc, Datum *values, bool *nulls);

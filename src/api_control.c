@@ -144,7 +144,7 @@ stm_api_clear_state_tables(int32 stream_id, bool drop)
 		if (to_regclass_name(tables[i]))
 			stm_catalog_exec(psprintf(drop ? "DROP TABLE %s" : "DELETE FROM %s", tables[i]),
 							 0, NULL, NULL, NULL, drop ? SPI_OK_UTILITY : SPI_OK_DELETE);
-	/* a join's sides count their rows on from what was stored: no more */
+	/* the stateful operators count their rows on from what was stored: no more */
 	if (!drop)
 	{
 		Oid			type = INT4OID;
@@ -154,6 +154,8 @@ stm_api_clear_state_tables(int32 stream_id, bool drop)
 						 "(SELECT jsonb_object_agg(k, v - 'state_rows' - 'state_oid') "
 						 "FROM jsonb_each(side_watermarks) AS e(k, v)) "
 						 "WHERE id = $1 AND side_watermarks IS NOT NULL",
+						 1, &type, &value, NULL, SPI_OK_UPDATE);
+		stm_catalog_exec("UPDATE streaming.stream_defs SET state_rows = NULL WHERE id = $1",
 						 1, &type, &value, NULL, SPI_OK_UPDATE);
 	}
 }

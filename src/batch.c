@@ -110,6 +110,7 @@ struct BatchContext
 	bool		side_has_max[2];	/* its sides' largest event times in the batch */
 	TimestampTz side_max[2];
 	char	   *side_watermarks;	/* the sides' watermarks after the batch (jsonb text) */
+	char	   *state_rows;		/* the state tables' rows after the batch (jsonb text) */
 	StmDedup   *dedup;			/* dedup_keys */
 	Datum	   *out_values;
 	bool	   *out_nulls;
@@ -500,6 +501,7 @@ record_batch(BatchContext *bc, StmRuntime *rt, bool no_data_batch_due, Timestamp
 	p.source_error = stm_runtime_source_error(rt);
 	p.state_operators = bc->state_operators;
 	p.side_watermarks = bc->side_watermarks;
+	p.state_rows = bc->state_rows;
 	stm_catalog_record_batch(&p, stm_guc_progress_history);
 }
 
@@ -927,6 +929,9 @@ joined_row(void *arg, TupleTableSlot *slot)
 static void
 sink_end(BatchContext *bc)
 {
+	StringInfoData state_rows;
+
+	initStringInfo(&state_rows);
 	if (bc->ssjoin)
 	{
 		StringInfoData json;
@@ -948,7 +953,8 @@ sink_end(BatchContext *bc)
 		int64		dedup_late;
 		int64		dedup_state;
 
-		stm_dedup_finish(bc->dedup, &bc->num_dedup, &dedup_late, &dedup_state);
+		stm_dedup_finish(bc->dedup, bc->def->state_rows, &state_rows, &bc->num_dedup, &dedup_late,
+						 &dedup_state);
 		bc->num_late += dedup_late;
 		bc->num_state_rows += dedup_state;
 	}
@@ -957,10 +963,13 @@ sink_end(BatchContext *bc)
 		int64		agg_state;
 		int64		agg_late;
 
-		stm_aggbatch_finish(bc->aggbatch, &agg_state, &agg_late);
+		stm_aggbatch_finish(bc->aggbatch, bc->def->state_rows, &state_rows, &agg_state, &agg_late);
 		bc->num_state_rows += agg_state;
 		bc->num_late += agg_late;
 	}
+	/* counted on by the next batch (stm_statetable_rows_after) */
+	if (state_rows.len > 0)
+		bc->state_rows = psprintf("{%s}", state_rows.data);
 	stm_sink_end_batch(bc->sink);
 	STM_FAULT_POINT("after_sink_write");
 	bc->num_output = bc->sink->rows;

@@ -192,7 +192,7 @@ get_bool(CatalogRow *row, const char *name)
 	"dedup_keys, dedup_within_watermark, late_rows, idle_timeout, " \
 	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error, " \
 	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name) AS sink_kind, " \
-	"parallel_workers, other_source, watermarks, multiple_watermark_policy, side_watermarks, key_columns"
+	"parallel_workers, other_source, watermarks, multiple_watermark_policy, side_watermarks, key_columns, state_rows"
 
 /* A text[] column as a List of strings (NIL for NULL). */
 static List *
@@ -269,6 +269,8 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	d = get_value(&row, "side_watermarks", &isnull);
 	s->side_watermarks = isnull ? NULL : DatumGetJsonbPCopy(d);
 	s->key_columns = get_text_list(&row, "key_columns");
+	d = get_value(&row, "state_rows", &isnull);
+	s->state_rows = isnull ? NULL : DatumGetJsonbPCopy(d);
 	return s;
 }
 
@@ -622,7 +624,8 @@ stm_catalog_record_batch(const StmBatchProgress *p, int history)
 				 "no_data_batch_due = :no_data_batch_due, "
 				 "idle_clock_at = coalesce(:idle_clock_at, idle_clock_at), "
 				 "failures = 0, last_error = NULL, source_error = :source_error, "
-				 "side_watermarks = coalesce(:side_watermarks, side_watermarks) WHERE id = :stream_id");
+				 "side_watermarks = coalesce(:side_watermarks, side_watermarks), "
+				 "state_rows = :state_rows WHERE id = :stream_id");
 	stm_sql_int4(&q, "stream_id", p->stream_id);
 	stm_sql_int8(&q, "batch_id", p->batch_id);
 	stm_sql_timestamptz(&q, "watermark", p->watermark, !p->has_watermark);
@@ -630,6 +633,7 @@ stm_catalog_record_batch(const StmBatchProgress *p, int history)
 	stm_sql_timestamptz(&q, "idle_clock_at", p->idle_clock_at, p->idle_clock_at == 0);
 	stm_sql_text(&q, "source_error", p->source_error);
 	stm_sql_jsonb(&q, "side_watermarks", p->side_watermarks);
+	stm_sql_jsonb(&q, "state_rows", p->state_rows);
 	(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
 }
 

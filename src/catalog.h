@@ -90,6 +90,7 @@ typedef struct StmStreamDef
 	Jsonb	   *watermarks;		/* each side's event time and delay, as given */
 	bool		max_watermark_policy;	/* multiple_watermark_policy 'max' (else 'min') */
 	Jsonb	   *side_watermarks;	/* per side: what the batches learnt (NULL: nothing yet) */
+	Jsonb	   *state_rows;		/* the state tables' rows the last batch left (NULL: unknown) */
 	List	   *key_columns;	/* upsert mode: the sink's key (output column names) */
 } StmStreamDef;
 
@@ -136,6 +137,7 @@ typedef struct StmBatchProgress
 	const char *source_error;	/* or NULL */
 	const char *state_operators;	/* a join's state per side (jsonb text), or NULL */
 	const char *side_watermarks;	/* a join's sides' watermarks (jsonb text), or NULL */
+	const char *state_rows;		/* the aggregate's and dedup's state rows (jsonb text), or NULL */
 } StmBatchProgress;
 
 /* the catalog is at the library's version (else reported at elevel) */

@@ -55,6 +55,7 @@ struct StmDedup
 	MemoryContext cxt;			/* the chunk's keys, reset per chunk */
 	int64		num_dup;
 	int64		num_late;
+	int64		rows_added;		/* keys inserted less expired */
 	StmLateRows *keep_late;		/* late_rows => 'keep', else NULL */
 };
 
@@ -225,6 +226,7 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 		}
 		if (SPI_execute_plan(insert, vals, nulls2, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not write the dedup table of stream %d", d->stream_id);
+		d->rows_added++;
 	}
 	SPI_finish();
 	stm_catalog_end(scope);
@@ -233,7 +235,8 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 
 /* Forget the keys the watermark has passed; report the counters and the keys kept. */
 void
-stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late, int64 *num_state)
+stm_dedup_finish(StmDedup *d, Jsonb *stored_rows, StringInfo rows_json,
+				 int64 *num_dup, int64 *num_late, int64 *num_state)
 {
 	StmCatalogScope scope = stm_catalog_begin();
 
@@ -246,8 +249,15 @@ stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late, int64 *num_state)
 		if (SPI_execute_with_args(psprintf("DELETE FROM %s WHERE expires_at <= $1", d->table),
 								  1, &type, &wm, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not expire the dedup keys of stream %d", d->stream_id);
+		d->rows_added -= SPI_processed;
 	}
-	*num_state = stm_statetable_rows(d->table);
+	{
+		int64		prev = 0;
+		bool		known = stm_statetable_stored_rows(stored_rows, d->table, &prev);
+
+		*num_state = stm_statetable_rows_after(d->table, known, prev, d->rows_added);
+		stm_statetable_store_rows(rows_json, d->table, *num_state);
+	}
 	SPI_finish();
 	stm_catalog_end(scope);
 	*num_dup = d->num_dup;

@@ -19,6 +19,7 @@ extern StmDedup *stm_dedup_begin(int32 stream_id, TupleDesc source, List *key_na
 								 bool within, int64 delay_us,
 								 StmLateRows *keep_late);
 extern void stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop);
-extern void stm_dedup_finish(StmDedup *d, int64 *num_dup, int64 *num_late, int64 *num_state);
+extern void stm_dedup_finish(StmDedup *d, Jsonb *stored_rows, StringInfo rows_json,
+							 int64 *num_dup, int64 *num_late, int64 *num_state);
 
 #endif

@@ -870,7 +870,8 @@ merge_state(StmStreamDef *def, StmSourceDef *src, ShareData *d, StmBatchProgress
 													 &nulls[1 + agg->nkeys + i]);
 		stm_aggbatch_add_partial(ab, values, nulls);
 	}
-	stm_aggbatch_finish(ab, &progress->num_state_rows, &nlate);
+	/* counted: the next batch counts again (no state_rows stored) */
+	stm_aggbatch_finish(ab, NULL, NULL, &progress->num_state_rows, &nlate);
 	stm_sink_end_batch(sb);
 	progress->num_output_rows = sb->rows;
 	/* a sink that delivers after the commit counts its rows as they arrive */

@@ -835,25 +835,6 @@ run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRow
 	AtEOXact_GUC(true, nest);
 }
 
-/*
- * A side's state rows, counted without parallel workers: starting them
- * cost a batch more than the scan (several hundred ms per count).
- */
-static int64
-count_state(SideRun *sr)
-{
-	int			nest = NewGUCNestLevel();
-	bool		isnull;
-	int64		n;
-
-	(void) set_config_option("max_parallel_workers_per_gather", "0", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	n = DatumGetInt64(stm_catalog_value(psprintf("SELECT count(*) FROM %s", sr->table),
-										0, NULL, NULL, &isnull));
-	AtEOXact_GUC(true, nest);
-	return n;
-}
-
 /* Step 3: the pairs, each once: new-left x (state + new right), state-left x new-right. */
 static void
 find_pairs(StmJoinRun *run, QueryEnvironment *env)
@@ -1229,13 +1210,8 @@ stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
 		 * minus this batch's; counted when that is not known (the first
 		 * batch, after a reset, a table made anew).
 		 */
-		if (sr->has_prev_total)
-		{
-			sr->num_total = sr->prev_total + sr->num_inserted - sr->num_removed;
-			Assert(sr->num_total == count_state(sr));
-		}
-		else
-			sr->num_total = count_state(sr);
+		sr->num_total = stm_statetable_rows_after(sr->table, sr->has_prev_total, sr->prev_total,
+												  sr->num_inserted - sr->num_removed);
 		tuplestore_end(sr->new_rows);
 		tuplestore_end(sr->rows);
 	}

@@ -30,7 +30,10 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/numeric.h"
+#include "utils/regproc.h"
 
 #include "catalog.h"
 #include "source.h"
@@ -86,19 +89,98 @@ stm_statetable_end(StmStateAccess access)
 	SetUserIdAndSecContext(access.save_userid, access.save_sec_context);
 }
 
-/* The rows of a state table (progress.num_state_rows); inside SPI, seeing this batch's writes. */
+/*
+ * The rows of a state table (progress.num_state_rows), counted, seeing this
+ * batch's writes; without parallel workers: starting them cost a batch more
+ * than the scan (several hundred ms per count).
+ */
 int64
 stm_statetable_rows(const char *table)
 {
-	StmStateAccess access = stm_statetable_begin();
+	StmStateAccess access;
+	int			nest;
 	bool		isnull;
 	int64		rows;
 
-	if (SPI_execute(psprintf("SELECT count(*) FROM %s", table), false, 1) != SPI_OK_SELECT)
+	SPI_connect();
+	nest = NewGUCNestLevel();
+	(void) set_config_option("max_parallel_workers_per_gather", "0", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	access = stm_statetable_begin();
+	if (SPI_execute(psprintf("SELECT pg_catalog.count(*) FROM %s", table), false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not count the rows of %s", table);
 	rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	stm_statetable_end(access);
+	AtEOXact_GUC(true, nest);
+	SPI_finish();
 	return rows;
+}
+
+/*
+ * A state table's rows after a batch: what the last committed batch left
+ * (known when it was stored, in that batch's transaction, for this very
+ * table) plus the batch's inserts less its deletes; counted when not known
+ * (the first batch, after a reset or an import, a table made anew), so
+ * that a batch does not scan the whole state to report its size.
+ */
+int64
+stm_statetable_rows_after(const char *table, bool known, int64 prev, int64 delta)
+{
+	int64		rows;
+
+	if (!known)
+		return stm_statetable_rows(table);
+	rows = prev + delta;
+	Assert(rows == stm_statetable_rows(table));
+	return rows;
+}
+
+/* The OID of a state table, by its qualified name (InvalidOid if none). */
+static Oid
+statetable_oid(const char *table)
+{
+	return RangeVarGetRelid(makeRangeVarFromNameList(stringToQualifiedNameList(table)),
+							NoLock, true);
+}
+
+/*
+ * The rows stored for a state table by the last committed batch
+ * (stream_defs.state_rows: {"<table's OID>": rows, ...}); false when none
+ * are, or they were of another table of the same name.
+ */
+bool
+stm_statetable_stored_rows(Jsonb *stored, const char *table, int64 *rows)
+{
+	JsonbValue	key;
+	JsonbValue *v;
+	Oid			oid;
+
+	if (stored == NULL || !JB_ROOT_IS_OBJECT(stored))
+		return false;
+	oid = statetable_oid(table);
+	if (!OidIsValid(oid))
+		return false;
+	key.type = jbvString;
+	key.val.string.val = psprintf("%u", oid);
+	key.val.string.len = strlen(key.val.string.val);
+	v = findJsonbValueFromContainer(&stored->root, JB_FOBJECT, &key);
+	if (v == NULL || v->type != jbvNumeric)
+		return false;
+	*rows = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
+	return true;
+}
+
+/* A state table's rows for stream_defs.state_rows: "<OID>": rows, after a ", " but for the first. */
+void
+stm_statetable_store_rows(StringInfo json, const char *table, int64 rows)
+{
+	Oid			oid = statetable_oid(table);
+
+	if (!OidIsValid(oid))
+		return;
+	if (json->len > 0)
+		appendStringInfoString(json, ", ");
+	appendStringInfo(json, "\"%u\": " INT64_FORMAT, oid, rows);
 }
 
 static uint32

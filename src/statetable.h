@@ -8,6 +8,7 @@
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/hsearch.h"
+#include "utils/jsonb.h"
 
 #include "source.h"
 
@@ -32,6 +33,9 @@ extern void stm_statetable_create(const char *relname, const char *columns,
 extern StmStateAccess stm_statetable_begin(void);
 extern void stm_statetable_end(StmStateAccess access);
 extern int64 stm_statetable_rows(const char *table);
+extern int64 stm_statetable_rows_after(const char *table, bool known, int64 prev, int64 delta);
+extern bool stm_statetable_stored_rows(Jsonb *stored, const char *table, int64 *rows);
+extern void stm_statetable_store_rows(StringInfo json, const char *table, int64 rows);
 extern HTAB *stm_keyhash_create(const char *name, Size entrysize, MemoryContext cxt);
 extern void stm_key_init(StringInfo buf);
 extern void stm_key_append(StringInfo buf, FmgrInfo *send, Datum value, bool isnull);

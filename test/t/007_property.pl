@@ -481,6 +481,8 @@ for my $r (1 .. $rounds)
 
 	my $last = strftime('%Y-%m-%d %H:%M:%S', gmtime(int($t / 1000))) . sprintf('.%03d+00', $t % 1000);
 	# streaming.progress and the watermark, of all streams in one query
+	my %id = map { split /\|/ } split /\n/,
+	  $node->safe_psql('postgres', 'SELECT name, id FROM streaming.stream_defs');
 	my $sql = join "\nUNION ALL\n", map {
 		my $s = $_;
 		my $n = $s->{name};
@@ -495,6 +497,10 @@ for my $r (1 .. $rounds)
 		  . "sum(num_late_rows), "
 		  . ($s->{session} ? "'-'" : "(array_agg(num_state_rows ORDER BY batch_id DESC))[1]::text")
 		  . ", (SELECT count(*) FROM pt_exp_$n" . ($evicts ? " WHERE we > $wm" : '') . ')::text, '
+		  # the state rows the batches counted on (stream_defs.state_rows)
+		  # against the table's, sessions too
+		  . "((array_agg(num_state_rows ORDER BY batch_id DESC))[1] = "
+		  . "(SELECT count(*) FROM streaming.state_$id{$n}))::text, "
 		  . (defined $s->{delay}
 			? "($wm = greatest(timestamptz 'epoch', timestamptz '$last' - interval $s->{delay}))::text, "
 			  . "(SELECT count(*) FROM pt_exp_$n WHERE we > $wm)::text"
@@ -508,7 +514,7 @@ for my $r (1 .. $rounds)
 	for my $s (@streams)
 	{
 		my $n = $s->{name};
-		my ($input, $gaps, $late, $state, $groups, $wm_ok, $open) = @{ $end{$n} };
+		my ($input, $gaps, $late, $state, $groups, $counted, $wm_ok, $open) = @{ $end{$n} };
 		is($input, $produced, "round $r: $n: the batches in streaming.progress read every record once");
 		is($gaps, 0, "round $r: $n: batch ids are consecutive and each batch starts where the one before ended");
 		is($late, 0, "round $r: $n: no late rows (the input is in order)");
@@ -517,6 +523,8 @@ for my $r (1 .. $rounds)
 			  . (defined $s->{delay} && $s->{mode} ne 'complete'
 				? 'the groups of the open windows' : 'every group'))
 		  unless $s->{session};
+		is($counted, 'true',
+			"round $r: $n: the last batch's num_state_rows is the state table's count(*)");
 		next unless defined $s->{delay};
 		is($wm_ok, 'true', "round $r: $n: the watermark is the last event time minus $s->{delay}");
 		# only the windows of the last record are still open: the checks
