@@ -10,7 +10,7 @@
  *
  *   leader                                 helper i
  *   plan (bounds of every partition)
- *   'P' share i's bounds  ───in queue───►  fetch exactly them (its own
+ *   'P' share i of N+1's  ───in queue───►  fetch exactly them (its own
  *                                          client), parse, WHERE, project,
  *                                          as the stream's owner, in a
  *                                          read-only transaction
@@ -22,6 +22,9 @@
  *                                          'D' done (input count, max
  *                                              event time) or 'E' its error
  *   positions, progress; COMMIT
+ *
+ * The leader reads the last share itself meanwhile (batch.c
+ * fetch_by_helpers), draining the queues between its own chunks.
  *
  * So the leader still plans, writes and commits one transaction per batch:
  * exactly-once is unchanged.  A helper that dies or detaches, or reports an
