@@ -116,6 +116,9 @@ struct BatchContext
 	bool	   *out_nulls;
 	MemoryContext chunk_cxt;
 	StmHelperOut *share;		/* a parallel helper's share: its queue to the leader */
+	StmParallel *helpers;		/* the leader's helpers, drained between its own chunks */
+	StmParallelReceiver *helpers_recv;
+	StmShareTotals *helpers_totals;
 	/* the row being processed, for errcontext */
 	BatchInput *error_input;
 	Datum	   *error_row;
@@ -1091,15 +1094,37 @@ helper_group(void *arg, Datum *values, bool *nulls)
 }
 
 /*
- * The records, read by the runtime's helpers, each its share of the
- * bounds the leader's plan fixed (parallel.c); the leader takes their
- * rows, groups and bad records as they come.
+ * A chunk of the leader's own share: processed as any, then what the
+ * helpers sent meanwhile, so that their queues do not stay full.
+ */
+static void
+leader_share_chunk(void *arg, StmRecord *records, int n)
+{
+	BatchInput *in = arg;
+	BatchContext *bc = in->bc;
+
+	process_chunk(arg, records, n);
+	(void) stm_parallel_drain(bc->helpers, bc->helpers_recv, bc->helpers_totals, false);
+}
+
+/*
+ * The records, read by the runtime's helpers and the leader, each its
+ * share of the bounds the leader's plan fixed (parallel.c): the helpers
+ * shares 0 to n - 1 of n + 1, the leader the last one, through a source
+ * of its own opened as a helper's (the planning source keeps the batch's
+ * plan, and saves its positions).  The leader takes the helpers' rows,
+ * groups and bad records as they come, between its own chunks and after.
  */
 static void
 fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 {
 	StmParallelReceiver recv = {helper_row, helper_bad, helper_group, bc};
 	StmShareTotals totals = {0};
+	BatchInput *in = only_input(bc);
+	StmSource  *plan_src = in->src;
+	int			nhelpers = stm_parallel_count(rt->parallel);
+	StmSource  *mine;
+	char	   *bounds;
 	const char *why;
 
 	/* create_stream and alter_stream refuse the others */
@@ -1108,9 +1133,25 @@ fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", bc->def->name),
 				 errdetail("%s.", why)));
-	stm_parallel_fetch(rt->parallel, only_input(bc)->src, bc->sink_output->desc,
-					   bc->aggbatch ? stm_aggbatch_partial_desc(bc->aggbatch) : NULL,
-					   &recv, &totals);
+	stm_parallel_send_shares(rt->parallel, plan_src, nhelpers + 1, bc->sink_output->desc,
+							 bc->aggbatch ? stm_aggbatch_partial_desc(bc->aggbatch) : NULL);
+	bc->helpers = rt->parallel;
+	bc->helpers_recv = &recv;
+	bc->helpers_totals = &totals;
+
+	/* the leader's share: its records go through the batch as fetch_here's do */
+	bounds = plan_src->routine->share_bounds(plan_src, nhelpers, nhelpers + 1);
+	mine = stm_runtime_share_source(rt, bc->def);
+	rt->share_src_dirty = true;
+	mine->routine->set_share_bounds(mine, bounds);
+	in->src = mine;
+	mine->routine->fetch(mine, leader_share_chunk, in);
+	in->src = plan_src;
+	rt->share_src_dirty = false;
+	pfree(bounds);
+
+	(void) stm_parallel_drain(rt->parallel, &recv, &totals, true);
+	bc->helpers = NULL;
 	bc->num_input += totals.num_input;
 	bc->num_late += totals.num_late;
 	if (totals.has_max_event_time)

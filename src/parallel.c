@@ -10,7 +10,7 @@
  *
  *   leader                                 helper i
  *   plan (bounds of every partition)
- *   'P' share i's bounds  ───in queue───►  fetch exactly them (its own
+ *   'P' share i of N+1's  ───in queue───►  fetch exactly them (its own
  *                                          client), parse, WHERE, project,
  *                                          as the stream's owner, in a
  *                                          read-only transaction
@@ -22,6 +22,9 @@
  *                                          'D' done (input count, max
  *                                              event time) or 'E' its error
  *   positions, progress; COMMIT
+ *
+ * The leader reads the last share itself meanwhile (batch.c
+ * fetch_by_helpers), draining the queues between its own chunks.
  *
  * So the leader still plans, writes and commits one transaction per batch:
  * exactly-once is unchanged.  A helper that dies or detaches, or reports an
@@ -81,6 +84,11 @@ struct StmParallel
 	shm_mq_handle **out;
 	int32		stream_id;
 	char	   *name;			/* the stream's, for messages */
+	/* the batch's shares, from stm_parallel_send_shares to the last drain */
+	bool	   *done;			/* helper i sent 'D' */
+	int			remaining;		/* helpers not done */
+	TupleTableSlot *slot;		/* their rows */
+	TupleTableSlot *group_slot; /* their partial groups (aggregates) */
 };
 
 struct StmHelperOut
@@ -387,25 +395,25 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
 }
 
 /*
- * The batch's records, read by the helpers: each gets its share of the
- * bounds the leader's plan fixed, and the leader takes their rows and bad
+ * The batch's shares go to the helpers: share i of nshares (the leader's
+ * plan fixed the bounds; nshares is n + 1 when the leader reads the last
+ * share itself).  Then stm_parallel_drain takes their rows, groups and bad
  * records as they come, from whichever queue has some, until every helper
  * said it is done.
  */
 void
-stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc, TupleDesc partial_desc,
-				   StmParallelReceiver *recv, StmShareTotals *totals)
+stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares, TupleDesc desc,
+						 TupleDesc partial_desc)
 {
-	bool	   *done = palloc0(sizeof(bool) * par->n);
-	int			remaining = par->n;
-	TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
-	TupleTableSlot *group_slot = partial_desc ?
-		MakeSingleTupleTableSlot(partial_desc, &TTSOpsMinimalTuple) : NULL;
-
 	par->dirty = true;
+	par->done = palloc0(sizeof(bool) * par->n);
+	par->remaining = par->n;
+	par->slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+	par->group_slot = partial_desc ?
+		MakeSingleTupleTableSlot(partial_desc, &TTSOpsMinimalTuple) : NULL;
 	for (int i = 0; i < par->n; i++)
 	{
-		char	   *bounds = src->routine->share_bounds(src, i, par->n);
+		char	   *bounds = src->routine->share_bounds(src, i, nshares);
 		StringInfoData msg;
 
 		initStringInfo(&msg);
@@ -416,14 +424,28 @@ stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc, TupleDesc p
 		pfree(msg.data);
 		pfree(bounds);
 	}
-	while (remaining > 0)
+}
+
+/*
+ * What the helpers sent of the batch's shares: with wait, until each is
+ * done; without, what the queues hold now (the leader, between chunks of
+ * its own share, so that no helper waits long on a full queue).  True once
+ * every helper is done.
+ */
+bool
+stm_parallel_drain(StmParallel *par, StmParallelReceiver *recv, StmShareTotals *totals,
+				   bool wait)
+{
+	if (par->done == NULL)
+		return true;			/* drained already */
+	while (par->remaining > 0)
 	{
 		bool		progress = false;
 
 		for (int i = 0; i < par->n; i++)
 		{
 			/* a few messages of each in turn, so that no queue stays full */
-			for (int k = 0; k < 256 && !done[i]; k++)
+			for (int k = 0; k < 256 && !par->done[i]; k++)
 			{
 				Size		len;
 				void	   *data;
@@ -434,26 +456,34 @@ stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc, TupleDesc p
 				if (res != SHM_MQ_SUCCESS)
 					helper_gone(par, i);
 				progress = true;
-				if (!receive_message(par, i, data, len, slot, group_slot, recv, totals))
+				if (!receive_message(par, i, data, len, par->slot, par->group_slot, recv,
+									 totals))
 				{
-					done[i] = true;
-					remaining--;
+					par->done[i] = true;
+					par->remaining--;
 				}
 			}
 		}
-		if (!progress && remaining > 0)
+		stm_check_for_interrupts();
+		if (progress)
+			continue;
+		if (!wait)
+			return false;
+		if (par->remaining > 0)
 		{
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 200, PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
 		}
-		stm_check_for_interrupts();
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	if (group_slot)
-		ExecDropSingleTupleTableSlot(group_slot);
-	pfree(done);
+	ExecDropSingleTupleTableSlot(par->slot);
+	if (par->group_slot)
+		ExecDropSingleTupleTableSlot(par->group_slot);
+	pfree(par->done);
+	par->slot = par->group_slot = NULL;
+	par->done = NULL;
 	par->dirty = false;
+	return true;
 }
 
 /* ---- the helper ------------------------------------------------------- */

@@ -53,9 +53,10 @@ extern StmParallel *stm_parallel_start(int32 stream_id, int nhelpers, int elevel
 									   MemoryContext cxt);
 extern int	stm_parallel_count(StmParallel *par);
 extern bool stm_parallel_dirty(StmParallel *par);
-extern void stm_parallel_fetch(StmParallel *par, StmSource *src, TupleDesc desc,
-							   TupleDesc partial_desc, StmParallelReceiver *recv,
-							   StmShareTotals *totals);
+extern void stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares,
+									TupleDesc desc, TupleDesc partial_desc);
+extern bool stm_parallel_drain(StmParallel *par, StmParallelReceiver *recv,
+							   StmShareTotals *totals, bool wait);
 extern void stm_parallel_stop(StmParallel *par);
 extern void stm_parallel_abandon(StmParallel *par);
 extern bool stm_parallel_source_supported(const StmSourceRoutine *routine, bool has_dedup,

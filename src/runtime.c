@@ -120,6 +120,40 @@ close_sources(StmRuntime *rt)
 	}
 }
 
+/* The leader's own share's source goes (with its helpers, or after a failed fetch). */
+static void
+close_share_source(StmRuntime *rt)
+{
+	stm_source_close(rt->share_src);
+	rt->share_src = NULL;
+	rt->share_src_dirty = false;
+}
+
+/*
+ * With helpers the leader reads a share too (batch.c fetch_by_helpers):
+ * through a source of its own opened as a helper's (it fetches exactly
+ * the bounds set_share_bounds gives it), beside the one that plans, whose
+ * plan stays the batch's.  It lives as long as the helpers, and is opened
+ * again after a fetch of it failed part-way, as helpers are replaced then.
+ */
+StmSource *
+stm_runtime_share_source(StmRuntime *rt, StmStreamDef *def)
+{
+	if (rt->share_src_dirty)
+		close_share_source(rt);
+	if (rt->share_src == NULL)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
+		StmSourceRuntime *srt = linitial(rt->sources);
+
+		/* as a helper's: reads the bounds it is given, for latency when continuous */
+		rt->share_src = stm_source_open(srt->def, def->owner, true);
+		rt->share_src->low_latency = def->trigger_continuous;
+		MemoryContextSwitchTo(oldcxt);
+	}
+	return rt->share_src;
+}
+
 /*
  * parallel_workers NULL (automatic): streaming.max_parallel_workers_per_stream
  * helpers for a shape they run, in a stream's worker only (a run_batch
@@ -190,6 +224,8 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 		stm_parallel_stop(rt->parallel);
 		rt->parallel = NULL;
 	}
+	if (rt->share_src && (rt->parallel == NULL || rt->share_src_dirty))
+		close_share_source(rt);
 	rt->parallel_wanted = want;
 	foreach(lc, rt->sources)
 	{
@@ -209,8 +245,8 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 
 /*
  * How many helpers an automatic stream starts for this plan: no more than
- * the source's parts can keep busy, and none for a single part (one
- * helper alone does what the leader would, and hands it over besides).
+ * the source's parts can keep busy beside the leader, which reads a share
+ * too, so none for a single part.
  */
 static int
 automatic_count(StmRuntime *rt, int want)
@@ -218,7 +254,7 @@ automatic_count(StmRuntime *rt, int want)
 	StmSource  *src = ((StmSourceRuntime *) linitial(rt->sources))->src;
 	int			parts = src->routine->share_parts ? src->routine->share_parts(src) : 0;
 
-	return parts < 2 ? 0 : Min(want, parts);
+	return parts < 2 ? 0 : Min(want, parts - 1);
 }
 
 /*
@@ -392,11 +428,14 @@ stm_runtime_wait(StmRuntime *rt, long timeout_ms)
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool arrived = false;
 	int			n = 0;
-	StmSource **sources = palloc0(sizeof(StmSource *) * Max(list_length(rt->sources), 1));
+	StmSource **sources = palloc0(sizeof(StmSource *) * (list_length(rt->sources) + 1));
 	ListCell   *lc;
 
 	foreach(lc, rt->sources)
 		sources[n++] = ((StmSourceRuntime *) lfirst(lc))->src;
+	/* the leader's share: records of its partitions wake it, as a helper's do */
+	if (rt->share_src)
+		sources[n++] = rt->share_src;
 	PG_TRY();
 	{
 		arrived = stm_source_wait(sources, n, timeout_ms);
@@ -423,6 +462,8 @@ stm_runtime_abandon(StmRuntime *rt)
 {
 	stm_parallel_abandon(rt->parallel);
 	rt->parallel = NULL;
+	rt->share_src = NULL;
+	rt->share_src_dirty = false;
 }
 
 /* The end of a runtime: its sources and sink let go of what they hold. */
@@ -431,6 +472,7 @@ stm_runtime_close(StmRuntime *rt)
 {
 	stm_parallel_stop(rt->parallel);
 	rt->parallel = NULL;
+	close_share_source(rt);
 	close_sources(rt);
 	if (rt->sink && rt->sink->routine->close)
 		rt->sink->routine->close(rt->sink);
