@@ -157,8 +157,9 @@ stm_runtime_share_source(StmRuntime *rt, StmStreamDef *def)
 /*
  * parallel_workers NULL (automatic): streaming.max_parallel_workers_per_stream
  * helpers for a shape they run, in a stream's worker only (a run_batch
- * call's helpers would live for one batch), none while automatic helpers
- * give way to a stream's worker that found no slot.
+ * call's helpers would live for one batch), none for the continuous
+ * trigger, none while automatic helpers give way to a stream's worker
+ * that found no slot.
  */
 static int
 automatic_helpers(StmRuntime *rt, StmStreamDef *def)
@@ -166,6 +167,13 @@ automatic_helpers(StmRuntime *rt, StmStreamDef *def)
 	TimestampTz until;
 
 	if (stm_guc_max_parallel_workers_per_stream == 0 || !rt->parallel_allowed)
+		return 0;
+	/*
+	 * continuous: batches of a few records, read for latency; helpers would
+	 * add a hand-over to each, and a plan for helpers asks the brokers for
+	 * its bounds where the leader's own consumer knows them (source_kafka.c)
+	 */
+	if (def->trigger_continuous)
 		return 0;
 	if (stm_shmem_helpers_yielding(GetCurrentTimestamp(), &until))
 	{
