@@ -1,4 +1,4 @@
-# 027_stream_join_dump.pl: a stream-stream join with process_available
+# 028_stream_join_dump.pl: a stream-stream join with process_available
 # over its two sources, into a Kafka sink, and through pg_dump (SPEC 3.6,
 # issue 19 item 6; SPEC 1, 6.1).
 #
