@@ -32,9 +32,9 @@ use StreamingTest;
 use Test::More;
 
 my $kafka = StreamingTest::Kafka->start;
-my ($orders_topic) = $kafka->create_topic('orders_027', 2);
-my ($payments_topic) = $kafka->create_topic('payments_027', 2);
-my ($paid_topic) = $kafka->create_topic('paid_027', 2);
+my ($orders_topic) = $kafka->create_topic('orders_028', 2);
+my ($payments_topic) = $kafka->create_topic('payments_028', 2);
+my ($paid_topic) = $kafka->create_topic('paid_028', 2);
 
 my $node = streaming_node('main');
 my $tables = q{
