@@ -176,8 +176,7 @@
 #                   reads and parses everything itself); default none given,
 #                   that is automatic (NULL: up to
 #                   streaming.max_parallel_workers_per_stream, 2, as the
-#                   partitions allow), what a user who sets nothing gets; a
-#                   number not with --join, which create_stream refuses it for
+#                   partitions allow), what a user who sets nothing gets
 #   --no-install    use the extension installed for $PG_CONFIG as it is (as
 #                   root too): how bench/compare.sh runs two builds
 #   --keep          keep the temp dir (data, server log, perf.data)

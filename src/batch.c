@@ -22,6 +22,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/xact.h"
@@ -116,9 +117,16 @@ struct BatchContext
 	bool	   *out_nulls;
 	MemoryContext chunk_cxt;
 	StmHelperOut *share;		/* a parallel helper's share: its queue to the leader */
+	bool		share_rows;		/* it sends source rows (the leader runs the stateful step) */
 	StmParallel *helpers;		/* the leader's helpers, drained between its own chunks */
 	StmParallelReceiver *helpers_recv;
 	StmShareTotals *helpers_totals;
+	/* the leader: helpers' source rows, copied, until a chunk's worth is run */
+	MinimalTuple *pending;
+	int			npending;
+	bool		pending_filtered;	/* past WHERE in the helpers */
+	MemoryContext pending_cxt;
+	TupleTableSlot *pending_slot;
 	/* the row being processed, for errcontext */
 	BatchInput *error_input;
 	Datum	   *error_row;
@@ -151,6 +159,9 @@ typedef struct ParsedRecord
 	bool		meta_ok;		/* the metadata columns are filled */
 	bool		drop;			/* bad, late or a duplicate */
 } ParsedRecord;
+
+/* helpers' source rows run through the leader's batch this many at a time */
+#define STM_PENDING_CHUNK 1000
 
 static const BatchOutput output_to_sink;
 static const BatchOutput output_to_leader;
@@ -345,9 +356,14 @@ drop_duplicates(BatchContext *bc, ParsedRecord *recs, int n)
 		recs[i].drop = drop[i];
 }
 
-/* One source row through the query: joined, aggregated or projected. */
+/*
+ * One source row through the query: joined, aggregated or projected, or,
+ * in a helper's share that leaves the stateful step to the leader, sent
+ * to it (past WHERE where the query's qual is set).  filtered: a helper
+ * applied WHERE already.
+ */
 static void
-process_row(BatchContext *bc, TupleTableSlot *slot)
+process_row(BatchContext *bc, TupleTableSlot *slot, bool filtered)
 {
 	bc->econtext->ecxt_scantuple = slot;
 	if (bc->ssjoin)
@@ -361,13 +377,21 @@ process_row(BatchContext *bc, TupleTableSlot *slot)
 		stm_join_add(bc->join, slot);	/* the query runs at the batch's end */
 	else if (bc->aggbatch)
 	{
-		if (bc->qual == NULL || ExecQual(bc->qual, bc->econtext))
+		if (filtered || bc->qual == NULL || ExecQual(bc->qual, bc->econtext))
 			stm_aggbatch_add(bc->aggbatch, bc->econtext);
+	}
+	else if (bc->share_rows)
+	{
+		if (bc->qual == NULL || ExecQual(bc->qual, bc->econtext))
+			stm_parallel_send_source_row(bc->share, slot->tts_tupleDescriptor,
+										 slot->tts_values, slot->tts_isnull);
 	}
 	else if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
 		bc->output->row(bc, bc->out_values, bc->out_nulls);
 	ResetExprContext(bc->econtext);
 }
+
+static void process_parsed(BatchInput *in, ParsedRecord *recs, int n, bool filtered);
 
 /* Called by a source with each chunk of records of the batch (arg: its BatchInput). */
 static void
@@ -398,6 +422,20 @@ process_chunk(void *arg, StmRecord *records, int n)
 		else if (in->event_time_att >= 0)
 			note_event_time(bc, DatumGetTimestampTz(recs[i].values[in->event_time_att]));
 	}
+	process_parsed(in, recs, n, false);
+	if (bc->share)
+		STM_FAULT_POINT("helper_chunk");
+}
+
+/*
+ * A chunk's parsed rows (this process's, or a helper's: filtered, past
+ * WHERE there) after dedup, each through the query, in their order.
+ */
+static void
+process_parsed(BatchInput *in, ParsedRecord *recs, int n, bool filtered)
+{
+	BatchContext *bc = in->bc;
+
 	if (bc->dedup)
 		drop_duplicates(bc, recs, n);
 
@@ -415,7 +453,7 @@ process_chunk(void *arg, StmRecord *records, int n)
 		memcpy(slot->tts_values, rec->values, sizeof(Datum) * in->desc->natts);
 		memcpy(slot->tts_isnull, rec->nulls, sizeof(bool) * in->desc->natts);
 		ExecStoreVirtualTuple(slot);
-		process_row(bc, slot);
+		process_row(bc, slot, filtered);
 	}
 	bc->error_row = NULL;
 }
@@ -807,7 +845,7 @@ sink_begin(BatchContext *bc, StmRuntime *rt)
 	in = only_input(bc);
 	if (def->keep_late_rows)
 	{
-		keep_late = palloc(sizeof(StmLateRows));
+		keep_late = palloc0(sizeof(StmLateRows));
 		keep_late->stream_id = def->id;
 		keep_late->src = in->src;
 		keep_late->meta_att = in->ndeclared;
@@ -861,7 +899,7 @@ begin_stream_join(BatchContext *bc, StmRuntime *rt)
 		for (int s = 0; s < 2; s++)
 			if (def->keep_late_rows && (in->join_sides & (1 << s)))
 			{
-				keep_late[s] = palloc(sizeof(StmLateRows));
+				keep_late[s] = palloc0(sizeof(StmLateRows));
 				keep_late[s]->stream_id = def->id;
 				keep_late[s]->src = in->src;
 				keep_late[s]->meta_att = in->ndeclared;
@@ -996,10 +1034,47 @@ leader_group(void *arg, TupleDesc desc, Datum *values, bool *nulls)
 	stm_parallel_send_group(bc->share, desc, values, nulls);
 }
 
+/* a helper's aggregate share: a late row kept, to the leader */
+static void
+leader_late(void *arg, const char *position, Datum event_time, bool isnull)
+{
+	BatchContext *bc = arg;
+
+	stm_parallel_send_late(bc->share, position, DatumGetTimestampTz(event_time), isnull);
+}
+
 /*
- * A helper's share: no sink and no state (the leader writes them); an
- * aggregate pre-aggregates, forwarding its partial groups (the leader
- * combines them and keeps the state), or the projection.
+ * Does a helper send its share's source rows, the leader running the step
+ * after parsing?  Where that step needs the batch's state or snapshot in
+ * one place: dedup_keys (the seen keys), a join with tables (run by the
+ * leader's executor, in the batch's snapshot), session windows (sessions
+ * merge across shares).
+ */
+static bool
+share_sends_source_rows(StmStreamDef *def, StmQueryInfo *qi)
+{
+	return def->has_dedup || qi->planned ||
+		(qi->agg && qi->agg->window.kind == STM_WINDOW_SESSION);
+}
+
+/*
+ * And are they past WHERE?  Only when nothing stateful comes before it
+ * (dedup sees every row) and it reads the source row alone (a join's runs
+ * in the leader's executor): an aggregate's (session windows).
+ */
+static bool
+share_filters_source_rows(StmStreamDef *def, StmQueryInfo *qi)
+{
+	return qi->agg && !qi->planned && !def->has_dedup;
+}
+
+/*
+ * A helper's share: no sink and no state (the leader writes them).  Its
+ * source rows go to the leader (share_sends_source_rows), past WHERE only
+ * when nothing stateful comes before WHERE and WHERE reads the source row
+ * alone (no dedup, no join); or an aggregate pre-aggregates, forwarding
+ * its partial groups (the leader combines them and keeps the state) and
+ * its kept late rows; or the projection.
  */
 static void
 leader_begin(BatchContext *bc, StmRuntime *rt)
@@ -1007,16 +1082,35 @@ leader_begin(BatchContext *bc, StmRuntime *rt)
 	StmStreamDef *def = bc->def;
 	StmQueryInfo *qi = bc->qi;
 	BatchInput *in = only_input(bc);
+	int			stream_time_att = in->event_time_att;	/* event_time's column */
 
-	if (qi->agg)
+	/* the event time as the leader's batch takes it: a window's column when there is one */
+	if (qi->agg && qi->agg->event_time_att >= 0)
+		in->event_time_att = qi->agg->event_time_att;
+	if (share_sends_source_rows(def, qi))
 	{
+		bc->share_rows = true;
+		if (share_filters_source_rows(def, qi))
+			bc->qual = stm_query_compile_qual(qi);
+	}
+	else if (qi->agg)
+	{
+		StmLateRows *keep_late = NULL;
+
+		if (def->keep_late_rows)
+		{
+			keep_late = palloc0(sizeof(StmLateRows));
+			keep_late->stream_id = def->id;
+			keep_late->src = in->src;
+			keep_late->meta_att = in->ndeclared;
+			keep_late->forward = leader_late;
+			keep_late->forward_arg = bc;
+		}
 		bc->qual = stm_query_compile_qual(qi);
 		bc->aggbatch = stm_aggbatch_begin(qi->agg, def->id, def->output_mode, NULL,
 										  def->has_watermark, previous_watermark(def),
-										  in->event_time_att, NULL);
+										  stream_time_att, keep_late);
 		stm_aggbatch_forward(bc->aggbatch, leader_group, bc);
-		if (qi->agg->event_time_att >= 0)
-			in->event_time_att = qi->agg->event_time_att;
 	}
 	else
 		bc->projector = stm_query_compile(qi);
@@ -1094,6 +1188,61 @@ helper_group(void *arg, Datum *values, bool *nulls)
 }
 
 /*
+ * The helpers' source rows copied so far, through the batch's step after
+ * parsing as a chunk of the leader's own (dedup, the query), in the order
+ * they came: each share's in its order.
+ */
+static void
+run_pending(BatchContext *bc)
+{
+	BatchInput *in = only_input(bc);
+	int			natts = in->desc->natts;
+	ParsedRecord *recs;
+
+	if (bc->npending == 0)
+		return;
+	MemoryContextReset(bc->chunk_cxt);
+	recs = MemoryContextAllocZero(bc->chunk_cxt, sizeof(ParsedRecord) * bc->npending);
+	for (int i = 0; i < bc->npending; i++)
+	{
+		/* the values point into the copied tuples, kept until the chunk ran */
+		ExecStoreMinimalTuple(bc->pending[i], bc->pending_slot, false);
+		slot_getallattrs(bc->pending_slot);
+		recs[i].values = MemoryContextAlloc(bc->chunk_cxt, sizeof(Datum) * natts);
+		recs[i].nulls = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool) * natts);
+		memcpy(recs[i].values, bc->pending_slot->tts_values, sizeof(Datum) * natts);
+		memcpy(recs[i].nulls, bc->pending_slot->tts_isnull, sizeof(bool) * natts);
+		recs[i].meta_ok = true;
+		ExecClearTuple(bc->pending_slot);
+	}
+	process_parsed(in, recs, bc->npending, bc->pending_filtered);
+	bc->npending = 0;
+	MemoryContextReset(bc->pending_cxt);
+}
+
+/* the leader's batch: a helper's source row, kept for the next chunk */
+static void
+helper_source_row(void *arg, MinimalTuple tuple)
+{
+	BatchContext *bc = arg;
+	MemoryContext oldcxt = MemoryContextSwitchTo(bc->pending_cxt);
+
+	bc->pending[bc->npending++] = heap_copy_minimal_tuple(tuple);
+	MemoryContextSwitchTo(oldcxt);
+	if (bc->npending == STM_PENDING_CHUNK)
+		run_pending(bc);
+}
+
+/* the leader's batch: a late row a helper's partial aggregation kept */
+static void
+helper_late(void *arg, const char *position, TimestampTz event_time, bool isnull)
+{
+	BatchContext *bc = arg;
+
+	stm_late_row_store(bc->def->id, position, TimestampTzGetDatum(event_time), isnull);
+}
+
+/*
  * A chunk of the leader's own share: processed as any, then what the
  * helpers sent meanwhile, so that their queues do not stay full.
  */
@@ -1118,7 +1267,8 @@ leader_share_chunk(void *arg, StmRecord *records, int n)
 static void
 fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 {
-	StmParallelReceiver recv = {helper_row, helper_bad, helper_group, bc};
+	StmParallelReceiver recv = {helper_row, helper_bad, helper_group, helper_source_row,
+	helper_late, bc};
 	StmShareTotals totals = {0};
 	BatchInput *in = only_input(bc);
 	StmSource  *plan_src = in->src;
@@ -1133,6 +1283,14 @@ fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", bc->def->name),
 				 errdetail("%s.", why)));
+	if (share_sends_source_rows(bc->def, bc->qi))
+	{
+		bc->pending_filtered = share_filters_source_rows(bc->def, bc->qi);
+		bc->pending = palloc(sizeof(MinimalTuple) * STM_PENDING_CHUNK);
+		bc->pending_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming helper rows",
+												ALLOCSET_DEFAULT_SIZES);
+		bc->pending_slot = MakeSingleTupleTableSlot(in->desc, &TTSOpsMinimalTuple);
+	}
 	stm_parallel_send_shares(rt->parallel, plan_src, nhelpers + 1, bc->sink_output->desc,
 							 bc->aggbatch ? stm_aggbatch_partial_desc(bc->aggbatch) : NULL);
 	bc->helpers = rt->parallel;
@@ -1152,6 +1310,13 @@ fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 
 	(void) stm_parallel_drain(rt->parallel, &recv, &totals, true);
 	bc->helpers = NULL;
+	if (bc->pending)
+	{
+		run_pending(bc);
+		ExecDropSingleTupleTableSlot(bc->pending_slot);
+		MemoryContextDelete(bc->pending_cxt);
+		bc->pending = NULL;
+	}
 	bc->num_input += totals.num_input;
 	bc->num_late += totals.num_late;
 	if (totals.has_max_event_time)

@@ -20,7 +20,8 @@ static char *test_fault = NULL;
 
 static const char *const fault_points[] = {
 	"after_fetch", "after_parse", "after_sink_write", "before_commit",
-	"after_commit", "after_dead_letter", "before_watermark_update", "mid_file", NULL
+	"after_commit", "after_dead_letter", "before_watermark_update", "mid_file",
+	"helper_chunk", NULL
 };
 
 /* 'point:action[:arg]', every part known */

@@ -9,7 +9,9 @@
  * is), kill9 (SIGKILL to itself), exit1.
  *
  * The points: after_fetch, after_parse, after_sink_write, before_commit,
- * after_commit, after_dead_letter, before_watermark_update, mid_file.
+ * after_commit, after_dead_letter, before_watermark_update, mid_file,
+ * helper_chunk (a parallel helper, after it sent a chunk's rows to its
+ * leader: the middle of its share).
  */
 #ifndef STM_FAULT_H
 #define STM_FAULT_H

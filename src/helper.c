@@ -17,8 +17,10 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -26,7 +28,12 @@
 #include "guc.h"
 #include "helper.h"
 
-/* The leader's next share (its bounds), or NULL when the leader detached. */
+/*
+ * The leader's next share (its bounds), or NULL when the leader detached.
+ * A reload of the configuration is taken meanwhile, between shares, as
+ * the leader takes it between batches: a share runs with the settings its
+ * leader's batch has.
+ */
 static char *
 next_share(StmRuntime *rt, StmHelperLink *link)
 {
@@ -34,6 +41,11 @@ next_share(StmRuntime *rt, StmHelperLink *link)
 
 	for (;;)
 	{
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
 		switch (stm_parallel_helper_next(link, &bounds))
 		{
 			case STM_SHARE_READY:
@@ -93,6 +105,7 @@ streaming_helper_main(Datum main_arg)
 	StmRuntime *rt;
 
 	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	memcpy(&index, MyBgworkerEntry->bgw_extra, sizeof(int));
 	link = stm_parallel_helper_attach(main_arg, index);

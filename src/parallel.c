@@ -17,6 +17,10 @@
  *   sink, dead_letters   ◄──out queue───   'R' output rows (minimal tuples)
  *   groups (combine)                       'G' partial groups of aggregates:
  *                                              their states serialized
+ *   the stateful step                      'S' source rows (parsed; past
+ *                                              WHERE where that is safe)
+ *   late_rows                              'L' late rows kept (position,
+ *                                              event time)
  *                                          'B' bad records (raw bytes,
  *                                              error, position)
  *                                          'D' done (input count, max
@@ -25,6 +29,15 @@
  *
  * The leader reads the last share itself meanwhile (batch.c
  * fetch_by_helpers), draining the queues between its own chunks.
+ *
+ * Which a helper sends depends on the shape: a stateless query its output
+ * rows, a tumbling or sliding window (or no window) its partial groups and
+ * the late rows it kept.  Where the step after parsing needs the batch's
+ * state or snapshot in one place (dedup_keys against the seen keys, session
+ * merging, a join with tables run by the leader's executor in the batch's
+ * snapshot), a helper sends its parsed source rows, and the leader runs
+ * that step over them: a share's rows in their order, so each partition's
+ * are in source order, as they are without helpers.
  *
  * So the leader still plans, writes and commits one transaction per batch:
  * exactly-once is unchanged.  A helper that dies or detaches, or reports an
@@ -110,6 +123,13 @@ typedef struct BadHeader
 	uint8		sha256[32];
 } BadHeader;
 
+/* The late row message's fixed part (then the position, a string). */
+typedef struct LateHeader
+{
+	TimestampTz event_time;
+	int32		isnull;
+} LateHeader;
+
 static Size
 queue_offset(int i, bool out)
 {
@@ -119,35 +139,33 @@ queue_offset(int i, bool out)
 
 /*
  * Can helpers read this source, as the stream is set up?  Kafka and file
- * sources (kinds with share_bounds), without dedup_keys or late_rows =>
- * 'keep', for now.
+ * sources (kinds with share_bounds); dedup_keys only where rows are ordered
+ * within a part alone (the first row of a key is then the same whoever
+ * reads the part; files are read in order, one after another).
  */
 bool
-stm_parallel_source_supported(const StmSourceRoutine *routine, bool has_dedup, bool keep_late,
+stm_parallel_source_supported(const StmSourceRoutine *routine, bool has_dedup,
 							  const char **why)
 {
 	if (routine->share_bounds == NULL || routine->set_share_bounds == NULL)
 		*why = psprintf("sources of kind \"%s\" are read by the stream's worker only", routine->kind);
-	else if (keep_late)
-		*why = "late_rows => 'keep' is not run by helpers yet";
-	else if (has_dedup)
-		*why = "dedup_keys are not run by helpers yet";
+	else if (has_dedup && routine->ordered_parts)
+		*why = psprintf("dedup_keys keep the first row of a key in the order of the %s source's parts, which only the stream's worker reads in order",
+						routine->display_name);
 	else
 		return true;
 	return false;
 }
 
 /*
- * Can helpers run this query?  Stateless queries and aggregates of
- * tumbling or sliding windows or none, without joins, for now.
+ * Can helpers run this query?  Every shape of one source; a join of two
+ * sources not yet.
  */
 bool
 stm_parallel_query_supported(StmQueryInfo *qi, const char **why)
 {
-	if (qi->agg && qi->agg->window.kind == STM_WINDOW_SESSION)
-		*why = "session windows are not run by helpers yet";
-	else if (qi->planned)
-		*why = "queries that read tables too (joins, subqueries) are not run by helpers yet";
+	if (qi->ssjoin)
+		*why = "joins of two sources are not run by helpers yet";
 	else
 		return true;
 	return false;
@@ -156,7 +174,7 @@ stm_parallel_query_supported(StmQueryInfo *qi, const char **why)
 /* create_stream's and alter_stream's parallel_workers argument */
 void
 stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
-					   StmQueryInfo *qi, bool has_dedup, bool keep_late)
+					   StmQueryInfo *qi, bool has_dedup)
 {
 	const char *why;
 
@@ -164,13 +182,13 @@ stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routin
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("parallel_workers must be between 0 and %d", STM_MAX_PARALLEL_WORKERS)));
-	if (n > 0 && (!stm_parallel_source_supported(routine, has_dedup, keep_late, &why) ||
+	if (n > 0 && (!stm_parallel_source_supported(routine, has_dedup, &why) ||
 				  (qi && !stm_parallel_query_supported(qi, &why))))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", stream),
 				 errdetail("%s.", why),
-				 errhint("Parallel helpers run stateless queries and tumbling or sliding window aggregates over Kafka and file sources; leave parallel_workers NULL (automatic) or 0.")));
+				 errhint("Parallel helpers run queries of one Kafka or file source (dedup_keys over Kafka only); leave parallel_workers NULL (automatic) or 0.")));
 }
 
 /*
@@ -332,6 +350,18 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
 			recv->row(recv->arg, slot->tts_values, slot->tts_isnull);
 			ExecClearTuple(slot);
 			return true;
+		case 'S':
+			/* valid until the next receive: the leader copies it */
+			recv->source_row(recv->arg, (MinimalTuple) body);
+			return true;
+		case 'L':
+			{
+				LateHeader	h;
+
+				memcpy(&h, body, sizeof(LateHeader));
+				recv->late(recv->arg, body + sizeof(LateHeader), h.event_time, h.isnull);
+				return true;
+			}
 		case 'B':
 			{
 				BadHeader	h;
@@ -518,6 +548,34 @@ void
 stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
 {
 	send_tuple(out, 'R', desc, values, nulls);
+}
+
+/* A parsed source row to the leader, which runs the stateful step over it. */
+void
+stm_parallel_send_source_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
+{
+	send_tuple(out, 'S', desc, values, nulls);
+}
+
+/* A late row kept (late_rows => 'keep'): the leader writes it to streaming.late_rows. */
+void
+stm_parallel_send_late(StmHelperOut *out, const char *position, TimestampTz event_time,
+					   bool isnull)
+{
+	char		header[STM_PAR_HEADER] = {'L'};
+	LateHeader	h;
+	shm_mq_iovec iov[3];
+
+	memset(&h, 0, sizeof(h));
+	h.event_time = event_time;
+	h.isnull = isnull;
+	iov[0].data = header;
+	iov[0].len = STM_PAR_HEADER;
+	iov[1].data = (const char *) &h;
+	iov[1].len = sizeof(h);
+	iov[2].data = position;
+	iov[2].len = strlen(position) + 1;
+	send_or_exit(out, iov, 3);
 }
 
 /* A partial group to the leader (aggregates: stm_aggbatch_partial_desc). */

@@ -7,6 +7,7 @@
 #ifndef STM_PARALLEL_H
 #define STM_PARALLEL_H
 
+#include "access/htup.h"
 #include "access/tupdesc.h"
 #include "fmgr.h"
 #include "nodes/pg_list.h"
@@ -33,6 +34,10 @@ typedef struct StmParallelReceiver
 	void		(*row) (void *arg, Datum *values, bool *nulls);
 	void		(*bad) (void *arg, const StmBadRecord *bad);
 	void		(*group) (void *arg, Datum *values, bool *nulls);	/* aggregates: a partial group */
+	/* a parsed source row (valid until the callback returns) */
+	void		(*source_row) (void *arg, MinimalTuple tuple);
+	/* a late row kept: its position (jsonb text) and event time */
+	void		(*late) (void *arg, const char *position, TimestampTz event_time, bool isnull);
 	void	   *arg;
 } StmParallelReceiver;
 
@@ -60,10 +65,10 @@ extern bool stm_parallel_drain(StmParallel *par, StmParallelReceiver *recv,
 extern void stm_parallel_stop(StmParallel *par);
 extern void stm_parallel_abandon(StmParallel *par);
 extern bool stm_parallel_source_supported(const StmSourceRoutine *routine, bool has_dedup,
-										  bool keep_late, const char **why);
+										  const char **why);
 extern bool stm_parallel_query_supported(StmQueryInfo *qi, const char **why);
 extern void stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
-								   StmQueryInfo *qi, bool has_dedup, bool keep_late);
+								   StmQueryInfo *qi, bool has_dedup);
 
 /* a helper (helper.c): its end of the leader's segment, and what its share sends */
 extern StmHelperLink *stm_parallel_helper_attach(Datum main_arg, int index);
@@ -73,6 +78,10 @@ extern StmHelperOut *stm_parallel_helper_out(StmHelperLink *link);
 extern StmShareNext stm_parallel_helper_next(StmHelperLink *link, char **bounds);
 extern void stm_parallel_wake_leader(StmHelperLink *link);
 extern void stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
+extern void stm_parallel_send_source_row(StmHelperOut *out, TupleDesc desc, Datum *values,
+										 bool *nulls);
+extern void stm_parallel_send_late(StmHelperOut *out, const char *position,
+								   TimestampTz event_time, bool isnull);
 extern void stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
 extern void stm_parallel_send_bad(StmHelperOut *out, const StmBadRecord *bad);
 extern void stm_parallel_send_done(StmHelperOut *out, const StmShareTotals *totals);

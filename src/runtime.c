@@ -223,7 +223,7 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 
 		if (list_length(rt->sources) > 1 ||
 			!stm_parallel_source_supported(stm_source_routine(source->kind),
-										   def->has_dedup, def->keep_late_rows, &why))
+										   def->has_dedup, &why))
 			want = 0;
 	}
 	if (rt->parallel &&

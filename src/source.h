@@ -271,6 +271,14 @@ struct StmSourceRoutine
 	void		(*set_share_bounds) (StmSource *src, const char *bounds);
 	int			(*share_parts) (StmSource *src);
 
+	/*
+	 * The parts are read one after another, in an order of their own (the
+	 * file source's files): which row of a key comes first (dedup_keys)
+	 * then spans parts, and helpers, each reading its parts, could not keep
+	 * it.  false (Kafka): rows are ordered within a part only.
+	 */
+	bool		ordered_parts;
+
 	/* Give resources back before the memory context goes (else it does). */
 	void		(*close) (StmSource *src);
 };

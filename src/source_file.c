@@ -1887,6 +1887,7 @@ const StmSourceRoutine stm_file_source = {
 	.share_bounds = file_share_bounds,
 	.set_share_bounds = file_set_share_bounds,
 	.share_parts = file_share_parts,
+	.ordered_parts = true,
 	.fill_metadata = file_fill_metadata,
 	.position_json = file_position_json,
 	.save_positions = file_save_positions,

@@ -256,15 +256,29 @@ stm_key_finish(StringInfo buf)
 void
 stm_late_row_keep(StmLateRows *late, Datum *values, bool *nulls, int event_time_att)
 {
+	char	   *position = stm_source_position(late->src, values + late->meta_att,
+											   nulls + late->meta_att);
+
+	if (late->forward)
+		late->forward(late->forward_arg, position, values[event_time_att],
+					  nulls[event_time_att]);
+	else
+		stm_late_row_store(late->stream_id, position, values[event_time_att],
+						   nulls[event_time_att]);
+}
+
+/* A late row into streaming.late_rows, in the batch's transaction. */
+void
+stm_late_row_store(int32 stream_id, const char *position, Datum event_time, bool isnull)
+{
 	Oid			types[3] = {INT4OID, TEXTOID, TIMESTAMPTZOID};
 	Datum		args[3];
 	char		argnulls[3] = {' ', ' ', ' '};
 
-	args[0] = Int32GetDatum(late->stream_id);
-	args[1] = CStringGetTextDatum(stm_source_position(late->src, values + late->meta_att,
-													  nulls + late->meta_att));
-	args[2] = values[event_time_att];
-	if (nulls[event_time_att])
+	args[0] = Int32GetDatum(stream_id);
+	args[1] = CStringGetTextDatum(position);
+	args[2] = event_time;
+	if (isnull)
 		argnulls[2] = 'n';
 	/* keyed by the stream's id: a later namesake sees none of them */
 	stm_catalog_exec("INSERT INTO streaming.late_rows (stream, stream_id, position, event_time) "

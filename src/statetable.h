@@ -18,6 +18,9 @@ typedef struct StmLateRows
 	int32		stream_id;
 	StmSource  *src;			/* tells a row's position from its metadata */
 	int			meta_att;		/* the first metadata column of a source row */
+	/* a parallel helper's: hands the row on to its leader instead of writing it */
+	void		(*forward) (void *arg, const char *position, Datum event_time, bool isnull);
+	void	   *forward_arg;
 } StmLateRows;
 
 /* state-table statements run as the extension's owner (stm_statetable_begin) */
@@ -42,5 +45,7 @@ extern void stm_key_append(StringInfo buf, FmgrInfo *send, Datum value, bool isn
 extern bytea *stm_key_finish(StringInfo buf);
 extern void stm_late_row_keep(StmLateRows *late, Datum *values, bool *nulls,
 							  int event_time_att);
+extern void stm_late_row_store(int32 stream_id, const char *position, Datum event_time,
+							   bool isnull);
 
 #endif

@@ -41,9 +41,10 @@
 #
 # Rounds take turns over parallel_workers_list (0 and 2 by default,
 # STREAMING_TEST_PARALLEL_WORKERS chooses): in a round with N > 0 every
-# stream that helpers can run (all but the session windows) has
-# parallel_workers => N, so each run_batch reads and pre-aggregates its
-# records in N helpers and combines their partial states.
+# stream has parallel_workers => N, so each run_batch reads and
+# pre-aggregates its records in N helpers and combines their partial
+# states (session windows: the helpers parse and filter, the worker
+# merges the sessions).
 #
 # STREAMING_TEST_SEED=N replays the random choices of a run; the seed and
 # every round's parameters and chunk sizes are printed.
@@ -441,7 +442,7 @@ for my $r (1 .. $rounds)
 	my @streams = stream_specs($r, \%p);
 	for my $s (@streams)
 	{
-		$s->{parallel_workers} = $s->{session} ? 0 : $pw;
+		$s->{parallel_workers} = $pw;
 	}
 	@streams = create_streams($r, @streams);
 

@@ -164,8 +164,7 @@ is(stream_row($node, 'orders_agg')->{status}, 'running', 'the aggregate stream i
 
 # parallel_workers NULL (the default): automatic, as many helpers as
 # streaming.max_parallel_workers_per_stream allows for a shape they run
-# (here 2; the setting is read when the worker starts), none for one they
-# do not (dedup_keys), which is not refused either
+# (here 2; the setting is read when the worker starts): dedup_keys too
 query_retry($node,
 	"ALTER SYSTEM SET streaming.max_parallel_workers_per_stream = 2; SELECT pg_reload_conf()");
 wait_for($node, 'SHOW streaming.max_parallel_workers_per_stream', '2',
@@ -182,11 +181,11 @@ $node->safe_psql('postgres', "SELECT streaming.process_available('orders_auto_de
 check_sink($node, 'orders_auto', $orders, 'automatic helpers');
 check_progress($node, 'orders_auto', $orders->count + 3, 'automatic helpers');
 is(helpers('orders_auto'), '2', 'the automatic stateless stream has two helpers');
-is(helpers('orders_auto_dedup'), '0', 'the automatic dedup stream has none');
+is(helpers('orders_auto_dedup'), '2', 'the automatic dedup stream has two helpers');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) = count(DISTINCT order_id) AND count(*) = (SELECT count(DISTINCT order_id) FROM orders_auto) "
 		  . "FROM orders_auto_dedup"),
-	't', 'the automatic dedup stream has every order once, without helpers');
+	't', 'the automatic dedup stream has every order once, with helpers');
 
 $node->stop;
 done_testing();
