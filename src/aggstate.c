@@ -6,7 +6,10 @@
  * batch each entry is merged, once, into the stream's state table
  * (streaming.state_<id>) with the aggregates' combine functions, and the
  * sink is brought up to date: in update mode the changed groups are upserted
- * into it, in complete mode it is rewritten from the whole state.
+ * into it, in complete mode it is rewritten from the whole state.  Windows
+ * are merged set-based (a statement per chunk of groups to read, one to
+ * write: merge_window_groups); sessions a group at a time, since a batch's
+ * session may absorb stored ones.
  *
  * Groups are told apart as GROUP BY does, by the types' equality and hash
  * functions (numeric 1.0 and 1.00 are one group, NULL is a group like any
@@ -24,8 +27,9 @@
  * memory (as a hash aggregate spills).  Everything stays in the batch's
  * transaction.  A group merged in two parts of a batch combines its states
  * twice, with the same result; in update mode its sink row is then upserted
- * twice, ending at the batch's value, and counts twice in num_output_rows
- * (rows written); its late rows count once per part.
+ * twice, ending at the batch's value (the table sink keeps the last and
+ * writes it once), and counts twice in num_output_rows (rows written); its
+ * late rows count once per part.
  */
 #include "postgres.h"
 
