@@ -6,7 +6,10 @@
  * batch each entry is merged, once, into the stream's state table
  * (streaming.state_<id>) with the aggregates' combine functions, and the
  * sink is brought up to date: in update mode the changed groups are upserted
- * into it, in complete mode it is rewritten from the whole state.
+ * into it, in complete mode it is rewritten from the whole state.  Windows
+ * are merged set-based (a statement per chunk of groups to read, one to
+ * write: merge_window_groups); sessions a group at a time, since a batch's
+ * session may absorb stored ones.
  *
  * Groups are told apart as GROUP BY does, by the types' equality and hash
  * functions (numeric 1.0 and 1.00 are one group, NULL is a group like any
@@ -24,8 +27,9 @@
  * memory (as a hash aggregate spills).  Everything stays in the batch's
  * transaction.  A group merged in two parts of a batch combines its states
  * twice, with the same result; in update mode its sink row is then upserted
- * twice, ending at the batch's value, and counts twice in num_output_rows
- * (rows written); its late rows count once per part.
+ * twice, ending at the batch's value (the table sink keeps the last and
+ * writes it once), and counts twice in num_output_rows (rows written); its
+ * late rows count once per part.
  */
 #include "postgres.h"
 
@@ -53,6 +57,9 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
+#include "utils/guc.h"
+#include "utils/tuplestore.h"
+#include "utils/array.h"
 
 #include "aggstate.h"
 #include "catalog.h"
@@ -734,60 +741,65 @@ key_matches(StmAggBatch *ab, HeapTuple tup, TupleDesc desc, int first,
 	return true;
 }
 
-/* The SPI plans of the end of a batch. */
+/* The SPI plans of the end of a batch (session windows), and room for rows. */
 typedef struct StatePlans
 {
-	SPIPlanPtr	select;			/* a group's stored row, by group_hash and equality */
-	SPIPlanPtr	upsert;			/* a group's new state row */
+	SPIPlanPtr	upsert;			/* session windows: a session's new state row */
 	SPIPlanPtr	sessions;		/* session windows: a group's stored sessions in a range */
 	SPIPlanPtr	delete;			/* session windows: a merged-away session's state row */
 	int			nstate;			/* columns of the state table */
 	Datum	   *vals;			/* room for a state row */
+	bool	   *isnull;
 	char	   *nulls;
 	Datum	   *out;			/* room for a sink row */
 	bool	   *outnulls;
 } StatePlans;
 
+/* Room for a state row and a sink row. */
+static void
+alloc_rows(StmAggBatch *ab, StatePlans *p)
+{
+	int			nout = list_length(ab->agg->outputs);
+
+	p->nstate = 4 + ab->agg->nkeys + ab->rt->naggs;
+	p->vals = palloc(sizeof(Datum) * p->nstate);
+	p->isnull = palloc(sizeof(bool) * p->nstate);
+	p->nulls = palloc(p->nstate);
+	p->out = palloc(sizeof(Datum) * Max(nout, 1));
+	p->outnulls = palloc(sizeof(bool) * Max(nout, 1));
+}
+
+/*
+ * Session windows: a group's sessions are read and written a statement at
+ * a time (a batch's session can absorb several stored ones).
+ */
 static void
 prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 {
 	StmAggQuery *agg = ab->agg;
 	StmAggRuntime *rt = ab->rt;
 	int			nkeys = agg->nkeys;
-	bool		session = agg->window.kind == STM_WINDOW_SESSION;
-	int			nout = list_length(agg->outputs);
 	Oid		   *types;
-	Oid			argtypes[FUNC_MAX_ARGS + 1];
+	Oid			argtypes[3];
 	StringInfoData states;
 	StringInfoData sql;
 
-	p->nstate = 4 + nkeys + rt->naggs;
+	alloc_rows(ab, p);
 	types = palloc(sizeof(Oid) * p->nstate);
-	p->vals = palloc(sizeof(Datum) * p->nstate);
-	p->nulls = palloc(p->nstate);
-	p->out = palloc(sizeof(Datum) * nout);
-	p->outnulls = palloc(sizeof(bool) * nout);
 
 	/*
-	 * Stored groups are found by their hash and window; their group values
-	 * are compared in C (key_matches), so that the statements, which run as
-	 * the extension's owner, call no user code (a type's equality may be).
+	 * Stored groups are found by their hash; their group values are compared
+	 * in C (key_matches), so that the statements, which run as the
+	 * extension's owner, call no user code (a type's equality may be).
 	 */
 	initStringInfo(&states);
 	for (int k = 0; k < nkeys; k++)
 		appendStringInfo(&states, ", key_%d", k + 1);
 	for (int i = 0; i < rt->naggs; i++)
 		appendStringInfo(&states, ", state_%d", i + 1);
-	argtypes[0] = INT8OID;
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT group_key%s FROM %s WHERE group_hash = $1 "
-					 "AND window_start IS NOT DISTINCT FROM $2 FOR UPDATE",
-					 states.data, ab->table);
-	argtypes[1] = TIMESTAMPTZOID;
-	p->select = SPI_prepare(sql.data, 2, argtypes);
 
 	/* window_end moves when a session grows */
-	resetStringInfo(&sql);
 	appendStringInfo(&sql, "INSERT INTO %s VALUES (", ab->table);
 	for (int c = 0; c < p->nstate; c++)
 		appendStringInfo(&sql, "%s$%d", c ? ", " : "", c + 1);
@@ -802,54 +814,56 @@ prepare_state_plans(StmAggBatch *ab, StatePlans *p)
 		types[3 + nkeys + i] = rt->fns[i].storedtype;
 	types[p->nstate - 1] = INT8OID;
 	p->upsert = SPI_prepare(sql.data, p->nstate, types);
-	if (p->select == NULL || p->upsert == NULL)
-		elog(ERROR, "could not prepare the state table queries of stream %d", ab->stream_id);
-
-	if (!session)
-		return;
 
 	/* the group's stored sessions that reach [lo, hi]: they end at or after lo and start at or before hi */
 	resetStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT group_key, window_start, window_end%s FROM %s "
 					 "WHERE group_hash = $1 AND window_end >= $2 AND window_start <= $3 FOR UPDATE",
 					 states.data, ab->table);
+	argtypes[0] = INT8OID;
 	argtypes[1] = argtypes[2] = TIMESTAMPTZOID;
 	p->sessions = SPI_prepare(sql.data, 3, argtypes);
 	argtypes[0] = BYTEAOID;
 	p->delete = SPI_prepare(psprintf("DELETE FROM %s WHERE group_key = $1", ab->table),
 							1, argtypes);
-	if (p->sessions == NULL || p->delete == NULL)
+	if (p->upsert == NULL || p->sessions == NULL || p->delete == NULL)
 		elog(ERROR, "could not prepare the session queries of stream %d", ab->stream_id);
 }
 
-/* One state row: the group's key, window, group values and states. */
+/* A state row (p->vals, p->isnull): the group's key, window, group values and states. */
+static void
+state_row(StmAggBatch *ab, StatePlans *p, bytea *key, bool has_window,
+		  TimestampTz wstart, TimestampTz wend, Datum *keyvals, bool *keynulls,
+		  StmAggValue *states, int64 hash)
+{
+	int			nkeys = ab->agg->nkeys;
+
+	p->vals[0] = PointerGetDatum(key);
+	p->isnull[0] = false;
+	p->vals[1] = TimestampTzGetDatum(wstart);
+	p->isnull[1] = !has_window;
+	p->vals[2] = TimestampTzGetDatum(wend);
+	p->isnull[2] = !ab->closes;
+	for (int k = 0; k < nkeys; k++)
+	{
+		p->vals[3 + k] = keyvals[k];
+		p->isnull[3 + k] = keynulls[k];
+	}
+	for (int i = 0; i < ab->rt->naggs; i++)
+		p->vals[3 + nkeys + i] = stm_agg_store(ab->rt, i, &states[i], &p->isnull[3 + nkeys + i]);
+	p->vals[p->nstate - 1] = Int64GetDatum(hash);
+	p->isnull[p->nstate - 1] = false;
+}
+
+/* Session windows: one state row, written now. */
 static void
 write_state(StmAggBatch *ab, StatePlans *p, bytea *key, bool has_window,
 			TimestampTz wstart, TimestampTz wend, Datum *keyvals, bool *keynulls,
 			StmAggValue *states, int64 hash)
 {
-	int			nkeys = ab->agg->nkeys;
-
-	p->vals[0] = PointerGetDatum(key);
-	p->nulls[0] = ' ';
-	p->vals[1] = TimestampTzGetDatum(wstart);
-	p->nulls[1] = has_window ? ' ' : 'n';
-	p->vals[2] = TimestampTzGetDatum(wend);
-	p->nulls[2] = ab->closes ? ' ' : 'n';
-	for (int k = 0; k < nkeys; k++)
-	{
-		p->vals[3 + k] = keyvals[k];
-		p->nulls[3 + k] = keynulls[k] ? 'n' : ' ';
-	}
-	for (int i = 0; i < ab->rt->naggs; i++)
-	{
-		bool		isnull;
-
-		p->vals[3 + nkeys + i] = stm_agg_store(ab->rt, i, &states[i], &isnull);
-		p->nulls[3 + nkeys + i] = isnull ? 'n' : ' ';
-	}
-	p->vals[p->nstate - 1] = Int64GetDatum(hash);
-	p->nulls[p->nstate - 1] = ' ';
+	state_row(ab, p, key, has_window, wstart, wend, keyvals, keynulls, states, hash);
+	for (int c = 0; c < p->nstate; c++)
+		p->nulls[c] = p->isnull[c] ? 'n' : ' ';
 	if (execute_state_plan(p->upsert, p->vals, p->nulls, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
 }
@@ -884,44 +898,90 @@ delete_sink_key(StmAggBatch *ab, StatePlans *p, TimestampTz wstart, Datum *keyva
 	stm_sink_delete_key(ab->sink, p->out, p->outnulls);
 }
 
-/* A window and group of the batch: its states combined with the stored ones. */
+/*
+ * Windows and groups other than sessions are merged a chunk of groups at a
+ * time: one statement reads the chunk's stored rows (by group_hash, locked),
+ * and the merged rows of every chunk are written by one INSERT ... ON
+ * CONFLICT (group_key) DO UPDATE over them as an ephemeral named relation
+ * (a tuplestore, which spills to disk past work_mem).  The statements are
+ * planned each time, for the table as it is then; the read is planned with
+ * enable_seqscan off, since a state table is seldom analyzed, and without
+ * statistics the planner would take a few hundred hashes for most of it.
+ */
+#define STM_MERGE_CHUNK 4096
+#define STM_MERGED_ENR "streaming merged groups"
+
+/* stored rows by group_hash: the first, then next[] chains the others */
+typedef struct StoredHash
+{
+	int64		hash;
+	int			first;
+} StoredHash;
+
+/* The state table's columns, for the merged rows' relation. */
+static TupleDesc
+state_desc(StmAggBatch *ab)
+{
+	StmAggQuery *agg = ab->agg;
+	int			nkeys = agg->nkeys;
+	int			natts = 4 + nkeys + ab->rt->naggs;
+	TupleDesc	desc = CreateTemplateTupleDesc(natts);
+
+	TupleDescInitEntry(desc, 1, "group_key", BYTEAOID, -1, 0);
+	TupleDescInitEntry(desc, 2, "window_start", TIMESTAMPTZOID, -1, 0);
+	TupleDescInitEntry(desc, 3, "window_end", TIMESTAMPTZOID, -1, 0);
+	for (int k = 0; k < nkeys; k++)
+	{
+		int32		typmod = agg->key_typmods[k];
+		Oid			base = getBaseTypeAndTypmod(agg->key_types[k], &typmod);
+
+		TupleDescInitEntry(desc, 4 + k, psprintf("key_%d", k + 1), base, typmod, 0);
+	}
+	for (int i = 0; i < ab->rt->naggs; i++)
+		TupleDescInitEntry(desc, 4 + nkeys + i, psprintf("state_%d", i + 1),
+						   ab->rt->fns[i].storedtype, -1, 0);
+	TupleDescInitEntry(desc, natts, "group_hash", INT8OID, -1, 0);
+	return desc;
+}
+
+/*
+ * A window and group of the batch: its states combined with its stored
+ * row's (found among the chunk's stored rows tt by its hash), the merged
+ * row added to rows, and in update mode its sink row upserted.
+ */
 static void
-merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
+merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry, int64 hash,
+			SPITupleTable *tt, HTAB *stored, int *next, Tuplestorestate *rows,
+			TupleDesc rows_desc)
 {
 	StmAggRuntime *rt = ab->rt;
 	int			nkeys = ab->agg->nkeys;
 	StmAggValue *vals = entry->additional;
 	StmAggValue merged[FUNC_MAX_ARGS];
-	Datum		args[FUNC_MAX_ARGS + 2];
-	char		nulls[FUNC_MAX_ARGS + 2];
 	TimestampTz wstart;
 	bool		has_window = entry_key(ab, entry, &wstart);
 	Datum	   *keyvals = ab->entry_slot->tts_values + 1;
 	bool	   *keynulls = ab->entry_slot->tts_isnull + 1;
 	TimestampTz wend = group_end(ab, has_window, wstart, keyvals, keynulls);
-	int64		hash = group_hash(ab, has_window, wstart, keyvals, keynulls);
+	StoredHash *sh = hash_search(stored, &hash, HASH_FIND, NULL);
 	bytea	   *key = NULL;
 
-	args[0] = Int64GetDatum(hash);
-	nulls[0] = ' ';
-	args[1] = TimestampTzGetDatum(wstart);
-	nulls[1] = has_window ? ' ' : 'n';
-	if (execute_state_plan(p->select, args, nulls, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the state table of stream %d", ab->stream_id);
 	memcpy(merged, vals, sizeof(StmAggValue) * rt->naggs);
-	for (uint64 r = 0; r < SPI_processed && key == NULL; r++)
+	for (int r = sh ? sh->first : -1; r >= 0 && key == NULL; r = next[r])
 	{
-		HeapTuple	tup = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple	tup = tt->vals[r];
 		bool		isnull;
+		Datum		ws = SPI_getbinval(tup, tt->tupdesc, 3, &isnull);
 
 		/* the stored row, whatever form of the values created it */
-		if (!key_matches(ab, tup, desc, 2, keyvals, keynulls))
+		if (isnull == has_window || (has_window && DatumGetTimestampTz(ws) != wstart))
+			continue;			/* another window of the same hash */
+		if (!key_matches(ab, tup, tt->tupdesc, 4, keyvals, keynulls))
 			continue;			/* another group of the same hash */
-		key = DatumGetByteaPCopy(SPI_getbinval(tup, desc, 1, &isnull));
+		key = DatumGetByteaPCopy(SPI_getbinval(tup, tt->tupdesc, 1, &isnull));
 		for (int i = 0; i < rt->naggs; i++)
 		{
-			Datum		d = SPI_getbinval(tup, desc, 2 + nkeys + i, &isnull);
+			Datum		d = SPI_getbinval(tup, tt->tupdesc, 4 + nkeys + i, &isnull);
 
 			stm_agg_load(rt, i, d, isnull, &merged[i]);
 			stm_agg_combine(rt, i, &merged[i], &vals[i]);
@@ -932,12 +992,178 @@ merge_group(StmAggBatch *ab, StatePlans *p, TupleHashEntry entry)
 		key = group_key(ab, has_window, wstart, keyvals, keynulls);
 		ab->rows_added++;		/* the upsert inserts */
 	}
-	SPI_freetuptable(SPI_tuptable);
-	write_state(ab, p, key, has_window, wstart, wend, keyvals, keynulls, merged, hash);
+	state_row(ab, p, key, has_window, wstart, wend, keyvals, keynulls, merged, hash);
+	tuplestore_putvalues(rows, rows_desc, p->vals, p->isnull);
 	if (ab->update)
 		upsert_sink(ab, p, has_window, wstart, wend, keyvals, keynulls, merged);
 }
 
+/*
+ * A chunk of the batch's groups: their stored rows read in one statement,
+ * then each group merged (merge_group) in the merge context, reset after it.
+ */
+static void
+merge_chunk(StmAggBatch *ab, StatePlans *p, const char *select, TupleHashEntry *entries,
+			int n, Tuplestorestate *rows, TupleDesc rows_desc)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Datum	   *hd = palloc(sizeof(Datum) * n);
+	int64	   *hashes = palloc(sizeof(int64) * n);
+	Oid			argtype = INT8ARRAYOID;
+	Datum		arg;
+	StmStateAccess access;
+	int			nest;
+	int			rc;
+	SPITupleTable *tt;
+	uint64		nstored;
+	HASHCTL		ctl;
+	HTAB	   *stored;
+	int		   *next;
+
+	for (int g = 0; g < n; g++)
+	{
+		TimestampTz wstart;
+		bool		has_window = entry_key(ab, entries[g], &wstart);
+
+		hashes[g] = group_hash(ab, has_window, wstart, ab->entry_slot->tts_values + 1,
+							   ab->entry_slot->tts_isnull + 1);
+		hd[g] = Int64GetDatum(hashes[g]);
+	}
+	arg = PointerGetDatum(construct_array(hd, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+										  TYPALIGN_DOUBLE));
+
+	/* as the extension's owner, the statement holding only built-in operators on built-in types */
+	nest = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	access = stm_statetable_begin();
+	rc = SPI_execute_with_args(select, 1, &argtype, &arg, NULL, false, 0);
+	stm_statetable_end(access);
+	AtEOXact_GUC(true, nest);
+	MemoryContextSwitchTo(cxt);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the state table of stream %d", ab->stream_id);
+	tt = SPI_tuptable;
+	nstored = SPI_processed;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(StoredHash);
+	ctl.hcxt = cxt;
+	stored = hash_create("streaming stored groups", Max(nstored, 16), &ctl,
+						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	next = palloc(sizeof(int) * Max(nstored, 1));
+	for (uint64 r = 0; r < nstored; r++)
+	{
+		bool		isnull;
+		int64		h = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
+		bool		found;
+		StoredHash *sh = hash_search(stored, &h, HASH_ENTER, &found);
+
+		next[r] = found ? sh->first : -1;
+		sh->first = (int) r;
+	}
+
+	for (int g = 0; g < n; g++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ab->merge_cxt);
+
+		stm_check_for_interrupts();
+		ab->ngroups++;
+		merge_group(ab, p, entries[g], hashes[g], tt, stored, next, rows, rows_desc);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(ab->merge_cxt);
+	}
+	SPI_freetuptable(tt);
+	hash_destroy(stored);
+}
+
+/* The merged rows into the state table, in one statement. */
+static void
+write_merged(StmAggBatch *ab, Tuplestorestate *rows, TupleDesc rows_desc, int64 nrows)
+{
+	EphemeralNamedRelation enr = palloc0(sizeof(EphemeralNamedRelationData));
+	StringInfoData sql;
+	StmStateAccess access;
+	int			rc;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	enr->md.name = STM_MERGED_ENR;
+	enr->md.reliddesc = InvalidOid;
+	enr->md.tupdesc = rows_desc;
+	enr->md.enrtype = ENR_NAMED_TUPLESTORE;
+	enr->md.enrtuples = nrows;
+	enr->reldata = rows;
+	if (SPI_register_relation(enr) != SPI_OK_REL_REGISTER)
+		elog(ERROR, "could not register the merged groups of stream %d", ab->stream_id);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s SELECT * FROM %s ON CONFLICT (group_key) DO UPDATE "
+					 "SET window_end = EXCLUDED.window_end", ab->table,
+					 quote_identifier(STM_MERGED_ENR));
+	for (int i = 0; i < ab->rt->naggs; i++)
+		appendStringInfo(&sql, ", state_%d = EXCLUDED.state_%d", i + 1, i + 1);
+	access = stm_statetable_begin();
+	rc = SPI_execute(sql.data, false, 0);
+	stm_statetable_end(access);
+	MemoryContextSwitchTo(cxt);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "could not write the state table of stream %d", ab->stream_id);
+	if (SPI_unregister_relation(STM_MERGED_ENR) != SPI_OK_REL_UNREGISTER)
+		elog(ERROR, "could not unregister the merged groups of stream %d", ab->stream_id);
+}
+
+/* The batch's groups (not sessions), merged a chunk at a time, written at once. */
+static void
+merge_window_groups(StmAggBatch *ab)
+{
+	MemoryContext work = AllocSetContextCreate(ab->cxt, "streaming merge",
+											   ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(work);
+	StatePlans	p = {0};
+	TupleDesc	rows_desc = state_desc(ab);
+	Tuplestorestate *rows = tuplestore_begin_heap(false, false, work_mem);
+	int64		nrows = 0;
+	int			n = 0;
+	int			size = 1024;
+	TupleHashEntry *entries = palloc(sizeof(TupleHashEntry) * size);
+	tuplehash_iterator iter;
+	TupleHashEntry entry;
+	StringInfoData sql;
+
+	alloc_rows(ab, &p);
+	InitTupleHashIterator(ab->groups, &iter);
+	while ((entry = ScanTupleHashTable(ab->groups, &iter)) != NULL)
+	{
+		if (n == size)
+		{
+			size *= 2;
+			entries = repalloc_huge(entries, sizeof(TupleHashEntry) * size);
+		}
+		entries[n++] = entry;
+	}
+	TermTupleHashIterator(&iter);
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "SELECT group_key, group_hash, window_start");
+	for (int k = 0; k < ab->agg->nkeys; k++)
+		appendStringInfo(&sql, ", key_%d", k + 1);
+	for (int i = 0; i < ab->rt->naggs; i++)
+		appendStringInfo(&sql, ", state_%d", i + 1);
+	appendStringInfo(&sql, " FROM %s WHERE group_hash = ANY ($1) FOR UPDATE", ab->table);
+
+	for (int c = 0; c < n; c += STM_MERGE_CHUNK)
+	{
+		int			m = Min(STM_MERGE_CHUNK, n - c);
+
+		merge_chunk(ab, &p, sql.data, entries + c, m, rows, rows_desc);
+		nrows += m;
+	}
+	if (nrows > 0)
+		write_merged(ab, rows, rows_desc, nrows);
+	tuplestore_end(rows);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(work);
+}
 
 /*
  * A group's sessions of the batch, merged with the stored sessions they
@@ -1052,27 +1278,27 @@ merge_groups(StmAggBatch *ab)
 	int			nest = stm_catalog_pin_search_path();
 
 	SPI_connect();
-	prepare_state_plans(ab, &plans);
 	/* stored and combined states live as long as their group's merge */
 	states_cxt = stm_agg_set_state_context(ab->rt, ab->merge_cxt);
-	InitTupleHashIterator(ab->groups, &iter);
-	while ((entry = ScanTupleHashTable(ab->groups, &iter)) != NULL)
+	if (!session)
+		merge_window_groups(ab);
+	else
 	{
-		MemoryContext old = MemoryContextSwitchTo(ab->merge_cxt);
-
-		stm_check_for_interrupts();
-		ab->ngroups++;
-		if (session)
+		prepare_state_plans(ab, &plans);
+		InitTupleHashIterator(ab->groups, &iter);
+		while ((entry = ScanTupleHashTable(ab->groups, &iter)) != NULL)
 		{
+			MemoryContext old = MemoryContextSwitchTo(ab->merge_cxt);
+
+			stm_check_for_interrupts();
+			ab->ngroups++;
 			merge_sessions(ab, &plans, entry);
 			ab->nlate += ((SessionGroup *) entry->additional)->late.n;
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(ab->merge_cxt);
 		}
-		else
-			merge_group(ab, &plans, entry);
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(ab->merge_cxt);
+		TermTupleHashIterator(&iter);
 	}
-	TermTupleHashIterator(&iter);
 	(void) stm_agg_set_state_context(ab->rt, states_cxt);
 	SPI_finish();
 	stm_catalog_unpin_search_path(nest);

@@ -16,15 +16,17 @@
  * deletes and truncation are SQL statements, run with the sink's own
  * privileges checks.
  *
- * Upsert mode (SPEC 3.2): the batch keeps the last change of each key in
- * a hash table (keyed as the sink's unique key: NULLs equal), so that the
- * last change of a key in source order wins, and applies them all at once
- * at its end (or when they fill their share of streaming.batch_memory):
+ * Update and upsert mode (SPEC 3.2): the batch keeps the last change of
+ * each key in a hash table (keyed as the sink's unique key: NULLs equal),
+ * so that the last change of a key in source order wins, and applies them
+ * all at once at its end (or when they fill their share of
+ * streaming.batch_memory):
  * one INSERT ... ON CONFLICT (key) DO UPDATE of the upserted rows and one
  * DELETE ... USING of the deleted keys, over the changes as ephemeral
  * named relations, so triggers, constraints and privileges apply as to any
  * such statement.  A key of a type without hashing, or a deleted key with
- * a NULL in it, takes a statement of its own.
+ * a NULL in it, takes a statement of its own; so does an update mode delete
+ * (a session merged away), after the upserts kept before it.
  *
  * The INSERT privilege is checked when the batch opens the table
  * (ExecCheckRTPerms), as the executor would.
@@ -320,7 +322,7 @@ stm_table_sink_begin(StmSink *sink, Oid relid, const StmSinkOutput *output,
 	ExecInitRangeTable(estate, list_make1(rte));
 
 	map_columns(tb);
-	if (output->mode == STM_OUTPUT_UPSERT)
+	if (output->mode == STM_OUTPUT_UPSERT || output->mode == STM_OUTPUT_UPDATE)
 		begin_changes(tb);
 	tb->fast = can_use_fast_path(tb->rel);
 	if (tb->fast)
@@ -722,7 +724,7 @@ remember_change(TableSinkBatch *tb, Datum *values, bool *nulls)
 		apply_changes(tb);
 }
 
-/* update mode: a changed group, at once; upsert mode: a change, kept by key */
+/* a changed group (update mode) or a change (upsert mode), kept by key */
 void
 stm_table_sink_upsert(StmSinkBatch *batch, Datum *values, bool *nulls)
 {
@@ -734,16 +736,20 @@ stm_table_sink_upsert(StmSinkBatch *batch, Datum *values, bool *nulls)
 		upsert_now(tb, values, nulls);
 }
 
-/* update mode: a session merged away, at once; upsert mode: a delete, kept by key */
+/* update mode: a session merged away, now; upsert mode: a delete, kept by key */
 void
 stm_table_sink_delete_key(StmSinkBatch *batch, Datum *values, bool *nulls)
 {
 	TableSinkBatch *tb = (TableSinkBatch *) batch;
 
-	if (tb->changes)
+	if (tb->changes && tb->base.output->mode == STM_OUTPUT_UPSERT)
 		remember_change(tb, values, nulls);
 	else
+	{
+		/* update mode: after the upserts kept so far, in their order */
+		apply_changes(tb);
 		delete_now(tb, values, nulls);
+	}
 }
 
 void
