@@ -182,6 +182,11 @@ typedef struct KafkaSource
 	bool		clean_plan;		/* the last plan saw no problem and no data loss */
 	int			chunk_size;		/* the batch's (the plan's, a helper's share's) */
 	StmRecord  *records;		/* while fetching: the chunk, as the batch sees it */
+	/* since the last fetch ended, for its streaming.log_batches line */
+	int64		offsets_us;		/* asking the leaders for offsets (plan) */
+	int			restarts;		/* partitions started again (position_partition) */
+	int			pauses;			/* partitions paused (flow_control) */
+	int			wakes;			/* fetchers woken by a seek (wake_fetcher) */
 } KafkaSource;
 
 #define KAFKA_META_COLUMNS 5	/* without kafka_headers */
@@ -1107,7 +1112,12 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	}
 	list_free_deep(stored);
 	if (!fast || !plan_from_consumer(kc))
+	{
+		TimestampTz asked = GetCurrentTimestamp();
+
 		query_watermarks(kc);
+		kc->offsets_us += GetCurrentTimestamp() - asked;
+	}
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
@@ -1316,7 +1326,10 @@ pause_partitions(KafkaSource *kc, List *parts, bool pause)
 		p->paused = pause;
 	}
 	if (pause)
+	{
 		(void) rd_kafka_pause_partitions(kc->rk, list);
+		kc->pauses += list_length(parts);
+	}
 	else
 		(void) rd_kafka_resume_partitions(kc->rk, list);
 	rd_kafka_topic_partition_list_destroy(list);
@@ -1358,6 +1371,7 @@ position_partition(KafkaSource *kc, KafkaPartition *p)
 	p->started = true;
 	p->pos = p->start;
 	p->next = p->start;
+	kc->restarts++;
 }
 
 /* Is p still to read in this batch? */
@@ -1447,7 +1461,10 @@ wake_fetcher(KafkaSource *kc, List *parts)
 		KafkaPartition *p = lfirst(lc);
 
 		if (p->started && !p->paused && p->popped >= 0)
+		{
 			(void) rd_kafka_seek(p->rkt, p->partition, p->popped, 0);
+			kc->wakes++;
+		}
 	}
 }
 
@@ -1588,8 +1605,10 @@ wait_for_queue(KafkaSource *kc, long timeout_ms)
 {
 	WaitEvent	events[3];
 	int			n;
+	TimestampTz slept = GetCurrentTimestamp();
 
 	n = WaitEventSetWait(kc->wait_set, timeout_ms, events, lengthof(events), PG_WAIT_EXTENSION);
+	stm_source_note_wait(GetCurrentTimestamp() - slept);
 	for (int i = 0; i < n; i++)
 		if (events[i].events & WL_LATCH_SET)
 			ResetLatch(MyLatch);
@@ -1683,6 +1702,10 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	KafkaSource *kc = (KafkaSource *) src;
 	rd_kafka_message_t **msgs = palloc(sizeof(rd_kafka_message_t *) * kc->chunk_size);
 	TimestampTz progress_at = GetCurrentTimestamp();
+	TimestampTz fetch_start = progress_at;
+	int64		cpu_at_start = stm_thread_cpu_us();
+	int64		waited_at_start = stm_source_waited_us();
+	int64		handed = 0;
 	int			empty_waits = 0;	/* waits in a row that found nothing */
 	ListCell   *lc;
 
@@ -1713,6 +1736,7 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		if (n > 0)
 		{
 			hand_over(kc, fn, arg, msgs, n);
+			handed += n;
 			progress_at = GetCurrentTimestamp();
 		}
 		if (n > 0 || popped > 0)
@@ -1757,6 +1781,19 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	pfree(msgs);
 	pfree(kc->records);
 	kc->records = NULL;
+	if (stm_guc_log_batches)
+		ereport(LOG,
+				(errmsg_internal("Kafka source \"%s\" read " INT64_FORMAT " records in %.1f ms: "
+								 "%.1f ms on a CPU, %.1f ms waiting for records; "
+								 "offsets asked in %.1f ms, %d partitions started, %d paused, %d fetchers woken",
+								 kc->source, handed,
+								 (double) (GetCurrentTimestamp() - fetch_start) / 1000.0,
+								 (double) (stm_thread_cpu_us() - cpu_at_start) / 1000.0,
+								 (double) (stm_source_waited_us() - waited_at_start) / 1000.0,
+								 (double) kc->offsets_us / 1000.0,
+								 kc->restarts, kc->pauses, kc->wakes)));
+	kc->offsets_us = 0;
+	kc->restarts = kc->pauses = kc->wakes = 0;
 }
 
 /*
