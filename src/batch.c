@@ -1245,6 +1245,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	ListCell   *lc;
 	int64		cpu_at_start = stm_thread_cpu_us();
 	int64		waited_at_start = stm_source_waited_us();
+	TimestampTz planned_at;
 
 	bc.def = def;
 	bc.started = GetCurrentTimestamp();
@@ -1252,6 +1253,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	bc.inputs = make_inputs(&bc, rt);
 	if (!plan_batch(&bc, rt, sink_room(rt, def)))
 		return -1;
+	planned_at = GetCurrentTimestamp();
 	stm_runtime_start_helpers(rt, def);
 
 	bc.output = &output_to_sink;
@@ -1284,9 +1286,10 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 						def->name, bc.batch_id, (long long) bc.num_input,
 						(long long) bc.num_output, (long long) bc.num_bad),
 				 /* the main thread's, until the commit */
-				 errdetail("%.1f ms: %.1f ms on a CPU, %.1f ms waiting for records.",
+				 errdetail("%.1f ms: %.1f ms on a CPU, %.1f ms to plan, %.1f ms waiting for records.",
 						   (double) (GetCurrentTimestamp() - bc.started) / 1000.0,
 						   (double) (stm_thread_cpu_us() - cpu_at_start) / 1000.0,
+						   (double) (planned_at - bc.started) / 1000.0,
 						   (double) (stm_source_waited_us() - waited_at_start) / 1000.0)));
 	return bc.batch_id;
 }

@@ -183,7 +183,6 @@ typedef struct KafkaSource
 	int			chunk_size;		/* the batch's (the plan's, a helper's share's) */
 	StmRecord  *records;		/* while fetching: the chunk, as the batch sees it */
 	/* since the last fetch ended, for its streaming.log_batches line */
-	int64		offsets_us;		/* asking the leaders for offsets (plan) */
 	int			restarts;		/* partitions started again (position_partition) */
 	int			pauses;			/* partitions paused (flow_control) */
 	int			wakes;			/* fetchers woken by a seek (wake_fetcher) */
@@ -196,6 +195,7 @@ static void resume_partitions(KafkaSource *kc);
 static int	pop_messages(KafkaSource *kc, bool fetching);
 static void flow_control(KafkaSource *kc);
 static void drain_wakeups(KafkaSource *kc);
+static void wake_fetchers(KafkaSource *kc, List *parts);
 
 /* Destroy a partition's held messages. */
 static void
@@ -389,14 +389,19 @@ kafka_open(StmSource *base, bool for_batches)
  * streaming.batch_memory (the batch's groups have the other half, guc.h),
  * one budget for all the partitions, since they share one local queue:
  *
- *   queued.max.messages.kbytes  batch_memory / 4: librdkafka's own bound on
+ *   queued.max.messages.kbytes  batch_memory / 8: librdkafka's own bound on
  *                               the shared queue, a backstop: the batch pops
  *                               the queue as soon as anything is there
  *   fetch.max.bytes             batch_memory / 8: one fetch response, by
  *                               which the queue can overshoot
- *   held lists                  batch_memory / 8: what was popped and not
+ *   held lists                  batch_memory / 4: what was popped and not
  *                               handed to the batch yet; past it, partitions
  *                               are paused (flow_control)
+ *
+ * The held lists get the largest part because that is where the next
+ * batch's records wait while this one runs: a batch cut by
+ * max_offsets_per_trigger should find them there, fetched, not have its
+ * partitions paused (librdkafka then drops and fetches again) and wait.
  *
  * so a partition with nothing to read takes no share, and one that is far
  * behind can use it all.  librdkafka 2.0.2 must not reach its own bound
@@ -421,7 +426,7 @@ open_consumer(KafkaSource *kc, int npartitions)
 
 	if (kc->rk != NULL)
 		return;
-	queue_kb = Max(64, memory / 4 / 1024);
+	queue_kb = Max(64, memory / 8 / 1024);
 	/* librdkafka wants a fetch to hold at least one message (message.max.bytes) */
 	fetch_max_bytes = Max(memory / 8, 1000000);
 	fetch_bytes = Min((int64) 1024 * 1024, fetch_max_bytes);
@@ -460,7 +465,7 @@ open_consumer(KafkaSource *kc, int npartitions)
 		stm_kafka_conf_set(kc->consumer_conf, "fetch.wait.max.ms",
 						   CppAsString2(STM_KAFKA_LOW_LATENCY_WAIT_MS));
 	}
-	kc->held_cap_bytes = Max(memory / 8, 64 * 1024);
+	kc->held_cap_bytes = Max(memory / 4, 64 * 1024);
 	kc->queue_bytes = queue_kb * 1024;
 	stm_kafka_conf_set(kc->consumer_conf, "queued.max.messages.kbytes", psprintf(INT64_FORMAT, queue_kb));
 	stm_kafka_conf_set(kc->consumer_conf, "fetch.message.max.bytes", psprintf(INT64_FORMAT, fetch_bytes));
@@ -1112,12 +1117,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	}
 	list_free_deep(stored);
 	if (!fast || !plan_from_consumer(kc))
-	{
-		TimestampTz asked = GetCurrentTimestamp();
-
 		query_watermarks(kc);
-		kc->offsets_us += GetCurrentTimestamp() - asked;
-	}
 	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
@@ -1333,6 +1333,9 @@ pause_partitions(KafkaSource *kc, List *parts, bool pause)
 	else
 		(void) rd_kafka_resume_partitions(kc->rk, list);
 	rd_kafka_topic_partition_list_destroy(list);
+	/* a resume does not wake the broker threads: fetch ahead at once */
+	if (!pause)
+		wake_fetchers(kc, parts);
 }
 
 /* Every paused partition fetches again (it goes on after what it handed out). */
@@ -1468,15 +1471,18 @@ wake_fetcher(KafkaSource *kc, List *parts)
 	}
 }
 
-/* wake_fetcher for one partition of each leader: its thread decides for all of them. */
+/*
+ * wake_fetcher for one partition of each leader among parts (NIL: all the
+ * source's): its thread decides for all of them.
+ */
 static void
-wake_fetchers(KafkaSource *kc)
+wake_fetchers(KafkaSource *kc, List *parts)
 {
 	List	   *one_each = NIL;
 	List	   *leaders = NIL;
 	ListCell   *lc;
 
-	foreach(lc, kc->partitions)
+	foreach(lc, parts ? parts : kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
 
@@ -1764,7 +1770,7 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 							waiting_on->topic, waiting_on->partition, waiting_on->next),
 					 kc->error[0] ? errdetail("%s", kc->error) : 0));
 		if (empty_waits == 1)
-			wake_fetchers(kc);
+			wake_fetchers(kc, NIL);
 		wait_for_queue(kc, empty_waits == 0 ? STALL_MS : STM_KAFKA_SLICE_MS);
 		empty_waits++;
 	}
@@ -1785,14 +1791,12 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		ereport(LOG,
 				(errmsg_internal("Kafka source \"%s\" read " INT64_FORMAT " records in %.1f ms: "
 								 "%.1f ms on a CPU, %.1f ms waiting for records; "
-								 "offsets asked in %.1f ms, %d partitions started, %d paused, %d fetchers woken",
+								 "%d partitions started, %d paused, %d fetchers woken",
 								 kc->source, handed,
 								 (double) (GetCurrentTimestamp() - fetch_start) / 1000.0,
 								 (double) (stm_thread_cpu_us() - cpu_at_start) / 1000.0,
 								 (double) (stm_source_waited_us() - waited_at_start) / 1000.0,
-								 (double) kc->offsets_us / 1000.0,
 								 kc->restarts, kc->pauses, kc->wakes)));
-	kc->offsets_us = 0;
 	kc->restarts = kc->pauses = kc->wakes = 0;
 }
 
