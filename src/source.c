@@ -432,6 +432,25 @@ stm_source_waited_us(void)
 	return source_waited_us;
 }
 
+/*
+ * How long the calling thread has waited for a CPU while runnable, in
+ * microseconds (Linux's schedstat run delay), or -1 where it is not known.
+ */
+int64
+stm_thread_runq_us(void)
+{
+	FILE	   *f = fopen("/proc/thread-self/schedstat", "r");
+	unsigned long long on_cpu;
+	unsigned long long delay;
+	int			n;
+
+	if (f == NULL)
+		return -1;
+	n = fscanf(f, "%llu %llu", &on_cpu, &delay);
+	fclose(f);
+	return n == 2 ? (int64) (delay / 1000) : -1;
+}
+
 /* The calling thread's time on a CPU, in microseconds (user + system). */
 int64
 stm_thread_cpu_us(void)

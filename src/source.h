@@ -294,6 +294,7 @@ extern const char *stm_source_share_chunk_size(const char *bounds, int *chunk_si
 extern void stm_source_note_wait(int64 us);
 extern int64 stm_source_waited_us(void);
 extern int64 stm_thread_cpu_us(void);
+extern int64 stm_thread_runq_us(void);
 
 /* api_source.c: the create function of every kind */
 extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);
