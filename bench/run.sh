@@ -1154,7 +1154,8 @@ report_end()
 	echo
 	echo "server log (errors, warnings, streaming lines):"
 	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | grep -v "^$(printf '\t')" |
-		grep -vE 'Kafka source ".*" read [0-9]+ records in|DETAIL:  [0-9.]+ ms: [0-9.]+ ms on a CPU' |
+		awk '/Kafka source ".*" read [0-9]+ records in|DETAIL:  [0-9.]+ ms: [0-9.]+ ms on a CPU/ { skip = 1; next }
+			skip && / CONTEXT:  / { next } { skip = 0; print }' |
 		head -40 | sed 's/^/  /'
 	report_plans
 	if [ -n "$PERF_OUT" ]; then
