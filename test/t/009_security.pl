@@ -99,8 +99,8 @@ check_sink($node, 'alice_all', $orders, 'after the refused DROP EXTENSION');
 
 #
 # Prefetch properties of an ordinary role are capped by batch_memory
-# (source_kafka.c open_consumer, batch_memory 64MB: librdkafka's queue an
-# eighth of it, 8192kB; a fetch at most an eighth, 8MB, and 1MB of one
+# (source_kafka.c open_consumer, batch_memory 64MB: librdkafka's queue a
+# quarter of it, 16384kB; a fetch at most an eighth, 8MB, and 1MB of one
 # partition)
 #
 $node->safe_psql('postgres', "ALTER SYSTEM SET log_min_messages = debug1");
@@ -114,7 +114,7 @@ as_alice("SELECT streaming.create_stream('alice_big_all', 'SELECT order_id FROM 
 as_alice("SELECT streaming.run_batch('alice_big_all')");
 my $log = slurp_file($node->logfile, $log_offset);
 like($log,
-	qr/Kafka client of source "alice_big" for 4 partitions: queued.max.messages.kbytes=8192, fetch.message.max.bytes=1048576, fetch.max.bytes=8388608, receive.message.max.bytes=100000000/,
+	qr/Kafka client of source "alice_big" for 4 partitions: queued.max.messages.kbytes=16384, fetch.message.max.bytes=1048576, fetch.max.bytes=8388608, receive.message.max.bytes=100000000/,
 	'an ordinary role\'s prefetch properties are capped to its share of batch_memory');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET log_min_messages");
 $node->reload;
