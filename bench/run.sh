@@ -1121,6 +1121,25 @@ report_cpu_note()
 	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1) and $(awk -v a="$B2" -v b="$B3" 'BEGIN { printf "%.2f", b - a }') s during (3), on the same $(nproc) cores)"
 }
 
+# streaming.log_batches' lines: per batch, the worker's main thread until
+# the commit (wall, on a CPU, planning, asleep waiting for records), and
+# every Kafka fetch of the worker and its helpers summed
+report_batch_times()
+{
+	echo
+	echo "stream s batches, the worker's main thread until the commit (ms; streaming.log_batches):"
+	awk 'match($0, /ran batch [0-9]+:/) { b = substr($0, RSTART + 10, RLENGTH - 11); next }
+		b != "" && match($0, /DETAIL:  [0-9.]+ ms: [0-9.]+ ms on a CPU, -?[0-9.]+ ms waiting for a CPU, [0-9.]+ ms to plan, [0-9.]+ ms waiting for records/) {
+			split(substr($0, RSTART + 9, RLENGTH - 9), f, /[^0-9.-]+/)
+			printf "  batch %-3s %7s wall %7s on a CPU %7s waiting for one %7s waiting for records %7.1f other (helpers, I/O, locks) %7s to plan\n", b, f[1], f[2], f[3], f[5], f[1] - f[2] - (f[3] > 0 ? f[3] : 0) - f[5], f[4]
+			b = "" }' "$PGDATA_DIR/server.log"
+	awk 'match($0, /read [0-9]+ records in [0-9.]+ ms: [0-9.]+ ms on a CPU, [0-9.]+ ms waiting for records; [0-9]+ partitions started, [0-9]+ paused, [0-9]+ fetchers woken/) {
+			split(substr($0, RSTART, RLENGTH), f, /[^0-9.]+/)
+			n++; wall += f[3]; cpu += f[4]; wait += f[5]; started += f[6]; paused += f[7]; woken += f[8] }
+		END { if (n) printf "  Kafka fetches of the worker and its helpers: %d, %.0f ms (%.0f ms on a CPU, %.0f ms waiting for records); partitions started %d, paused %d, fetchers woken %d\n", n, wall, cpu, wait, started, paused, woken }' \
+		"$PGDATA_DIR/server.log"
+}
+
 # the end of both reports: the stream's state and batches (COLUMNS: what
 # $PROGRESS holds), the server log, the plans, the profile
 report_end()
@@ -1130,8 +1149,12 @@ report_end()
 	echo "stream s batches ($1):"
 	sed 's/^/  /' <<<"$PROGRESS"
 	echo
+	report_batch_times
+	echo
 	echo "server log (errors, warnings, streaming lines):"
 	grep -E 'ERROR|WARNING|FATAL|PANIC|stream|streaming' "$PGDATA_DIR/server.log" | grep -v "^$(printf '\t')" |
+		awk '/Kafka source ".*" read [0-9]+ records in|DETAIL:  [0-9.]+ ms: [0-9.]+ ms on a CPU/ { skip = 1; next }
+			skip && / CONTEXT:  / { next } { skip = 0; print }' |
 		head -40 | sed 's/^/  /'
 	report_plans
 	if [ -n "$PERF_OUT" ]; then

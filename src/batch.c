@@ -1408,6 +1408,10 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	BatchContext bc = {0};
 	ErrorContextCallback errcb;
 	ListCell   *lc;
+	int64		cpu_at_start = stm_thread_cpu_us();
+	int64		runq_at_start = stm_guc_log_batches ? stm_thread_runq_us() : -1;
+	int64		waited_at_start = stm_source_waited_us();
+	TimestampTz planned_at;
 
 	bc.def = def;
 	bc.started = GetCurrentTimestamp();
@@ -1415,6 +1419,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	bc.inputs = make_inputs(&bc, rt);
 	if (!plan_batch(&bc, rt, sink_room(rt, def)))
 		return -1;
+	planned_at = GetCurrentTimestamp();
 	stm_runtime_start_helpers(rt, def);
 
 	bc.output = &output_to_sink;
@@ -1445,7 +1450,14 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 		ereport(LOG,
 				(errmsg("stream \"%s\" ran batch " INT64_FORMAT ": %lld input rows, %lld output rows, %lld bad rows",
 						def->name, bc.batch_id, (long long) bc.num_input,
-						(long long) bc.num_output, (long long) bc.num_bad)));
+						(long long) bc.num_output, (long long) bc.num_bad),
+				 /* the main thread's, until the commit */
+				 errdetail("%.1f ms: %.1f ms on a CPU, %.1f ms waiting for a CPU, %.1f ms to plan, %.1f ms waiting for records.",
+						   (double) (GetCurrentTimestamp() - bc.started) / 1000.0,
+						   (double) (stm_thread_cpu_us() - cpu_at_start) / 1000.0,
+						   runq_at_start < 0 ? -1.0 : (double) (stm_thread_runq_us() - runq_at_start) / 1000.0,
+						   (double) (planned_at - bc.started) / 1000.0,
+						   (double) (stm_source_waited_us() - waited_at_start) / 1000.0)));
 	return bc.batch_id;
 }
 

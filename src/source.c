@@ -7,6 +7,8 @@
  */
 #include "postgres.h"
 
+#include <time.h>
+
 #include "catalog/pg_type.h"
 #include "nodes/parsenodes.h"
 #include "parser/parse_type.h"
@@ -23,6 +25,13 @@
 #include "debezium.h"
 #include "options.h"
 #include "source.h"
+
+/*
+ * How long this process has slept in fetch callbacks waiting for records
+ * to arrive, since it started (the batch's "waiting for records" against
+ * its time on a CPU, streaming.log_batches).
+ */
+static int64 source_waited_us = 0;
 
 /* the kinds, registered by _PG_init (streaming.c) */
 #define MAX_SOURCE_KINDS 8
@@ -408,4 +417,47 @@ stm_source_share_chunk_size(const char *bounds, int *chunk_size)
 		elog(ERROR, "malformed share bounds: chunk size %s", line);
 	pfree(line);
 	return eol + 1;
+}
+
+/* A fetch slept us microseconds waiting for records (stm_source_waited_us). */
+void
+stm_source_note_wait(int64 us)
+{
+	source_waited_us += us;
+}
+
+int64
+stm_source_waited_us(void)
+{
+	return source_waited_us;
+}
+
+/*
+ * How long the calling thread has waited for a CPU while runnable, in
+ * microseconds (Linux's schedstat run delay), or -1 where it is not known.
+ */
+int64
+stm_thread_runq_us(void)
+{
+	FILE	   *f = fopen("/proc/thread-self/schedstat", "r");
+	unsigned long long on_cpu;
+	unsigned long long delay;
+	int			n;
+
+	if (f == NULL)
+		return -1;
+	n = fscanf(f, "%llu %llu", &on_cpu, &delay);
+	fclose(f);
+	return n == 2 ? (int64) (delay / 1000) : -1;
+}
+
+/* The calling thread's time on a CPU, in microseconds (user + system). */
+int64
+stm_thread_cpu_us(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }

@@ -299,6 +299,10 @@ extern void stm_source_check_on_bad_record(const char *on_bad_record);
 extern AttrNumber stm_source_change_column(Oid view);
 extern void stm_source_share_begin(StringInfo buf, int chunk_size);
 extern const char *stm_source_share_chunk_size(const char *bounds, int *chunk_size);
+extern void stm_source_note_wait(int64 us);
+extern int64 stm_source_waited_us(void);
+extern int64 stm_thread_cpu_us(void);
+extern int64 stm_thread_runq_us(void);
 
 /* api_source.c: the create function of every kind */
 extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);
