@@ -1442,7 +1442,8 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 
 		in->src->routine->save_positions(in->src, def->id, bc.batch_id);
 	}
-	record_batch(&bc, rt, no_data_batch_due(&bc),
+	rt->no_data_due = no_data_batch_due(&bc);
+	record_batch(&bc, rt, rt->no_data_due,
 				 bc.num_input_planned > 0 ? bc.started :
 				 bc.idle_advance != 0 ? GetCurrentTimestamp() : 0);
 

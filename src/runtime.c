@@ -461,6 +461,37 @@ stm_runtime_wait(StmRuntime *rt, long timeout_ms)
 }
 
 /*
+ * After a batch: is there nothing for the next one (stm_source_quiet)?
+ * False on an error, which the next plan then meets.
+ */
+bool
+stm_runtime_quiet(StmRuntime *rt)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool quiet = false;
+	int			n = 0;
+	StmSource **sources = palloc0(sizeof(StmSource *) * (list_length(rt->sources) + 1));
+	ListCell   *lc;
+
+	foreach(lc, rt->sources)
+		sources[n++] = ((StmSourceRuntime *) lfirst(lc))->src;
+	if (rt->share_src)
+		sources[n++] = rt->share_src;
+	PG_TRY();
+	{
+		quiet = stm_source_quiet(sources, n);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+	}
+	PG_END_TRY();
+	pfree(sources);
+	return quiet;
+}
+
+/*
  * A runtime given up on error (run_batch's): its parallel helpers are told
  * to stop and its segment detached, without waiting for them; the rest
  * goes with the memory context.

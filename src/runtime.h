@@ -30,6 +30,7 @@ typedef struct StmRuntime
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 	bool		low_latency;	/* trigger continuous: sources read for latency */
+	bool		no_data_due;	/* the last batch made a no-data batch due */
 	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */
 	bool		parallel_allowed;	/* a worker: helpers even inside a transaction block */
 	struct StmParallel *parallel;	/* its helpers (parallel.c), or NULL */
@@ -56,6 +57,7 @@ extern bool stm_runtime_unreadable(StmRuntime *rt);
 extern void stm_runtime_after_commit(StmRuntime *rt);
 extern StmSinkStatus stm_runtime_deliver(StmRuntime *rt, bool busy);
 extern bool stm_runtime_wait(StmRuntime *rt, long timeout_ms);
+extern bool stm_runtime_quiet(StmRuntime *rt);
 extern void stm_runtime_close(StmRuntime *rt);
 extern void stm_runtime_abandon(StmRuntime *rt);
 

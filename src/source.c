@@ -145,6 +145,21 @@ stm_source_wait(StmSource **sources, int n, long timeout_ms)
 	return fired > 0 && (event.events & WL_SOCKET_READABLE) != 0;
 }
 
+/*
+ * Have none of the sources a record for the next batch?  Only when each
+ * can say so (wait_fd, ready): then nothing arrives unseen while the
+ * worker sleeps on their descriptors.
+ */
+bool
+stm_source_quiet(StmSource **sources, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (sources[i] == NULL || !sources[i]->routine->wait_fd || !sources[i]->routine->ready ||
+			sources[i]->routine->wait_fd(sources[i]) < 0 || sources[i]->routine->ready(sources[i]))
+			return false;
+	return n > 0;
+}
+
 /* Arguments of a create function that may not be NULL (SPEC 5): keys ends with NULL. */
 void
 stm_source_require_options(Jsonb *options, const char *const *keys)

@@ -288,6 +288,7 @@ extern const StmSourceRoutine *stm_source_routine(const char *kind);
 extern StmSource *stm_source_open(StmSourceDef *def, Oid stream_owner, bool for_batches);
 extern void stm_source_close(StmSource *src);
 extern bool stm_source_wait(StmSource **sources, int n, long timeout_ms);
+extern bool stm_source_quiet(StmSource **sources, int n);
 extern List *stm_source_declared_columns(Jsonb *options, const StmSourceRoutine *routine);
 extern char *stm_source_position(StmSource *src, const Datum *meta, const bool *meta_nulls);
 extern void stm_source_require_options(Jsonb *options, const char *const *keys);

@@ -18,7 +18,9 @@
  * consumed where their stored positions say takes the high watermarks the
  * fetch responses carried (no ListOffsets round trip) and ends each
  * partition at what its consumer has delivered, so the batch never waits
- * for a fetch; the metadata is asked at most every METADATA_MAX_AGE_MS
+ * for a fetch; the metadata is asked at most every METADATA_MAX_AGE_MS,
+ * and a plan that asked it still ends there unless the answer changed
+ * something (a new partition, a leader gone, a problem: then ListOffsets)
  * (plan_from_consumer).  Positions are written for the partitions that
  * moved only.
  *
@@ -180,6 +182,7 @@ typedef struct KafkaSource
 	List	   *suspect_leaders;	/* broker ids whose offsets failed last time */
 	TimestampTz metadata_at;	/* when refresh_partitions last ran */
 	bool		clean_plan;		/* the last plan saw no problem and no data loss */
+	bool		arrived;		/* a record is held that no plan has taken (ready) */
 	int			chunk_size;		/* the batch's (the plan's, a helper's share's) */
 	StmRecord  *records;		/* while fetching: the chunk, as the batch sees it */
 	/* since the last fetch ended, for its streaming.log_batches line */
@@ -196,6 +199,7 @@ static int	pop_messages(KafkaSource *kc, bool fetching);
 static void flow_control(KafkaSource *kc);
 static void drain_wakeups(KafkaSource *kc);
 static void wake_fetchers(KafkaSource *kc, List *parts);
+static bool has_held(KafkaPartition *p);
 
 /* Destroy a partition's held messages. */
 static void
@@ -1040,7 +1044,7 @@ plan_from_consumer(KafkaSource *kc)
 		int64_t		low;
 		int64_t		high;
 
-		if (!p->stored || !p->started || p->held_back || p->pos != p->start ||
+		if (!p->stored || !p->started || p->held_back || p->leader < 0 || p->pos != p->start ||
 			rd_kafka_get_watermark_offsets(kc->rk, p->topic, p->partition, &low, &high) !=
 			RD_KAFKA_RESP_ERR_NO_ERROR || high < 0)
 			return false;
@@ -1088,12 +1092,17 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 	}
 	rd_kafka_poll(kc->meta, 0);
 	fast = kc->base.low_latency && !kc->base.bounded && !kc->base.plan_only &&
-		kc->rk != NULL && kc->clean_plan &&
-		!TimestampDifferenceExceeds(kc->metadata_at, GetCurrentTimestamp(), METADATA_MAX_AGE_MS);
-	if (!fast)
+		kc->rk != NULL && kc->clean_plan;
+	/*
+	 * the metadata's age is not a reason to wait for the fetches: the plan
+	 * after a clean refresh still ends at what the consumer delivered
+	 */
+	if (!fast ||
+		TimestampDifferenceExceeds(kc->metadata_at, GetCurrentTimestamp(), METADATA_MAX_AGE_MS))
 	{
 		refresh_partitions(kc);
 		kc->metadata_at = GetCurrentTimestamp();
+		fast = fast && kc->problem.len == 0;
 	}
 
 	foreach(lc, kc->partitions)
@@ -1235,6 +1244,16 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 			p->end = p->start;
 		}
 		total = 0;
+	}
+
+	/* what this plan leaves held (a cap, min_offsets_per_trigger) is the next one's */
+	kc->arrived = false;
+	foreach(lc, kc->partitions)
+	{
+		KafkaPartition *p = lfirst(lc);
+
+		if (!p->held_back && has_held(p) && p->held[p->nheld - 1]->offset >= p->end)
+			kc->arrived = true;
 	}
 	return total;
 }
@@ -1436,7 +1455,12 @@ route_message(KafkaSource *kc, rd_kafka_message_t *m, bool fetching)
 		rd_kafka_message_destroy(m);
 	else if (fetching ? m->offset >= (reading(p) ? p->next : p->end) :
 			 p->pos >= 0 && m->offset >= p->pos)
+	{
+		/* one for the next plan: the worker need not sleep (ready) */
+		if (!fetching || m->offset >= p->end)
+			kc->arrived = true;
 		hold_message(kc, p, m);
+	}
 	else
 		rd_kafka_message_destroy(m);
 }
@@ -1817,16 +1841,17 @@ kafka_wait_fd(StmSource *src)
 
 /*
  * Have records arrived since the last plan (source.h: ready)?  Pops what
- * the shared queue has, up to a chunk, into the partitions' held lists:
- * true when that was a record (end-of-partition events are not), so the
- * worker plans again at once; false when it may sleep on the pipe (which
- * librdkafka writes to again once a message is queued).
+ * the shared queue has into the partitions' held lists: true when a record
+ * is held that the last plan did not take (popped since, or left by it:
+ * past a cap, or popped by its batch past its end; end-of-partition events
+ * are no records), so the worker plans again at once; false when it may
+ * sleep on the pipe (which librdkafka writes to again once a message is
+ * queued).
  */
 static bool
 kafka_ready(StmSource *src)
 {
 	KafkaSource *kc = (KafkaSource *) src;
-	int64		held_before = kc->held_bytes;
 
 	if (kc->rk == NULL)
 		return false;
@@ -1834,7 +1859,7 @@ kafka_ready(StmSource *src)
 	rd_kafka_poll(kc->rk, 0);
 	(void) pop_messages(kc, false);
 	flow_control(kc);
-	return kc->held_bytes > held_before;
+	return kc->arrived;
 }
 
 /* Has the stream a position in p?  Not when it was held back before it was ever stored. */

@@ -564,6 +564,21 @@ settle_step(Worker *w, int64 batch_id, TimestampTz batch_start)
 	}
 	if (batch_id >= 0)
 		wait_ms = until_next_trigger(w, batch_start);
+
+	/*
+	 * trigger continuous, after a data batch with nothing left behind it
+	 * (no record for the next, no no-data batch due, nothing for the sink
+	 * to deliver): sleep on the sources' wake-ups at once, not after an
+	 * empty plan (a transaction whose row lock is flushed) that would
+	 * hold up the next record
+	 */
+	if (batch_id >= 0 && def->trigger_continuous && !w->rt->no_data_due &&
+		sink_status.pending == 0 && deliver_wait <= stm_guc_naptime_ms &&
+		stm_runtime_quiet(w->rt))
+	{
+		batch_id = -1;
+		wait_ms = stm_guc_naptime_ms;
+	}
 	/* nothing to read: sleep until the sources have records, unless the sink retries later */
 	if (batch_id < 0 && deliver_wait <= wait_ms)
 	{
