@@ -266,7 +266,7 @@ stm_dedup_chunk(StmDedup *d, int n, Datum **values, bool **nulls, bool *drop)
 													 TIMESTAMPTZOID, sizeof(TimestampTz),
 													 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		if (SPI_execute_with_args(psprintf("INSERT INTO %s (key, expires_at) "
-										   "SELECT * FROM pg_catalog.unnest($1, $2)", d->table),
+										   "SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2))", d->table),
 								  2, types, args, NULL, false, 0) != SPI_OK_INSERT ||
 			SPI_processed != (uint64) nnew)
 			elog(ERROR, "could not write the dedup table of stream %d", d->stream_id);
