@@ -119,6 +119,20 @@
 # statements over 100 ms, no ANALYZE: no cost per row) logged it from the
 # worker: the plan join.c made for the batch's row count.
 #
+# With --dedup: the stateless benchmark with dedup_keys (SPEC 3.3):
+#
+#   (1) stream "s" as above with dedup_keys => ARRAY['order_id'] (no
+#       watermark: every key is kept, in streaming.dedup_<id>, key bytea
+#       PRIMARY KEY plus an index on expires_at);
+#   (2) COPY of the CSV into orders_copy, then INSERT INTO orders_dedup_copy
+#       (the same columns, order_id PRIMARY KEY) SELECT * FROM orders_copy
+#       ON CONFLICT DO NOTHING, timed together: the records' duplicates
+#       dropped against a keyed table that keeps them, as dedup does;
+#   (3) not run (the Python loop does no dedup).
+#
+# The order_ids are unique, so every table holds the N records: what is
+# measured is the cost of checking and keeping N keys.
+#
 # Latency (--latency RATES, issue 13): end to end, produce -> committed in
 # the sink.  A stream "l" (stateless: SELECT order_id, amount, status,
 # event_time, rate, produced_at FROM lat, into lat_sink) runs from the start
@@ -147,6 +161,7 @@
 #   --aggregate     the windowed aggregate benchmark described above
 #   --join          the stream-static join benchmark described above (with
 #                   --aggregate: the window per country over the join)
+#   --dedup         the stateless benchmark with dedup_keys, as described above
 #   --users K       rows of the users table with --join (default 100000)
 #   --lz4           produce lz4-compressed from the start (default: only when
 #                   the uncompressed topic does not fit in the mock)
@@ -183,7 +198,7 @@
 # (under make: make bench BENCH_RECORDS=N BENCH_PARTITIONS=P BENCH_AGG=1 BENCH_JOIN=1
 #  BENCH_USERS=K BENCH_LZ4=1 BENCH_MAX_OFFSETS=M BENCH_BATCH_MEMORY=SIZE BENCH_PERF=1
 #  BENCH_LATENCY=RATES BENCH_LATENCY_SECONDS=S BENCH_KAFKA_OPTIONS=JSON
-#  BENCH_PARALLEL_WORKERS=N)
+#  BENCH_PARALLEL_WORKERS=N BENCH_DEDUP=1)
 #
 # As root it installs what is missing (apt-get: kcat python3-confluent-kafka
 # python3-psycopg2, and linux-perf for --perf), runs `make install` in the
@@ -200,6 +215,7 @@ PARTITIONS=${BENCH_PARTITIONS:-32}
 DO_PERF=${BENCH_PERF:-}
 AGG=${BENCH_AGG:-}
 JOIN=${BENCH_JOIN:-}
+DEDUP=${BENCH_DEDUP:-}
 USERS=${BENCH_USERS:-100000}
 FORCE_LZ4=${BENCH_LZ4:-}
 MAX_OFFSETS=${BENCH_MAX_OFFSETS:-}
@@ -227,6 +243,7 @@ while [ $# -gt 0 ]; do
 		--perf) DO_PERF=1; shift ;;
 		--aggregate) AGG=1; shift ;;
 		--join) JOIN=1; shift ;;
+		--dedup) DEDUP=1; shift ;;
 		--users) USERS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--users=*) USERS=${1#*=}; shift ;;
 		--lz4) FORCE_LZ4=1; shift ;;
@@ -257,6 +274,10 @@ case $PARALLEL_WORKERS in automatic) ;; ''|*[!0-9]*) echo "bench/run.sh: --paral
 case $MAX_OFFSETS in *[!0-9]*) echo "bench/run.sh: --max-offsets-per-trigger wants a positive integer" >&2; exit 2 ;; esac
 case $LATENCY in *[!0-9,]*|,*|*,|*,,*) echo "bench/run.sh: --latency wants records/s, comma-separated (2000,20000)" >&2; exit 2 ;; esac
 case $LATENCY_SECS in ''|*[!0-9]*|0|1|2) echo "bench/run.sh: --latency-seconds wants an integer above 2" >&2; exit 2 ;; esac
+if [ -n "$DEDUP" ] && { [ -n "$AGG" ] || [ -n "$JOIN" ] || [ -n "$LATENCY" ]; }; then
+	echo "bench/run.sh: --dedup goes with none of --aggregate, --join, --latency" >&2; exit 2
+fi
+[ -n "$DEDUP" ] && PW_ARG="$PW_ARG, dedup_keys => ARRAY['order_id']"
 if [ -n "$LATENCY" ] && { [ -n "$AGG" ] || [ -n "$JOIN" ] || [ -n "$DO_PERF" ]; }; then
 	echo "bench/run.sh: --latency goes with none of --aggregate, --join, --perf" >&2; exit 2
 fi
@@ -671,6 +692,8 @@ SELECT format('CREATE TABLE %I (%s)', t, :'cols') FROM unnest(ARRAY['orders_copy
 \gexec
 SELECT format('CREATE TABLE %I (%s)', t, :'sinkcols') FROM unnest(ARRAY['orders_stream', 'orders_perf', 'orders_join_copy']) t
 \gexec
+SELECT format('CREATE TABLE orders_dedup_copy (%s, PRIMARY KEY (order_id))', :'cols')
+\gexec
 SELECT format('CREATE TABLE agg_copy (%s)', :'aggcols'),
        format('CREATE TABLE agg_py (%s, PRIMARY KEY (window_start, %s))', :'aggcols',
               CASE WHEN :join = 1 THEN 'country' ELSE 'status' END)
@@ -793,7 +816,7 @@ B1=$(cpu_secs "$BROKER_PID")
 # ---- (2) server-side COPY (and, with --aggregate or --join, INSERT ... SELECT)
 
 LOAD_2=$(load1)
-if [ -z "$AGG" ] && [ -z "$JOIN" ]; then
+if [ -z "$AGG" ] && [ -z "$JOIN" ] && [ -z "$DEDUP" ]; then
 say "(2) COPY"
 read -r COPY_SECS COPY_HWM COPY_CPU COPY_RQ < <(psql_q -F ' ' -v csv="$TMP/data/orders.csv" -v hz="$(getconf CLK_TCK)" <<'EOF'
 CHECKPOINT;
@@ -825,6 +848,9 @@ SELECT date_bin('5 minutes', event_time, 'epoch'),
        status, count(*), sum(amount), avg(amount)
   FROM orders_copy
  GROUP BY 1, 2, 3"
+elif [ -n "$DEDUP" ]; then
+	SECOND="INSERT .. ON CONFLICT DO NOTHING"
+	SECOND_SQL="INSERT INTO orders_dedup_copy SELECT * FROM orders_copy ON CONFLICT DO NOTHING"
 else
 	SECOND="INSERT .. JOIN"
 	SECOND_SQL="INSERT INTO orders_join_copy (order_id, user_id, amount, status, event_time, user_name, country)
@@ -860,7 +886,7 @@ fi
 # ---- (3) the Python loop ---------------------------------------------------
 
 LOAD_3=-
-if [ -z "$JOIN" ]; then
+if [ -z "$JOIN" ] && [ -z "$DEDUP" ]; then
 say "(3) python_loop.py${AGG:+ --aggregate}"
 psql_q -c CHECKPOINT || die "CHECKPOINT failed"
 LOAD_3=$(load1)
@@ -874,7 +900,7 @@ read -r PY_ROWS PY_SECS _ PY_BATCHES PY_RSS_KB PY_BACKEND_KB PY_CPU PY_BACKEND_C
 [ -n "${PY_SECS:-}" ] || die "python_loop.py failed"
 B3=$(cpu_secs "$BROKER_PID")
 else
-	# --join: no Python loop (see the header)
+	# --join, --dedup: no Python loop (see the header)
 	B2=0 B3=0 PY_SECS=0 PY_BATCHES=- PY_RSS_KB=- PY_BACKEND_KB=- PY_CPU=- PY_BACKEND_CPU=-
 fi
 
@@ -887,6 +913,9 @@ REF=orders_copy
 if [ -n "$JOIN" ]; then
 	THIRD="SELECT 'copy_join', order_id, amount FROM orders_join_copy"
 	REF=orders_join_copy
+elif [ -n "$DEDUP" ]; then
+	THIRD="SELECT 'copy_dedup', order_id, amount FROM orders_dedup_copy"
+	REF=orders_dedup_copy
 fi
 CHECKS=$(psql_q -F ' ' -v n="$RECORDS" -v sum="$EXPECT_SUM" -v third="$THIRD" <<'EOF'
 SELECT t, count(*) = :n AND count(DISTINCT order_id) = :n AND sum(amount) = :sum
@@ -1189,7 +1218,10 @@ report_plans()
 if [ -z "$AGG" ]; then
 {
 	echo
-	if [ -n "$JOIN" ]; then
+	if [ -n "$DEDUP" ]; then
+		echo "streaming dedup benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes), unique order_ids,"
+		echo "  stream s with dedup_keys => ARRAY['order_id'] (no watermark: every key kept);"
+	elif [ -n "$JOIN" ]; then
 		echo "streaming join benchmark: $(group "$RECORDS") JSON order records (avg $AVG_LEN bytes, $JSON_BYTES bytes)"
 		echo "  joined to users ($(group "$USERS") rows, user_id primary key, ANALYZEd): the user's name and country added, typed sink of 7 columns;"
 	else
@@ -1200,9 +1232,10 @@ if [ -z "$AGG" ]; then
 	report_setup
 	echo "load average before $LOAD_BEFORE, after $LOAD_AFTER (other work on the machine skews the numbers)"
 	echo
-	W=52; [ -n "$JOIN" ] && W=56
+	TWO_STEP=$JOIN$DEDUP
+	W=52; [ -n "$TWO_STEP" ] && W=56
 	printf "%-${W}s %8s %11s  %-13s %s\n" "method" "seconds" "records/s" "CPU seconds" "peak RSS (VmHWM)"
-	if [ -z "$JOIN" ]; then
+	if [ -z "$TWO_STEP" ]; then
 	printf '%-52s %8s %11s  %-13s %s\n' "(1) streaming: stream s, background worker" "$STREAM_SECS" \
 		"$(group "$STREAM_RATE")" "$WORKER_CPU" "$(mb "$WORKER_HWM") worker (pid $WORKER_PID)"
 	printf '%-52s %8s %11s  %-13s %s\n' "(2) COPY orders_copy FROM file (FORMAT csv)" "$COPY_SECS" \
@@ -1215,21 +1248,25 @@ if [ -z "$AGG" ]; then
 	printf 'stream / COPY    %s\n' "$R_COPY"
 	printf 'stream / python  %s\n' "$R_PY"
 	else
-	printf '%-56s %8s %11s  %-13s %s\n' "(1) streaming: join stream s, background worker" "$STREAM_SECS" \
+	printf '%-56s %8s %11s  %-13s %s\n' "(1) streaming: ${JOIN:+join }${DEDUP:+dedup }stream s, background worker" "$STREAM_SECS" \
 		"$(group "$STREAM_RATE")" "$WORKER_CPU" "$(mb "$WORKER_HWM") worker (pid $WORKER_PID)"
 	printf '%-56s %8s %11s  %-13s %s\n' "(2) COPY ($COPY_ONLY_SECS s) + $SECOND ($GROUP_SECS s)" "$COPY_SECS" \
 		"$(group "$COPY_RATE")" "$COPY_CPU" "$(mb "$COPY_HWM") backend"
-	echo "(3) python loop: not run with --join"
+	echo "(3) python loop: not run with ${JOIN:+--join}${DEDUP:+--dedup}"
 	echo "(CPU seconds: user + system time of the process doing the work, with all its threads;"
 	echo " the mock broker used $(awk -v a="$B0" -v b="$B1" 'BEGIN { printf "%.2f", b - a }') s more during (1), on the same $(nproc) cores)"
 	report_sched
 	echo
+	if [ -n "$JOIN" ]; then
 	printf 'stream / (COPY + %s)  %-6s (target >= 0.8: %s)\n' "$SECOND" "$R_COPY" "$(met 0.8 "$R_COPY")"
+	else
+	printf 'stream / (COPY + %s)  %s\n' "$SECOND" "$R_COPY"
+	fi
 	fi
 	echo
 	if [ -z "$CHECK_FAIL" ] && [ "$DIFF_ROWS" = 0 ]; then
-		if [ -n "$JOIN" ]; then
-			echo "checked: each table holds exactly the $(group "$RECORDS") records (count, distinct order_id, sum(amount) = $EXPECT_SUM); stream rows = COPY + $SECOND rows (all 7 columns, EXCEPT ALL both ways)"
+		if [ -n "$TWO_STEP" ]; then
+			echo "checked: each table holds exactly the $(group "$RECORDS") records (count, distinct order_id, sum(amount) = $EXPECT_SUM); stream rows = COPY + $SECOND rows (all columns, EXCEPT ALL both ways)"
 		else
 			echo "checked: each table holds exactly the $(group "$RECORDS") records (count, distinct order_id, sum(amount) = $EXPECT_SUM); stream rows = COPY rows"
 		fi
