@@ -20,8 +20,10 @@
 #             FROM orders_<j> o [LEFT] JOIN payments_<j> p ON <the
 #             condition>: three statements in one session, timed together;
 #   uncapped  stream <j>_uncapped: create_stream(start => true) until
-#             process_available returns (the first batch takes everything,
-#             then the no-data batch evicts);
+#             every record was read and no no-data batch is due (polled
+#             with short queries: a waiting process_available's snapshot
+#             would keep VACUUM from the state tables' dead rows; the
+#             first batch takes everything, then the no-data batch evicts);
 #   capped    the same with max_offsets_per_trigger M on both sources: many
 #             batches, the state carried between them.
 # The stream query, into a table of the baseline's shape:
@@ -248,8 +250,15 @@ EOF
 		perf record -q -g -F 999 -p "$pid" -o "$DATA/perf.data" >"$DATA/perf-record.log" 2>&1 &
 		perf_pid=$!
 	fi
-	psql_do -c "SELECT streaming.process_available('$r', '60 minutes')" >/dev/null ||
-		{ tail -n 30 "$PGDATA/server.log" >&2; die "stream $r failed"; }
+	# the data part's end: polled with short queries, not process_available,
+	# whose one statement's snapshot would hold back every VACUUM of the
+	# state tables while it waits (as any long transaction does)
+	until [ "$(psql_do -c "SELECT coalesce((SELECT sum(num_input_rows) FROM streaming.progress WHERE stream = '$r'), 0) >= $INPUT
+			AND NOT no_data_batch_due FROM streaming.stream_defs WHERE name = '$r'")" = t ]; do
+		[ "$(psql_do -c "SELECT status FROM streaming.stream_defs WHERE name = '$r'")" = failed ] &&
+			{ tail -n 30 "$PGDATA/server.log" >&2; die "stream $r failed"; }
+		sleep 0.05
+	done
 	t1=$(now)
 	pid=$(psql_do -c "SELECT worker_pid FROM streaming.streams WHERE name = '$r'")
 	R_CPU[$r]=$(cpu_s "$pid")
@@ -378,7 +387,7 @@ COMMIT=$(git -c safe.directory="$STM_SRC" -C "$STM_SRC" rev-parse --short HEAD 2
 		done
 	done
 	echo
-	echo "baseline seconds: COPY both + INSERT; stream seconds: create_stream until process_available returns (data only;"
+	echo "baseline seconds: COPY both + INSERT; stream seconds: create_stream until every record was read, no no-data batch due (data only;"
 	echo "flush s: the sentinels' batches and the no-data batch after them, apart); batches of the data part: with data + no-data;"
 	echo "peak state: largest numRowsTotal of the side over the run's batches (input: $(group "$N_ORDERS") orders, $(group "$N_PAYMENTS") payments;"
 	echo "  checked for capped runs: at most max_offsets_per_trigger + 2 hours of event time = $(group "$((MAX_OFFSETS + (7200000 + STEP_MS - 1) / STEP_MS))") rows);"
