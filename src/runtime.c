@@ -423,6 +423,25 @@ stm_runtime_deliver(StmRuntime *rt, bool busy)
 }
 
 /*
+ * The runtime's open sources, in a palloc'd array of *n: its list, and the
+ * leader's share (records of its partitions wake the leader, as a helper's
+ * do).
+ */
+static StmSource **
+runtime_sources(StmRuntime *rt, int *n)
+{
+	StmSource **sources = palloc0(sizeof(StmSource *) * (list_length(rt->sources) + 1));
+	ListCell   *lc;
+
+	*n = 0;
+	foreach(lc, rt->sources)
+		sources[(*n)++] = ((StmSourceRuntime *) lfirst(lc))->src;
+	if (rt->share_src)
+		sources[(*n)++] = rt->share_src;
+	return sources;
+}
+
+/*
  * The worker (or a parallel helper) is idle: sleep until one of the
  * runtime's sources may have records, the latch is set, or timeout_ms
  * pass; true when a source says records may have arrived.  It reads the
@@ -435,15 +454,9 @@ stm_runtime_wait(StmRuntime *rt, long timeout_ms)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool arrived = false;
-	int			n = 0;
-	StmSource **sources = palloc0(sizeof(StmSource *) * (list_length(rt->sources) + 1));
-	ListCell   *lc;
+	int			n;
+	StmSource **sources = runtime_sources(rt, &n);
 
-	foreach(lc, rt->sources)
-		sources[n++] = ((StmSourceRuntime *) lfirst(lc))->src;
-	/* the leader's share: records of its partitions wake it, as a helper's do */
-	if (rt->share_src)
-		sources[n++] = rt->share_src;
 	PG_TRY();
 	{
 		arrived = stm_source_wait(sources, n, timeout_ms);
@@ -469,14 +482,9 @@ stm_runtime_quiet(StmRuntime *rt)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool quiet = false;
-	int			n = 0;
-	StmSource **sources = palloc0(sizeof(StmSource *) * (list_length(rt->sources) + 1));
-	ListCell   *lc;
+	int			n;
+	StmSource **sources = runtime_sources(rt, &n);
 
-	foreach(lc, rt->sources)
-		sources[n++] = ((StmSourceRuntime *) lfirst(lc))->src;
-	if (rt->share_src)
-		sources[n++] = rt->share_src;
 	PG_TRY();
 	{
 		quiet = stm_source_quiet(sources, n);

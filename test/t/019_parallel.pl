@@ -40,25 +40,10 @@ $node->safe_psql('postgres',
 	  . "min(order_id) AS first, max(event_time) AS last FROM orders_src GROUP BY status', "
 	  . "output_mode => 'complete', parallel_workers => 2)");
 
-# the helpers of a stream: application_name 'streaming helper I of stream ID'
-sub of_stream
-{
-	my ($stream) = @_;
-	return "backend_type = 'streaming helper' AND application_name LIKE '% of stream ' || "
-	  . "(SELECT id FROM streaming.stream_defs WHERE name = '$stream')";
-}
-
 sub helpers
 {
 	my ($stream) = @_;
-	return query_retry($node, "SELECT count(*) FROM pg_stat_activity WHERE " . of_stream($stream));
-}
-
-sub helper_pids
-{
-	my ($stream) = @_;
-	return split /\n/, query_retry($node,
-		"SELECT pid FROM pg_stat_activity WHERE " . of_stream($stream) . " ORDER BY pid");
+	return query_retry($node, "SELECT count(*) FROM pg_stat_activity WHERE " . helpers_of($stream));
 }
 
 $node->safe_psql('postgres', "SELECT streaming.process_available('orders_par', '120s')");
@@ -78,7 +63,7 @@ is( $node->safe_psql('postgres',
 	'3', 'each dead letter has its raw record, length, hash and SQLSTATE');
 is(helpers('orders_par'), '2', 'the stateless stream has two helpers');
 is(helpers('orders_agg'), '2', 'the aggregate stream has two helpers');
-my @pids = helper_pids('orders_par');
+my @pids = helper_pids($node, 'orders_par');
 ok( $node->safe_psql('postgres',
 		"SELECT count(*) FROM streaming.progress WHERE stream = 'orders_par'") >= 10,
 	'the stream ran many batches');
@@ -87,7 +72,7 @@ ok( $node->safe_psql('postgres',
 $kafka->produce_orders($topic, $orders, 4_000);
 $node->safe_psql('postgres', "SELECT streaming.process_available('orders_par', '120s')");
 check_sink($node, 'orders_par', $orders, 'more batches');
-is(join(',', helper_pids('orders_par')), join(',', @pids), 'the same helpers read every batch');
+is(join(',', helper_pids($node, 'orders_par')), join(',', @pids), 'the same helpers read every batch');
 
 # a helper that is told to stop, then one killed with kill -9, while a
 # backlog waits
@@ -101,7 +86,7 @@ for my $kind ('TERM', 'KILL')
 	# and a signal sent right after)
 	my $hold = hold_streams($node, "name = 'orders_par'");
 	$kafka->produce_orders($topic, $orders, 50_000);
-	my ($victim) = helper_pids('orders_par');
+	my ($victim) = helper_pids($node, 'orders_par');
 	my $before = $hold->query_safe('SELECT count(*) FROM orders_par');
 	ok(kill($kind, $victim), "$kind: signalled helper $victim");
 	note "$kind of helper $victim at $before of " . $orders->count . " rows";
@@ -116,7 +101,7 @@ for my $kind ('TERM', 'KILL')
 		't', "$kind: the stream makes progress again", 'orders_par');
 	wait_for($node,
 		"SELECT count(*) = 2 AND bool_and(pid <> $victim) FROM pg_stat_activity WHERE "
-		  . of_stream('orders_par'),
+		  . helpers_of('orders_par'),
 		't', "$kind: the stream has two new helpers", 'orders_par');
 	query_retry($node, "SELECT streaming.process_available('orders_par', '180s')");
 	check_sink($node, 'orders_par', $orders, "after $kind of a helper");
@@ -136,13 +121,13 @@ $node->safe_psql('postgres',
 	"SELECT streaming.alter_stream('orders_par', parallel_workers => 1)");
 $kafka->produce_orders($topic, $orders, 2_000);
 wait_for($node,
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE " . of_stream('orders_par'),
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE " . helpers_of('orders_par'),
 	't', 'one helper after alter_stream', 'orders_par');
 $node->safe_psql('postgres',
 	"SELECT streaming.alter_stream('orders_par', parallel_workers => 0)");
 $kafka->produce_orders($topic, $orders, 2_000);
 wait_for($node,
-	"SELECT count(*) = 0 FROM pg_stat_activity WHERE " . of_stream('orders_par'),
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE " . helpers_of('orders_par'),
 	't', 'no helper after alter_stream to 0', 'orders_par');
 $node->safe_psql('postgres', "SELECT streaming.process_available('orders_par', '120s')");
 $node->safe_psql('postgres', "SELECT streaming.process_available('orders_agg', '120s')");

@@ -71,20 +71,6 @@ for my $shape (@pairs)
 	}
 }
 
-sub of_stream
-{
-	my ($stream) = @_;
-	return "backend_type = 'streaming helper' AND application_name LIKE '% of stream ' || "
-	  . "(SELECT id FROM streaming.stream_defs WHERE name = '$stream')";
-}
-
-sub helper_pids
-{
-	my ($stream) = @_;
-	return split /\n/, query_retry($node,
-		"SELECT pid FROM pg_stat_activity WHERE " . of_stream($stream) . " ORDER BY pid");
-}
-
 sub process_all
 {
 	for my $shape (@pairs)
@@ -128,8 +114,8 @@ sub check_pairs
 process_all();
 for my $shape (@pairs)
 {
-	is(scalar(helper_pids("${shape}_2")), 2, "$shape: the stream has two helpers");
-	is(scalar(helper_pids("${shape}_0")), 0, "$shape: its twin has none");
+	is(scalar(helper_pids($node, "${shape}_2")), 2, "$shape: the stream has two helpers");
+	is(scalar(helper_pids($node, "${shape}_0")), 0, "$shape: its twin has none");
 }
 check_pairs('first pass');
 
@@ -142,13 +128,13 @@ my $hold = hold_streams($node, 'true');
 my $more = $orders->take(10_000);
 $kafka->produce_lines($topic, $more);
 $kafka->produce_lines($topic, [ @{ $more }[ 0 .. 2_999 ] ]);
-my ($victim) = helper_pids('dedup_2');
+my ($victim) = helper_pids($node, 'dedup_2');
 my $before = $hold->query_safe('SELECT count(*) FROM dedup_2');
 ok(kill('KILL', $victim), "kill -9 of helper $victim of dedup_2");
 ok($before < $orders->count, "the backlog waited ($before of " . $orders->count . ' orders read)');
 eval { release_streams($hold); 1 } or note 'the holding session went with the restart';
 wait_for($node,
-	"SELECT count(*) = 2 AND bool_and(pid <> $victim) FROM pg_stat_activity WHERE " . of_stream('dedup_2'),
+	"SELECT count(*) = 2 AND bool_and(pid <> $victim) FROM pg_stat_activity WHERE " . helpers_of('dedup_2'),
 	't', 'dedup_2 has two new helpers', 'dedup_2');
 process_all();
 for my $shape (@pairs)

@@ -58,7 +58,8 @@ use Time::HiRes qw(usleep);
 our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
   wait_for query_retry set_fault hold_streams rehold_streams release_streams stream_row sink_stats check_sink check_offsets check_progress
   orders_table compare_rows topic_table
-  diag_stream psql_error test_seed parallel_workers_list ORDER_COLUMNS ORDER_QUERY_COLUMNS);
+  diag_stream psql_error test_seed parallel_workers_list helpers_of helper_pids
+  ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
 # The declared columns of the orders sources, and what the streams select.
 use constant ORDER_COLUMNS =>
@@ -321,6 +322,23 @@ sub set_fault
 	wait_for($node, "SELECT current_setting('streaming.test_fault')",
 		$value // '', 'streaming.test_fault is ' . ($value // 'cleared'));
 	return;
+}
+
+# helpers_of: the condition on pg_stat_activity for a stream's parallel
+# helpers (application_name 'streaming helper I of stream ID').
+sub helpers_of
+{
+	my ($stream) = @_;
+	return "backend_type = 'streaming helper' AND application_name LIKE '% of stream ' || "
+	  . "(SELECT id FROM streaming.stream_defs WHERE name = '$stream')";
+}
+
+# helper_pids: the pids of a stream's parallel helpers, in order.
+sub helper_pids
+{
+	my ($node, $stream) = @_;
+	return split /\n/, query_retry($node,
+		"SELECT pid FROM pg_stat_activity WHERE " . helpers_of($stream) . " ORDER BY pid");
 }
 
 # query_retry(NODE, SQL): the output of SQL, retried while it fails (the
