@@ -65,6 +65,7 @@
 #include "utils/tuplesort.h"
 
 #include "aggstate.h"
+#include "guc.h"
 #include "join.h"
 #include "options.h"
 #include "ssjoin.h"
@@ -156,6 +157,21 @@ struct StmJoinRun
 };
 
 static bool gives_unmatched(StmStreamJoin *j, int s);
+
+/*
+ * The memory of a batch's join, in kB: the half of streaming.batch_memory
+ * that an aggregate's groups get (the other bounds the prefetch), a quarter
+ * for each side's new rows; the queries hash with a quarter too (work_mem,
+ * hash_mem_multiplier on top).  The session's work_mem, when larger.  At
+ * work_mem (4MB by default) a capped batch of 100,000 rows a side wrote
+ * its new rows to temporary files and read them back for every query, and
+ * hashed them in two batches (bench/joins.sh --explain).
+ */
+static int
+join_memory_kb(void)
+{
+	return Max(work_mem, (int) (stm_guc_groups_memory() / 1024 / 2));
+}
 static int64 side_int8(Jsonb *obj, const char *key, bool *found);
 
 /* A side's state table, by its OID (what the running row count is of). */
@@ -572,7 +588,7 @@ stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char
 		sr->table = psprintf("streaming.%s", quote_identifier(stm_ssjoin_table(stream_id, s)));
 		sr->view_desc = view_desc_of(sr->side->view);
 		sr->desc = side_desc(sr->view_desc);
-		sr->new_rows = tuplestore_begin_heap(false, false, work_mem);
+		sr->new_rows = tuplestore_begin_heap(false, false, join_memory_kb());
 		sr->rows = tuplestore_begin_heap(false, false, work_mem);
 		sr->keep_late = keep_late ? keep_late[s] : NULL;
 		if (sr->side->own_quals)
@@ -820,13 +836,15 @@ evict(StmJoinRun *run, int s)
  * batch's pairs were priced at millions of rows, past jit_above_cost, and
  * JIT code lives for one execution only, so every batch compiled the
  * query anew (0.3 to 1 s of a 100,000-row batch, more than its join;
- * bench/joins.sh --explain).
+ * bench/joins.sh --explain).  work_mem: join_memory_kb's.
  */
 static void
 run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRowFn fn)
 {
 	int			nest = NewGUCNestLevel();
 
+	(void) set_config_option("work_mem", psprintf("%d", join_memory_kb()), PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
