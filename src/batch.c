@@ -820,6 +820,18 @@ end_query(BatchContext *bc)
 	AtEOXact_GUC(true, bc->guc_nest);
 }
 
+/* late_rows => 'keep': where the late rows of an input go, with their positions */
+static StmLateRows *
+keep_late_rows_of(StmStreamDef *def, BatchInput *in)
+{
+	StmLateRows *keep = palloc0(sizeof(StmLateRows));
+
+	keep->stream_id = def->id;
+	keep->src = in->src;
+	keep->meta_att = in->ndeclared;
+	return keep;
+}
+
 /* ---- output_to_sink: the stream's own batch ----------------------------- */
 
 /*
@@ -844,12 +856,7 @@ sink_begin(BatchContext *bc, StmRuntime *rt)
 	}
 	in = only_input(bc);
 	if (def->keep_late_rows)
-	{
-		keep_late = palloc0(sizeof(StmLateRows));
-		keep_late->stream_id = def->id;
-		keep_late->src = in->src;
-		keep_late->meta_att = in->ndeclared;
-	}
+		keep_late = keep_late_rows_of(def, in);
 	/* a query that reads tables: the executor runs it (and makes qi->agg read its rows) */
 	if (qi->planned)
 		bc->join = stm_join_begin(&rt->join_plan, rt->cxt, qi, in->desc, def->query);
@@ -898,12 +905,7 @@ begin_stream_join(BatchContext *bc, StmRuntime *rt)
 
 		for (int s = 0; s < 2; s++)
 			if (def->keep_late_rows && (in->join_sides & (1 << s)))
-			{
-				keep_late[s] = palloc0(sizeof(StmLateRows));
-				keep_late[s]->stream_id = def->id;
-				keep_late[s]->src = in->src;
-				keep_late[s]->meta_att = in->ndeclared;
-			}
+				keep_late[s] = keep_late_rows_of(def, in);
 	}
 	bc->ssjoin = stm_ssjoin_begin(j, qi, def->id, def->query, bc->batch_id, has_wm,
 								  previous_watermark(def), rt->ssjoin_plans, rt->cxt, keep_late,
@@ -1099,10 +1101,7 @@ leader_begin(BatchContext *bc, StmRuntime *rt)
 
 		if (def->keep_late_rows)
 		{
-			keep_late = palloc0(sizeof(StmLateRows));
-			keep_late->stream_id = def->id;
-			keep_late->src = in->src;
-			keep_late->meta_att = in->ndeclared;
+			keep_late = keep_late_rows_of(def, in);
 			keep_late->forward = leader_late;
 			keep_late->forward_arg = bc;
 		}
