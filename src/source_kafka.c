@@ -183,6 +183,7 @@ typedef struct KafkaSource
 	TimestampTz metadata_at;	/* when refresh_partitions last ran */
 	bool		clean_plan;		/* the last plan saw no problem and no data loss */
 	bool		arrived;		/* a record is held that no plan has taken (ready) */
+	bool		reads_shares;	/* given its bounds (set_share_bounds), never plans */
 	int			chunk_size;		/* the batch's (the plan's, a helper's share's) */
 	StmRecord  *records;		/* while fetching: the chunk, as the batch sees it */
 	/* since the last fetch ended, for its streaming.log_batches line */
@@ -1852,6 +1853,7 @@ static bool
 kafka_ready(StmSource *src)
 {
 	KafkaSource *kc = (KafkaSource *) src;
+	int64		held_before = kc->held_bytes;
 
 	if (kc->rk == NULL)
 		return false;
@@ -1859,6 +1861,17 @@ kafka_ready(StmSource *src)
 	rd_kafka_poll(kc->rk, 0);
 	(void) pop_messages(kc, false);
 	flow_control(kc);
+
+	/*
+	 * A source that reads shares (the leader's own, beside its helpers)
+	 * plans nothing, so nothing takes its held records from arrived: records
+	 * new to it say the planning source has some.  Reporting what it holds
+	 * said "ready" for good once it held one, so the worker planned again
+	 * at once after every plan, each asking the brokers for offsets (TAP 006
+	 * hung on one loaded core, the mock broker no longer answering).
+	 */
+	if (kc->reads_shares)
+		return kc->held_bytes > held_before;
 	return kc->arrived;
 }
 
@@ -2335,6 +2348,7 @@ kafka_set_share_bounds(StmSource *src, const char *bounds)
 	const char *line = stm_source_share_chunk_size(bounds, &kc->chunk_size);
 	ListCell   *lc;
 
+	kc->reads_shares = true;
 	rd_kafka_poll(kc->meta, 0);
 	open_consumer(kc, 1);
 	while (*line)
