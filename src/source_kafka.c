@@ -199,7 +199,6 @@ static void resume_partitions(KafkaSource *kc);
 static int	pop_messages(KafkaSource *kc, bool fetching);
 static void flow_control(KafkaSource *kc);
 static void drain_wakeups(KafkaSource *kc);
-static void wake_fetchers(KafkaSource *kc, List *parts);
 static bool has_held(KafkaPartition *p);
 
 /* Destroy a partition's held messages. */
@@ -411,7 +410,8 @@ kafka_open(StmSource *base, bool for_batches)
  * so a partition with nothing to read takes no share, and one that is far
  * behind can use it all.  librdkafka 2.0.2 must not reach its own bound
  * in a batch: its broker thread then stops fetching until something wakes
- * it, up to 1 s later; a resumed partition wakes it at once.
+ * it, up to 1 s later; a batch that waits STALL_MS for records wakes it
+ * (kafka_fetch).
  * fetch.message.max.bytes (a partition's part of one response) is
  * librdkafka's default, 1MB, at most fetch.max.bytes.  librdkafka's
  * bookkeeping of each record comes on top.  kafka_options that set these
@@ -1353,9 +1353,6 @@ pause_partitions(KafkaSource *kc, List *parts, bool pause)
 	else
 		(void) rd_kafka_resume_partitions(kc->rk, list);
 	rd_kafka_topic_partition_list_destroy(list);
-	/* a resume does not wake the broker threads: fetch ahead at once */
-	if (!pause)
-		wake_fetchers(kc, parts);
 }
 
 /* Every paused partition fetches again (it goes on after what it handed out). */
@@ -1496,18 +1493,15 @@ wake_fetcher(KafkaSource *kc, List *parts)
 	}
 }
 
-/*
- * wake_fetcher for one partition of each leader among parts (NIL: all the
- * source's): its thread decides for all of them.
- */
+/* wake_fetcher for one partition of each leader: its thread decides for all of them. */
 static void
-wake_fetchers(KafkaSource *kc, List *parts)
+wake_fetchers(KafkaSource *kc)
 {
 	List	   *one_each = NIL;
 	List	   *leaders = NIL;
 	ListCell   *lc;
 
-	foreach(lc, parts ? parts : kc->partitions)
+	foreach(lc, kc->partitions)
 	{
 		KafkaPartition *p = lfirst(lc);
 
@@ -1574,7 +1568,10 @@ pop_messages(KafkaSource *kc, bool fetching)
  * fetches on after what was popped); a paused partition resumes when the
  * batch needs it (it reads and holds nothing) or once the held messages
  * are down to half their share.  A resume does not wake librdkafka's
- * broker thread: pause_partitions does (wake_fetcher).
+ * broker thread, and is not made to: a seek per resumed partition (each
+ * capped batch resumes many) makes librdkafka fetch what it had queued
+ * again, and was measured no faster (issue 21); a batch that waits for a
+ * resumed partition wakes the fetchers after STALL_MS (kafka_fetch).
  */
 static void
 flow_control(KafkaSource *kc)
@@ -1795,7 +1792,7 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 							waiting_on->topic, waiting_on->partition, waiting_on->next),
 					 kc->error[0] ? errdetail("%s", kc->error) : 0));
 		if (empty_waits == 1)
-			wake_fetchers(kc, NIL);
+			wake_fetchers(kc);
 		wait_for_queue(kc, empty_waits == 0 ? STALL_MS : STM_KAFKA_SLICE_MS);
 		empty_waits++;
 	}
