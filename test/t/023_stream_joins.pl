@@ -49,31 +49,7 @@ my ($orders_topic) = $kafka->create_topic('orders_021', 1);
 my ($payments_topic) = $kafka->create_topic('payments_021', 1);
 
 my $node = streaming_node('main');
-$node->safe_psql('postgres', q{
-CREATE TABLE orders_in (doc jsonb);
-CREATE TABLE payments_in (doc jsonb);
-CREATE VIEW orders_all AS
-SELECT (doc->>'order_id')::bigint AS order_id, (doc->>'amount')::numeric(12,2) AS amount,
-       (doc->>'order_time')::timestamptz AS order_time FROM orders_in;
-CREATE VIEW payments_all AS
-SELECT (doc->>'payment_id')::bigint AS payment_id, (doc->>'order_id')::bigint AS order_id,
-       (doc->>'payment_time')::timestamptz AS payment_time FROM payments_in;
-CREATE VIEW paid_expected AS
-SELECT o.order_id, o.amount, p.payment_id, p.payment_time FROM orders_all o JOIN payments_all p
-  ON p.order_id = o.order_id AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes';
-CREATE VIEW orders_left_expected AS
-SELECT o.order_id, o.amount, p.payment_id, p.payment_time FROM orders_all o LEFT JOIN payments_all p
-  ON p.order_id = o.order_id AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes';
-});
-for my $s ([ 'orders_src', $orders_topic, 'order_id bigint, amount numeric(12,2), order_time timestamptz' ],
-	[ 'payments_src', $payments_topic, 'payment_id bigint, order_id bigint, payment_time timestamptz' ])
-{
-	$node->safe_psql('postgres',
-		"SELECT streaming.create_kafka_source('$s->[0]', "
-		  . StreamingTest::quote_literal($kafka->bootstrap)
-		  . ", topics => ARRAY[" . StreamingTest::quote_literal($s->[1]) . "], starting_offsets => 'earliest', "
-		  . "columns => '$s->[2]', max_offsets_per_trigger => 150)");
-}
+orders_payments_sources($node, $kafka, $orders_topic, $payments_topic, 150);
 my $watermarks = q{'{"o": {"event_time": "order_time", "delay": "1 hour"},
                     "p": {"event_time": "payment_time", "delay": "1 hour"}}'};
 my %query = (
@@ -97,13 +73,6 @@ my $next_order = 1;
 my $base = 1_704_067_200;    # 2024-01-01 00:00:00 UTC
 my ($norders, $npayments) = (0, 0);
 
-sub iso
-{
-	my ($epoch) = @_;
-	my @t = gmtime($epoch);
-	return sprintf('%04d-%02d-%02d %02d:%02d:%02d+00', $t[5] + 1900, $t[4] + 1, @t[ 3, 2, 1, 0 ]);
-}
-
 sub produce_round
 {
 	my ($n, %opts) = @_;
@@ -112,7 +81,7 @@ sub produce_round
 	{
 		my $id = $next_order++;
 		my $t = $opts{at} // $base + $id;
-		push @o, sprintf('{"order_id": %d, "amount": %.2f, "order_time": "%s"}', $id, 1 + rand(500), iso($t));
+		push @o, sprintf('{"order_id": %d, "amount": %.2f, "order_time": "%s"}', $id, 1 + rand(500), iso_utc($t));
 		my $r = rand();
 		my @delays =
 		    $opts{at} ? (0)
@@ -122,26 +91,20 @@ sub produce_round
 		  : $r < 0.24 ? (int(rand(1801)), int(rand(1801)))
 		  : (int(rand(1801)));
 		my $k = 0;
-		push @p, map { sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10 + $k++, $id, iso($t + $_)) }
+		push @p, map { sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10 + $k++, $id, iso_utc($t + $_)) }
 		  @delays;
 	}
 	# payments of a round in order of their orders, not of their times
 	$kafka->produce_lines($orders_topic, \@o);
 	$kafka->produce_lines($payments_topic, \@p) if @p;
 	$node->safe_psql('postgres',
-		"INSERT INTO orders_in SELECT d::jsonb FROM unnest(" . array_literal(\@o) . "::text[]) d");
+		"INSERT INTO orders_in SELECT d::jsonb FROM unnest(" . sql_array(\@o) . "::text[]) d");
 	$node->safe_psql('postgres',
-		"INSERT INTO payments_in SELECT d::jsonb FROM unnest(" . array_literal(\@p) . "::text[]) d")
+		"INSERT INTO payments_in SELECT d::jsonb FROM unnest(" . sql_array(\@p) . "::text[]) d")
 	  if @p;
 	$norders += @o;
 	$npayments += @p;
 	return;
-}
-
-sub array_literal
-{
-	my ($items) = @_;
-	return 'ARRAY[' . join(',', map { StreamingTest::quote_literal($_) } @$items) . ']';
 }
 
 sub last_batch

@@ -37,32 +37,7 @@ my ($payments_topic) = $kafka->create_topic('payments_028', 2);
 my ($paid_topic) = $kafka->create_topic('paid_028', 2);
 
 my $node = streaming_node('main');
-my $tables = q{
-CREATE TABLE orders_in (doc jsonb);
-CREATE TABLE payments_in (doc jsonb);
-CREATE VIEW orders_all AS
-SELECT (doc->>'order_id')::bigint AS order_id, (doc->>'amount')::numeric(12,2) AS amount,
-       (doc->>'order_time')::timestamptz AS order_time FROM orders_in;
-CREATE VIEW payments_all AS
-SELECT (doc->>'payment_id')::bigint AS payment_id, (doc->>'order_id')::bigint AS order_id,
-       (doc->>'payment_time')::timestamptz AS payment_time FROM payments_in;
-CREATE VIEW paid_expected AS
-SELECT o.order_id, o.amount, p.payment_id, p.payment_time FROM orders_all o JOIN payments_all p
-  ON p.order_id = o.order_id AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes';
-CREATE VIEW orders_left_expected AS
-SELECT o.order_id, o.amount, p.payment_id, p.payment_time FROM orders_all o LEFT JOIN payments_all p
-  ON p.order_id = o.order_id AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes';
-};
-$node->safe_psql('postgres', $tables);
-for my $s ([ 'orders_src', $orders_topic, 'order_id bigint, amount numeric(12,2), order_time timestamptz' ],
-	[ 'payments_src', $payments_topic, 'payment_id bigint, order_id bigint, payment_time timestamptz' ])
-{
-	$node->safe_psql('postgres',
-		"SELECT streaming.create_kafka_source('$s->[0]', "
-		  . StreamingTest::quote_literal($kafka->bootstrap)
-		  . ", topics => ARRAY[" . StreamingTest::quote_literal($s->[1]) . "], starting_offsets => 'earliest', "
-		  . "columns => '$s->[2]', max_offsets_per_trigger => 40)");
-}
+orders_payments_sources($node, $kafka, $orders_topic, $payments_topic, 40);
 my $bs = StreamingTest::quote_literal($kafka->bootstrap);
 my $watermarks = q{'{"o": {"event_time": "order_time", "delay": "1 hour"},
                     "p": {"event_time": "payment_time", "delay": "1 hour"}}'};
@@ -88,19 +63,6 @@ my @pending;                 # payments not produced yet: [time, line]
 my ($norders, $npayments) = (0, 0);
 my @dbs = ('postgres');
 
-sub iso
-{
-	my ($epoch) = @_;
-	my @t = gmtime($epoch);
-	return sprintf('%04d-%02d-%02d %02d:%02d:%02d+00', $t[5] + 1900, $t[4] + 1, @t[ 3, 2, 1, 0 ]);
-}
-
-sub array_literal
-{
-	my ($items) = @_;
-	return 'ARRAY[' . join(',', map { StreamingTest::quote_literal($_) } @$items) . ']';
-}
-
 # produce N orders (at: their time) and the payments due by the last one's
 # time (all with flush), into the topics and every database's tables
 sub produce
@@ -113,11 +75,11 @@ sub produce
 		my $id = $next_order++;
 		my $t = $opts{at} // $base + 60 * $id;
 		$last = $t;
-		push @o, sprintf('{"order_id": %d, "amount": %.2f, "order_time": "%s"}', $id, 1 + ($id % 97), iso($t));
+		push @o, sprintf('{"order_id": %d, "amount": %.2f, "order_time": "%s"}', $id, 1 + ($id % 97), iso_utc($t));
 		my $r = $id % 10;
 		my @delays = $opts{at} ? (0) : $r == 3 ? () : $r == 7 ? (1801 + 60 * ($id % 5)) : ((37 * $id) % 1801);
 		my $k = 0;
-		push @pending, map { [ $t + $_, sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10 + $k++, $id, iso($t + $_)) ] } @delays;
+		push @pending, map { [ $t + $_, sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10 + $k++, $id, iso_utc($t + $_)) ] } @delays;
 	}
 	@pending = sort { $a->[0] <=> $b->[0] } @pending;
 	push @p, map { $_->[1] } grep { $opts{flush} || $_->[0] <= $last } @pending;
@@ -126,8 +88,8 @@ sub produce
 	$kafka->produce_lines($payments_topic, \@p) if @p;
 	for my $db (@dbs)
 	{
-		$node->safe_psql($db, "INSERT INTO orders_in SELECT d::jsonb FROM unnest(" . array_literal(\@o) . "::text[]) d");
-		$node->safe_psql($db, "INSERT INTO payments_in SELECT d::jsonb FROM unnest(" . array_literal(\@p) . "::text[]) d")
+		$node->safe_psql($db, "INSERT INTO orders_in SELECT d::jsonb FROM unnest(" . sql_array(\@o) . "::text[]) d");
+		$node->safe_psql($db, "INSERT INTO payments_in SELECT d::jsonb FROM unnest(" . sql_array(\@p) . "::text[]) d")
 		  if @p;
 	}
 	$norders += @o;

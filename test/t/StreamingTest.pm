@@ -59,6 +59,7 @@ our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
   wait_for query_retry set_fault hold_streams rehold_streams release_streams stream_row sink_stats check_sink check_offsets check_progress
   orders_table compare_rows topic_table
   diag_stream psql_error test_seed parallel_workers_list helpers_of helper_pids
+  orders_payments_sources iso_utc sql_array
   ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
 # The declared columns of the orders sources, and what the streams select.
@@ -322,6 +323,57 @@ sub set_fault
 	wait_for($node, "SELECT current_setting('streaming.test_fault')",
 		$value // '', 'streaming.test_fault is ' . ($value // 'cleared'));
 	return;
+}
+
+# orders_payments_sources(NODE, KAFKA, ORDERS_TOPIC, PAYMENTS_TOPIC, CAP): the
+# stream-stream join tests' inputs: Kafka sources orders_src and payments_src
+# (max_offsets_per_trigger CAP), the same records as jsonb in tables
+# orders_in and payments_in, and views of the expected inner and left joins
+# (paid_expected, orders_left_expected: a payment 0-30 minutes after its order).
+sub orders_payments_sources
+{
+	my ($node, $kafka, $orders_topic, $payments_topic, $cap) = @_;
+	$node->safe_psql('postgres', q{
+CREATE TABLE orders_in (doc jsonb);
+CREATE TABLE payments_in (doc jsonb);
+CREATE VIEW orders_all AS
+SELECT (doc->>'order_id')::bigint AS order_id, (doc->>'amount')::numeric(12,2) AS amount,
+       (doc->>'order_time')::timestamptz AS order_time FROM orders_in;
+CREATE VIEW payments_all AS
+SELECT (doc->>'payment_id')::bigint AS payment_id, (doc->>'order_id')::bigint AS order_id,
+       (doc->>'payment_time')::timestamptz AS payment_time FROM payments_in;
+CREATE VIEW paid_expected AS
+SELECT o.order_id, o.amount, p.payment_id, p.payment_time FROM orders_all o JOIN payments_all p
+  ON p.order_id = o.order_id AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes';
+CREATE VIEW orders_left_expected AS
+SELECT o.order_id, o.amount, p.payment_id, p.payment_time FROM orders_all o LEFT JOIN payments_all p
+  ON p.order_id = o.order_id AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes';
+});
+	for my $s ([ 'orders_src', $orders_topic, 'order_id bigint, amount numeric(12,2), order_time timestamptz' ],
+		[ 'payments_src', $payments_topic, 'payment_id bigint, order_id bigint, payment_time timestamptz' ])
+	{
+		$node->safe_psql('postgres',
+			"SELECT streaming.create_kafka_source('$s->[0]', "
+			  . quote_literal($kafka->bootstrap)
+			  . ", topics => ARRAY[" . quote_literal($s->[1]) . "], starting_offsets => 'earliest', "
+			  . "columns => '$s->[2]', max_offsets_per_trigger => $cap)");
+	}
+	return;
+}
+
+# iso_utc(EPOCH): the time as timestamptz text in UTC, to the second.
+sub iso_utc
+{
+	my ($epoch) = @_;
+	my @t = gmtime($epoch);
+	return sprintf('%04d-%02d-%02d %02d:%02d:%02d+00', $t[5] + 1900, $t[4] + 1, @t[ 3, 2, 1, 0 ]);
+}
+
+# sql_array(ITEMS): an SQL ARRAY of the strings, quoted.
+sub sql_array
+{
+	my ($items) = @_;
+	return 'ARRAY[' . join(',', map { quote_literal($_) } @$items) . ']';
 }
 
 # helpers_of: the condition on pg_stat_activity for a stream's parallel
