@@ -35,6 +35,8 @@ int			stm_guc_outbox_max_rows = 1000000;
  * back to a stream's worker that found none (runtime.c): safe as a default.
  */
 int			stm_guc_max_parallel_workers_per_stream = 2;
+/* 0: the CPUs the process may run on (runtime.c); tests fix it */
+int			stm_guc_helper_cpus = 0;
 
 void
 stm_guc_init(void)
@@ -66,6 +68,12 @@ stm_guc_init(void)
 							"A stream whose parallel_workers is set uses that number instead; 0 here means automatic streams run without helpers.",
 							&stm_guc_max_parallel_workers_per_stream, 2, 0, STM_MAX_PARALLEL_WORKERS,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("streaming.helper_cpus",
+							"CPUs that automatic parallel helpers are planned for: a stream's worker and its automatic helpers take at most one each.",
+							"0 (the default) counts the CPUs the server may run on: its CPU affinity, lowered by a cgroup v2 CPU quota. A stream whose parallel_workers is set is not affected.",
+							&stm_guc_helper_cpus, 0, 0, 1024,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("streaming.log_batches",
 							 "Log one line per committed batch.",

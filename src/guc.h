@@ -16,6 +16,7 @@ extern int	stm_guc_kafka_timeout_ms;
 extern int	stm_guc_file_settle_time_ms;
 extern int	stm_guc_outbox_max_rows;
 extern int	stm_guc_max_parallel_workers_per_stream;
+extern int	stm_guc_helper_cpus;
 
 extern void stm_guc_init(void);
 

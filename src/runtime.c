@@ -15,7 +15,11 @@
  */
 #include "postgres.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include "access/xact.h"
+#include "storage/fd.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
@@ -31,6 +35,59 @@
 
 /* an automatic stream that got no helpers tries again after this long */
 #define STM_HELPER_RETRY_MS 10000
+
+/*
+ * The CPUs a cgroup v2 quota allows this process ("max" or none: INT_MAX):
+ * the smallest of its cgroup's and its ancestors' cpu.max, rounded up.
+ */
+static int
+cgroup_cpu_quota(void)
+{
+	char		line[MAXPGPATH];
+	char		dir[MAXPGPATH];
+	int			best = INT_MAX;
+	FILE	   *f = AllocateFile("/proc/self/cgroup", "r");
+
+	if (f == NULL)
+		return best;
+	dir[0] = '\0';
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "0::", 3) == 0)
+		{
+			snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", line + 3);
+			dir[strcspn(dir, "\n")] = '\0';
+		}
+	FreeFile(f);
+	while (dir[0] != '\0')
+	{
+		char		path[MAXPGPATH];
+		char		quota[32];
+		long		period;
+		char	   *slash;
+
+		snprintf(path, sizeof(path), "%s/cpu.max", dir);
+		if ((f = AllocateFile(path, "r")) != NULL)
+		{
+			if (fscanf(f, "%31s %ld", quota, &period) == 2 &&
+				strcmp(quota, "max") != 0 && period > 0)
+			{
+				long		q = strtol(quota, NULL, 10);
+
+				if (q > 0)
+					best = Min(best, (int) ((q + period - 1) / period));
+			}
+			FreeFile(f);
+		}
+		/* up to /sys/fs/cgroup itself, then stop */
+		if (strcmp(dir, "/sys/fs/cgroup") == 0 ||
+			(slash = strrchr(dir, '/')) == NULL)
+			break;
+		*slash = '\0';
+		if (strlen(dir) < strlen("/sys/fs/cgroup"))
+			break;
+	}
+	return best;
+}
 
 StmRuntime *
 stm_runtime_create(int32 stream_id)
@@ -155,11 +212,42 @@ stm_runtime_share_source(StmRuntime *rt, StmStreamDef *def)
 }
 
 /*
+ * The CPUs this process may run on: its CPU affinity (taskset, cpusets),
+ * lowered by a cgroup v2 CPU quota (cpu.max of its cgroup, as a container
+ * limit sets it), at least 1.  Counted once per process.
+ */
+static int
+usable_cpus(void)
+{
+	static int	cpus = 0;
+
+	if (cpus == 0)
+	{
+		cpus = 1;
+#ifdef CPU_COUNT
+		{
+			cpu_set_t	set;
+
+			if (sched_getaffinity(0, sizeof(set), &set) == 0)
+				cpus = Max(CPU_COUNT(&set), 1);
+		}
+#else
+		cpus = Max((int) sysconf(_SC_NPROCESSORS_ONLN), 1);
+#endif
+		cpus = Min(cpus, cgroup_cpu_quota());
+	}
+	return cpus;
+}
+
+/*
  * parallel_workers NULL (automatic): streaming.max_parallel_workers_per_stream
  * helpers for a shape they run, in a stream's worker only (a run_batch
  * call's helpers would live for one batch), none for the continuous
  * trigger, none while automatic helpers give way to a stream's worker
- * that found no slot.
+ * that found no slot.  The worker reads a share too, so it and its helpers
+ * take at most one CPU each (streaming.helper_cpus, or the CPUs it may run
+ * on): on one CPU helpers only add their hand-over (stateless ingest measured
+ * 0.65x of COPY with two, 0.89x without).
  */
 static int
 automatic_helpers(StmRuntime *rt, StmStreamDef *def)
@@ -190,7 +278,10 @@ automatic_helpers(StmRuntime *rt, StmStreamDef *def)
 		rt->parallel_auto_shape = stm_parallel_query_supported(qi, &why) ? 1 : -1;
 		AtEOXact_GUC(true, nest);
 	}
-	return rt->parallel_auto_shape > 0 ? stm_guc_max_parallel_workers_per_stream : 0;
+	if (rt->parallel_auto_shape < 0)
+		return 0;
+	return Min(stm_guc_max_parallel_workers_per_stream,
+			   (stm_guc_helper_cpus > 0 ? stm_guc_helper_cpus : usable_cpus()) - 1);
 }
 
 /*

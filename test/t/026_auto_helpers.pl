@@ -125,5 +125,40 @@ $node->safe_psql('postgres', "SELECT streaming.process_available('auto_a', '120s
 check_sink($node, 'auto_a', $orders, 'back to automatic');
 check_progress($node, 'auto_a', $orders->count, 'back to automatic');
 
+# streaming.helper_cpus: the worker and its automatic helpers take a CPU
+# each, so one CPU means none (helpers would only add their hand-over) and
+# two mean one; a stream's own number is not bounded by it
+sub until_helpers
+{
+	my ($count, $what) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	until (helpers('auto_a') eq $count || time() > $deadline)
+	{
+		$kafka->produce_orders($topic, $orders, 4);
+		usleep(100_000);
+	}
+	$node->safe_psql('postgres', "SELECT streaming.process_available('auto_a', '120s')");
+	# (the waits run a batch per few records: more than progress_history keeps)
+	check_sink($node, 'auto_a', $orders, $what);
+}
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET streaming.helper_cpus = 1; SELECT pg_reload_conf()");
+until_helpers('0', 'streaming.helper_cpus = 1');
+is(helpers('auto_a'), '0', 'streaming.helper_cpus = 1: an automatic stream has no helper');
+$log_offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET streaming.helper_cpus = 2; SELECT pg_reload_conf()");
+until_helpers('1', 'streaming.helper_cpus = 2');
+is(helpers('auto_a'), '1', 'streaming.helper_cpus = 2: one helper beside the worker');
+ok(!$node->log_contains(qr/stream "auto_a" started 1 of its 2 parallel helpers/, $log_offset),
+	'streaming.helper_cpus = 2: the worker asked for one helper, not two');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET streaming.helper_cpus = 1; SELECT pg_reload_conf()");
+$node->safe_psql('postgres', "SELECT streaming.stop('auto_a')");
+$node->safe_psql('postgres',
+	"SELECT streaming.alter_stream('auto_a', parallel_workers => 1); SELECT streaming.start('auto_a')");
+until_helpers('1', 'a number of its own on one CPU');
+is(helpers('auto_a'), '1', 'parallel_workers => 1 is not bounded by streaming.helper_cpus');
+
 $node->stop;
 done_testing();

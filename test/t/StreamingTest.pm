@@ -111,6 +111,9 @@ sub streaming_node
 	$conf = "shared_preload_libraries = 'streaming'\n$conf" if $preload;
 	# PostgreSQL::Test::Cluster turns this off; the crash tests need it
 	$conf .= "restart_after_crash = on\n";
+	# automatic helpers as on a machine of 8 CPUs, whatever this one has or
+	# the tests run on (taskset): the counts the tests expect stay the same
+	$conf .= "streaming.helper_cpus = 8\n" if $preload && !$opts{install_path};
 	$conf .= $opts{conf} if defined $opts{conf};
 	$node->append_conf('postgresql.conf', $conf);
 	$node->start;
