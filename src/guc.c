@@ -70,7 +70,7 @@ stm_guc_init(void)
 							PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomIntVariable("streaming.helper_cpus",
-							"CPUs that automatic parallel helpers are planned for: a stream's worker and its automatic helpers take at most one each.",
+							"CPUs that automatic parallel helpers are planned for: at most one automatic helper per CPU, none on one CPU.",
 							"0 (the default) counts the CPUs the server may run on: its CPU affinity, lowered by a cgroup v2 CPU quota. A stream whose parallel_workers is set is not affected.",
 							&stm_guc_helper_cpus, 0, 0, 1024,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);

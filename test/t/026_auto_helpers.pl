@@ -125,9 +125,9 @@ $node->safe_psql('postgres', "SELECT streaming.process_available('auto_a', '120s
 check_sink($node, 'auto_a', $orders, 'back to automatic');
 check_progress($node, 'auto_a', $orders->count, 'back to automatic');
 
-# streaming.helper_cpus: the worker and its automatic helpers take a CPU
-# each, so one CPU means none (helpers would only add their hand-over) and
-# two mean one; a stream's own number is not bounded by it
+# streaming.helper_cpus: at most one automatic helper per CPU, none on one
+# CPU (helpers would only add their hand-over); a stream's own number is not
+# bounded by it
 sub until_helpers
 {
 	my ($count, $what) = @_;
@@ -149,9 +149,9 @@ $log_offset = -s $node->logfile;
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET streaming.helper_cpus = 2; SELECT pg_reload_conf()");
 until_helpers('1', 'streaming.helper_cpus = 2');
-is(helpers('auto_a'), '1', 'streaming.helper_cpus = 2: one helper beside the worker');
-ok(!$node->log_contains(qr/stream "auto_a" started 1 of its 2 parallel helpers/, $log_offset),
-	'streaming.helper_cpus = 2: the worker asked for one helper, not two');
+is(helpers('auto_a'), '1', 'streaming.helper_cpus = 2: helpers again (one slot is free)');
+ok($node->log_contains(qr/stream "auto_a" started 1 of its 2 parallel helpers/, $log_offset),
+	'streaming.helper_cpus = 2: two helpers asked for, one started');
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET streaming.helper_cpus = 1; SELECT pg_reload_conf()");
 $node->safe_psql('postgres', "SELECT streaming.stop('auto_a')");
