@@ -388,8 +388,7 @@ check_query_shape(const StreamArgs *a, StmQueryInfo *qi, const StmSourceDef *sou
 
 	/* NULL (automatic) takes helpers only for the shapes they run */
 	if (a->parallel_workers >= 0)
-		stm_parallel_check_arg(a->name, a->parallel_workers, stm_source_routine(source->kind), qi,
-							   a->has_dedup_keys);
+		stm_parallel_check_arg(a->name, a->parallel_workers, stm_source_routine(source->kind), qi);
 	if (qi->agg == NULL && a->output_mode == STM_OUTPUT_COMPLETE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -738,7 +737,7 @@ streaming_alter_stream(PG_FUNCTION_ARGS)
 			AtEOXact_GUC(true, nest);
 		}
 		if (!reset)
-			stm_parallel_check_arg(name, n, stm_source_routine(src->kind), qi, def->has_dedup);
+			stm_parallel_check_arg(name, n, stm_source_routine(src->kind), qi);
 		(void) stm_catalog_get_stream_by_id(def->id, true);
 		stm_catalog_exec("UPDATE streaming.stream_defs SET parallel_workers = $2 WHERE id = $1",
 						 2, types, values, nulls, SPI_OK_UPDATE);

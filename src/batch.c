@@ -1262,6 +1262,13 @@ leader_share_chunk(void *arg, StmRecord *records, int n)
  * of its own opened as a helper's (the planning source keeps the batch's
  * plan, and saves its positions).  The leader takes the helpers' rows,
  * groups and bad records as they come, between its own chunks and after.
+ *
+ * dedup_keys over a source whose parts have an order of their own
+ * (ordered_parts: files, the rate source's values) keep the first row of
+ * a key in that order: the shares are consecutive runs of the source, and
+ * the leader takes them in order, as fetch_here reads them: its own share
+ * 0 first, then helper after helper (each share i + 1), their rows
+ * meanwhile waiting in their queues.
  */
 static void
 fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
@@ -1275,6 +1282,7 @@ fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 	StmSource  *mine;
 	char	   *bounds;
 	const char *why;
+	bool		in_order = bc->def->has_dedup && plan_src->routine->ordered_parts;
 
 	/* create_stream and alter_stream refuse the others */
 	if (!stm_parallel_query_supported(bc->qi, &why))
@@ -1290,19 +1298,20 @@ fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 												ALLOCSET_DEFAULT_SIZES);
 		bc->pending_slot = MakeSingleTupleTableSlot(in->desc, &TTSOpsMinimalTuple);
 	}
-	stm_parallel_send_shares(rt->parallel, plan_src, nhelpers + 1, bc->sink_output->desc,
+	stm_parallel_send_shares(rt->parallel, plan_src, nhelpers + 1, in_order, bc->sink_output->desc,
 							 bc->aggbatch ? stm_aggbatch_partial_desc(bc->aggbatch) : NULL);
 	bc->helpers = rt->parallel;
 	bc->helpers_recv = &recv;
 	bc->helpers_totals = &totals;
 
 	/* the leader's share: its records go through the batch as fetch_here's do */
-	bounds = plan_src->routine->share_bounds(plan_src, nhelpers, nhelpers + 1);
+	bounds = plan_src->routine->share_bounds(plan_src, in_order ? 0 : nhelpers, nhelpers + 1);
 	mine = stm_runtime_share_source(rt, bc->def);
 	rt->share_src_dirty = true;
 	mine->routine->set_share_bounds(mine, bounds);
 	in->src = mine;
-	mine->routine->fetch(mine, leader_share_chunk, in);
+	/* in order: the helpers' shares come after the leader's, not between its chunks */
+	mine->routine->fetch(mine, in_order ? process_chunk : leader_share_chunk, in);
 	in->src = plan_src;
 	rt->share_src_dirty = false;
 	pfree(bounds);

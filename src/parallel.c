@@ -99,6 +99,7 @@ struct StmParallel
 	char	   *name;			/* the stream's, for messages */
 	/* the batch's shares, from stm_parallel_send_shares to the last drain */
 	bool	   *done;			/* helper i sent 'D' */
+	bool		ordered;		/* taken helper after helper (leader_first) */
 	int			remaining;		/* helpers not done */
 	TupleTableSlot *slot;		/* their rows */
 	TupleTableSlot *group_slot; /* their partial groups (aggregates) */
@@ -138,20 +139,16 @@ queue_offset(int i, bool out)
 }
 
 /*
- * Can helpers read this source, as the stream is set up?  Kafka and file
- * sources (kinds with share_bounds); dedup_keys only where rows are ordered
- * within a part alone (the first row of a key is then the same whoever
- * reads the part; files are read in order, one after another).
+ * Can helpers read this source?  Kinds with share_bounds (Kafka, file and
+ * rate sources), in every shape of one source: dedup_keys too, also where
+ * the source's parts are read in an order of their own (ordered_parts: the
+ * leader then takes the shares in that order, stm_parallel_send_shares).
  */
 bool
-stm_parallel_source_supported(const StmSourceRoutine *routine, bool has_dedup,
-							  const char **why)
+stm_parallel_source_supported(const StmSourceRoutine *routine, const char **why)
 {
 	if (routine->share_bounds == NULL || routine->set_share_bounds == NULL)
 		*why = psprintf("sources of kind \"%s\" are read by the stream's worker only", routine->kind);
-	else if (has_dedup && routine->ordered_parts)
-		*why = psprintf("dedup_keys keep the first row of a key in the order of the %s source's parts, which only the stream's worker reads in order",
-						routine->display_name);
 	else
 		return true;
 	return false;
@@ -174,7 +171,7 @@ stm_parallel_query_supported(StmQueryInfo *qi, const char **why)
 /* create_stream's and alter_stream's parallel_workers argument */
 void
 stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
-					   StmQueryInfo *qi, bool has_dedup)
+					   StmQueryInfo *qi)
 {
 	const char *why;
 
@@ -182,13 +179,13 @@ stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routin
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("parallel_workers must be between 0 and %d", STM_MAX_PARALLEL_WORKERS)));
-	if (n > 0 && (!stm_parallel_source_supported(routine, has_dedup, &why) ||
+	if (n > 0 && (!stm_parallel_source_supported(routine, &why) ||
 				  (qi && !stm_parallel_query_supported(qi, &why))))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", stream),
 				 errdetail("%s.", why),
-				 errhint("Parallel helpers run queries of one Kafka or file source (dedup_keys over Kafka only); leave parallel_workers NULL (automatic) or 0.")));
+				 errhint("Parallel helpers run queries of one Kafka, file or rate source; leave parallel_workers NULL (automatic) or 0.")));
 }
 
 /*
@@ -430,20 +427,28 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
  * share itself).  Then stm_parallel_drain takes their rows, groups and bad
  * records as they come, from whichever queue has some, until every helper
  * said it is done.
+ *
+ * leader_first: the shares are taken in their order, as one source read
+ * from start to end (dedup_keys over a source with ordered_parts, whose
+ * shares are consecutive runs of it): the leader reads share 0 itself
+ * first, helper i reads share i + 1, and stm_parallel_drain takes helper
+ * i's messages only once helpers 0 to i - 1 are done (a helper further on
+ * waits on its full queue meanwhile).
  */
 void
-stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares, TupleDesc desc,
-						 TupleDesc partial_desc)
+stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares, bool leader_first,
+						 TupleDesc desc, TupleDesc partial_desc)
 {
 	par->dirty = true;
 	par->done = palloc0(sizeof(bool) * par->n);
+	par->ordered = leader_first;
 	par->remaining = par->n;
 	par->slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
 	par->group_slot = partial_desc ?
 		MakeSingleTupleTableSlot(partial_desc, &TTSOpsMinimalTuple) : NULL;
 	for (int i = 0; i < par->n; i++)
 	{
-		char	   *bounds = src->routine->share_bounds(src, i, nshares);
+		char	   *bounds = src->routine->share_bounds(src, leader_first ? i + 1 : i, nshares);
 		StringInfoData msg;
 
 		initStringInfo(&msg);
@@ -460,7 +465,8 @@ stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares, TupleDes
  * What the helpers sent of the batch's shares: with wait, until each is
  * done; without, what the queues hold now (the leader, between chunks of
  * its own share, so that no helper waits long on a full queue).  True once
- * every helper is done.
+ * every helper is done.  Shares taken in order (leader_first): only the
+ * first helper not done yet is read.
  */
 bool
 stm_parallel_drain(StmParallel *par, StmParallelReceiver *recv, StmShareTotals *totals,
@@ -474,6 +480,8 @@ stm_parallel_drain(StmParallel *par, StmParallelReceiver *recv, StmShareTotals *
 
 		for (int i = 0; i < par->n; i++)
 		{
+			if (par->ordered && i > 0 && !par->done[i - 1])
+				break;			/* helper i's rows come after i - 1's */
 			/* a few messages of each in turn, so that no queue stays full */
 			for (int k = 0; k < 256 && !par->done[i]; k++)
 			{

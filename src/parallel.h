@@ -59,16 +59,15 @@ extern StmParallel *stm_parallel_start(int32 stream_id, int nhelpers, int elevel
 extern int	stm_parallel_count(StmParallel *par);
 extern bool stm_parallel_dirty(StmParallel *par);
 extern void stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares,
-									TupleDesc desc, TupleDesc partial_desc);
+									bool leader_first, TupleDesc desc, TupleDesc partial_desc);
 extern bool stm_parallel_drain(StmParallel *par, StmParallelReceiver *recv,
 							   StmShareTotals *totals, bool wait);
 extern void stm_parallel_stop(StmParallel *par);
 extern void stm_parallel_abandon(StmParallel *par);
-extern bool stm_parallel_source_supported(const StmSourceRoutine *routine, bool has_dedup,
-										  const char **why);
+extern bool stm_parallel_source_supported(const StmSourceRoutine *routine, const char **why);
 extern bool stm_parallel_query_supported(StmQueryInfo *qi, const char **why);
 extern void stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routine,
-								   StmQueryInfo *qi, bool has_dedup);
+								   StmQueryInfo *qi);
 
 /* a helper (helper.c): its end of the leader's segment, and what its share sends */
 extern StmHelperLink *stm_parallel_helper_attach(Datum main_arg, int index);

@@ -317,8 +317,7 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 			stm_catalog_get_source_of_stream(def);
 
 		if (list_length(rt->sources) > 1 ||
-			!stm_parallel_source_supported(stm_source_routine(source->kind),
-										   def->has_dedup, &why))
+			!stm_parallel_source_supported(stm_source_routine(source->kind), &why))
 			want = 0;
 	}
 	if (rt->parallel &&

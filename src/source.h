@@ -272,10 +272,14 @@ struct StmSourceRoutine
 	int			(*share_parts) (StmSource *src);
 
 	/*
-	 * The parts are read one after another, in an order of their own (the
-	 * file source's files): which row of a key comes first (dedup_keys)
-	 * then spans parts, and helpers, each reading its parts, could not keep
-	 * it.  false (Kafka): rows are ordered within a part only.
+	 * The source is one sequence read from start to end (the file source's
+	 * files, the rate source's values): which row of a key comes first
+	 * (dedup_keys) then spans parts.  Such a kind's share_bounds must make
+	 * share s of n the s-th consecutive run of the batch (files, values),
+	 * so that the shares read one after another are the batch in its
+	 * order: the leader then takes them in that order for dedup_keys
+	 * (batch.c fetch_by_helpers).  false (Kafka): rows are ordered within a
+	 * part only, and the shares are taken as they come.
 	 */
 	bool		ordered_parts;
 

@@ -1300,8 +1300,11 @@ file_fetch(StmSource *src, StmChunkFn fn, void *arg)
 }
 
 /*
- * Parallel helpers: the batch's files split by file, file i of the batch
- * to share i % nshares, as lines "size mtime name" (what read_file checks
+ * Parallel helpers: the batch's files split by file into nshares
+ * contiguous runs in the batch's order, share s taking files [s N /
+ * nshares, (s + 1) N / nshares) of N (ordered_parts: dedup_keys, whose
+ * first row of a key is the first in file order, reads the shares one
+ * after another in batch.c), as lines "size mtime name" (what read_file checks
  * the file against; in the name '%' and newline are written %25 and %0A)
  * after the batch's chunk size.  A helper reads whole files; the leader
  * still plans, stores the files read and cleans up after the commit.
@@ -1312,6 +1315,9 @@ file_share_bounds(StmSource *src, int share, int nshares)
 	FileSource *fs = (FileSource *) src;
 	StringInfoData buf;
 	ListCell   *lc;
+	int			nfiles = list_length(fs->batch);
+	int			first = (int) ((int64) nfiles * share / nshares);
+	int			last = (int) ((int64) nfiles * (share + 1) / nshares);
 
 	initStringInfo(&buf);
 	stm_source_share_begin(&buf, fs->chunk_size);
@@ -1319,7 +1325,7 @@ file_share_bounds(StmSource *src, int share, int nshares)
 	{
 		FileEntry  *f = lfirst(lc);
 
-		if (foreach_current_index(lc) % nshares != share)
+		if (foreach_current_index(lc) < first || foreach_current_index(lc) >= last)
 			continue;
 		appendStringInfo(&buf, INT64_FORMAT " " INT64_FORMAT " ", f->size, (int64) f->mtime);
 		for (const char *c = f->name; *c; c++)

@@ -55,6 +55,7 @@
 #include "source.h"
 #include "source_rate.h"
 #include "interrupts.h"
+#include "parallel.h"
 
 PG_FUNCTION_INFO_V1(streaming_create_rate_source);
 
@@ -492,6 +493,70 @@ rate_save_positions(StmSource *src, int32 stream_id, int64 batch_id)
 	rs->start_is_new = false;
 }
 
+/*
+ * Parallel helpers: the batch's values [from, to) split into nshares
+ * contiguous runs, share s taking [from + s N / nshares, from + (s + 1) N
+ * / nshares) with N = to - from.  A partition's values are the modulo of
+ * one ordered sequence, so runs of it (not partitions) are the parts: each
+ * share is in source order, the shares are consecutive (ordered_parts: a
+ * dedup's first row of a key stays the first in value order, batch.c reads
+ * them share after share), and any number of partitions, one too, splits
+ * evenly.  The text after the chunk size: "start from to", the start time
+ * in microseconds (fill_metadata's timestamps).  A helper's source never
+ * plans and never saves positions; the leader's plan keeps them.
+ */
+static char *
+rate_share_bounds(StmSource *src, int share, int nshares)
+{
+	RateSource *rs = (RateSource *) src;
+	int64		n = rs->to - rs->from;	/* at most RATE_MAX_BATCH: no overflow below */
+	StringInfoData buf;
+
+	Assert(share >= 0 && share < nshares);
+	initStringInfo(&buf);
+	stm_source_share_begin(&buf, rs->chunk_size);
+	appendStringInfo(&buf, INT64_FORMAT " " INT64_FORMAT " " INT64_FORMAT,
+					 (int64) rs->start,
+					 rs->from + n * share / nshares,
+					 rs->from + n * (share + 1) / nshares);
+	return buf.data;
+}
+
+/* A helper's share: exactly these values with the next fetch. */
+static void
+rate_set_share_bounds(StmSource *src, const char *bounds)
+{
+	RateSource *rs = (RateSource *) src;
+	const char *rest = stm_source_share_chunk_size(bounds, &rs->chunk_size);
+	int64		start;
+	int64		from;
+	int64		to;
+	int			used = 0;
+
+	if (sscanf(rest, INT64_FORMAT " " INT64_FORMAT " " INT64_FORMAT "%n",
+			   &start, &from, &to, &used) != 3 || rest[used] != '\0' ||
+		from < 0 || to < from)
+		elog(ERROR, "malformed share bounds of rate source \"%s\": %s", rs->base.name, rest);
+	rs->start = (TimestampTz) start;
+	rs->from = from;
+	rs->to = to;
+	rs->due = to;
+	rs->start_is_new = false;
+}
+
+/*
+ * How many shares the batch's values keep busy: one per chunk the batch
+ * hands over (a batch of one chunk gets no helpers).
+ */
+static int
+rate_share_parts(StmSource *src)
+{
+	RateSource *rs = (RateSource *) src;
+	int64		chunks = (rs->to - rs->from + Max(rs->chunk_size, 1) - 1) / Max(rs->chunk_size, 1);
+
+	return (int) Min(chunks, (int64) STM_MAX_PARALLEL_WORKERS + 1);
+}
+
 /* process_available: the number of values due now */
 static void *
 rate_available(StmSource *src, int32 stream_id)
@@ -542,6 +607,10 @@ const StmSourceRoutine stm_rate_source = {
 	.available = rate_available,
 	.reached = rate_reached,
 	.after_commit = NULL,
+	.share_bounds = rate_share_bounds,
+	.set_share_bounds = rate_set_share_bounds,
+	.share_parts = rate_share_parts,
+	.ordered_parts = true,
 	.close = NULL
 };
 
