@@ -22,10 +22,11 @@ SELECT streaming.create_stream('pw_bad', 'SELECT id FROM pw_src', parallel_worke
 SELECT parallel_workers IS NULL AS automatic FROM streaming.stream_defs WHERE name = 'pw_bad';
 SELECT streaming.drop_stream('pw_bad');
 
--- what helpers do not run: sources other than Kafka and files (the shapes
--- they run besides stateless queries and windows: parallel_shapes)
-SELECT streaming.create_stream('pw_bad', 'SELECT value FROM pw_rate', parallel_workers => 2, start => false);
-SELECT count(*) FROM streaming.stream_defs WHERE name = 'pw_bad';
+-- a rate source's values are split over helpers too (the shapes helpers
+-- run besides stateless queries and windows: parallel_shapes)
+SELECT streaming.create_stream('pw_rates', 'SELECT value FROM pw_rate', parallel_workers => 2, start => false);
+SELECT parallel_workers FROM streaming.stream_defs WHERE name = 'pw_rates';
+SELECT streaming.drop_stream('pw_rates', drop_sink => true);
 
 -- a stateless Kafka stream: stored, 0 by default
 SELECT streaming.create_stream('pw_two', 'SELECT id, v FROM pw_src WHERE id > 1',

@@ -1,10 +1,18 @@
 --
 -- parallel_shapes: the shapes whose step after parsing the leader runs over
 -- the rows its helpers parsed (issue 21): dedup_keys, session windows,
--- late_rows => 'keep', joins with tables.  Each stream twice over one
--- source, with parallel_workers => 2 (run_batch outside a transaction
--- block reads with helpers, the leader a share of its own) and => 0: the
--- same sink rows, late rows and progress counts.
+-- late_rows => 'keep', joins with tables; over a Kafka source, a file
+-- source (dedup_keys: the first row of a key in file order) and a rate
+-- source.  Each stream twice over one source, with parallel_workers => 2
+-- (run_batch outside a transaction block reads with helpers, the leader a
+-- share of its own) and => 0: the same sink rows, late rows, dead letters
+-- and progress counts.
+--
+-- The rate source makes 10^9 values a second, so each batch after its
+-- first (value 0, due at the start) takes the most a batch takes (100000
+-- values), whenever it runs: the two streams' batches are the same values.
+-- Its dedup keys are the timestamps, 1000 values to a microsecond, so the
+-- shares' boundaries split keys and which value comes first matters.
 --
 -- Environment: KAFKA_BOOTSTRAP, KAFKA_RUN_ID (optional topic suffix).
 --
@@ -13,6 +21,8 @@
 \getenv bs KAFKA_BOOTSTRAP
 SET ps.run = :'run';
 \set t ps_rows:run
+\set dir `mktemp -d`
+\setenv FS_DIR :dir
 
 -- the rows: k repeats every 1500 ids in the same partition (id % 4), with
 -- other values, so which duplicate comes first matters; g groups every
@@ -35,6 +45,18 @@ BEGIN
 END
 $$;
 SELECT ps_produce(1, 4000);
+-- the same rows in CSV files, ids in file order (f1 before f2 ...), a key
+-- in several files; one bad line
+\copy (SELECT id, k, g, v, ts FROM ps_rows WHERE id BETWEEN 1 AND 700 ORDER BY id) TO PROGRAM 'test/put_file.sh f1.csv' WITH (FORMAT csv)
+\copy (SELECT id, k, g, v, ts FROM ps_rows WHERE id BETWEEN 701 AND 1400 ORDER BY id) TO PROGRAM 'test/put_file.sh f2.csv' WITH (FORMAT csv)
+\copy (SELECT id, k, g, v, ts FROM ps_rows WHERE id BETWEEN 1401 AND 1800 ORDER BY id) TO PROGRAM 'test/put_file.sh f3.csv' WITH (FORMAT csv)
+\! printf '%s\n' 'not a number,1,1,x,2024-01-01 10:00:00+00' | test/put_file.sh f4.csv
+\copy (SELECT id, k, g, v, ts FROM ps_rows WHERE id BETWEEN 1801 AND 2600 ORDER BY id) TO PROGRAM 'test/put_file.sh f5.csv' WITH (FORMAT csv)
+\copy (SELECT id, k, g, v, ts FROM ps_rows WHERE id BETWEEN 2601 AND 3300 ORDER BY id) TO PROGRAM 'test/put_file.sh f6.csv' WITH (FORMAT csv)
+\copy (SELECT id, k, g, v, ts FROM ps_rows WHERE id BETWEEN 3301 AND 4000 ORDER BY id) TO PROGRAM 'test/put_file.sh f7.csv' WITH (FORMAT csv)
+SELECT streaming.create_file_source('ps_files', :'dir',
+    columns => 'id bigint, k int, g int, v text, ts timestamptz', on_bad_record => 'dead_letter');
+SELECT streaming.create_rate_source('ps_rate', 1000000000, num_partitions => 3);
 \! printf '%s\n' 'not json' | kcat -P -b "$KAFKA_BOOTSTRAP" -t "ps_rows$KAFKA_RUN_ID" -p 1
 SELECT streaming.create_kafka_source('ps_src', :'bs', topics => ARRAY[:'t'],
     starting_offsets => 'earliest', on_bad_record => 'dead_letter',
@@ -55,7 +77,15 @@ INSERT INTO ps_shapes VALUES
   ('join', 'SELECT s.id, s.v, d.name FROM ps_src s JOIN ps_dim d ON d.g = s.g WHERE s.id % 3 <> 0', ''),
   ('join_agg', 'SELECT d.name, count(*) AS n, sum(s.id) AS total FROM ps_src s LEFT JOIN ps_dim d ON d.g = s.g GROUP BY d.name',
    $$output_mode => 'complete'$$),
-  ('join_dedup', 'SELECT s.id, s.k, d.name FROM ps_src s JOIN ps_dim d ON d.g = s.g', $$dedup_keys => ARRAY['k']$$);
+  ('join_dedup', 'SELECT s.id, s.k, d.name FROM ps_src s JOIN ps_dim d ON d.g = s.g', $$dedup_keys => ARRAY['k']$$),
+  ('file_dedup', 'SELECT id, k, v FROM ps_files', $$dedup_keys => ARRAY['k']$$),
+  ('file_dedup_wm', 'SELECT id, k, v, ts FROM ps_files',
+   $$dedup_keys => ARRAY['k'], event_time => 'ts', watermark => '10 minutes', dedup_within_watermark => true, late_rows => 'keep'$$),
+  ('file_join_dedup', 'SELECT s.id, s.k, d.name FROM ps_files s JOIN ps_dim d ON d.g = s.g WHERE s.id % 3 <> 0', $$dedup_keys => ARRAY['k']$$),
+  ('rate', 'SELECT value, partition, value % 7 AS m FROM ps_rate WHERE value % 3 <> 0', ''),
+  ('rate_agg', 'SELECT partition, value % 10 AS r, count(*) AS n, sum(value) AS total FROM ps_rate GROUP BY partition, value % 10',
+   $$output_mode => 'complete'$$),
+  ('rate_dedup', 'SELECT value, partition FROM ps_rate', $$dedup_keys => ARRAY['timestamp']$$);
 SELECT format('SELECT streaming.create_stream(%L, %L, parallel_workers => %s, start => false%s)',
               'ps_' || name || '_' || w, query, w, CASE WHEN args <> '' THEN ', ' || args END)
 FROM ps_shapes, (VALUES (0), (2)) ws(w) ORDER BY name, w \gexec
@@ -66,6 +96,8 @@ CREATE VIEW ps_streams AS SELECT 'ps_' || name || '_' || w AS stream, name, w
 FROM ps_shapes, (VALUES (0), (2)) ws(w);
 SELECT format('SELECT streaming.run_batch(%L) IS NOT NULL AS ran', stream) FROM ps_streams ORDER BY name, w \gexec
 SELECT ps_produce(4001, 4600);
+\copy (SELECT id, k, g, v, ts FROM ps_rows WHERE id BETWEEN 4001 AND 4300 ORDER BY id) TO PROGRAM 'test/put_file.sh f8.csv' WITH (FORMAT csv)
+\copy (SELECT id, k, g, v, ts FROM ps_rows WHERE id BETWEEN 4301 AND 4600 ORDER BY id) TO PROGRAM 'test/put_file.sh f9.csv' WITH (FORMAT csv)
 SELECT format('SELECT streaming.run_batch(%L) IS NOT NULL AS ran', stream) FROM ps_streams ORDER BY name, w \gexec
 SELECT format('SELECT streaming.run_batch(%L) IS NOT NULL AS ran', stream) FROM ps_streams ORDER BY name, w \gexec
 
@@ -83,6 +115,9 @@ END $$;
 SELECT name, ps_same('ps_' || name || '_0', 'ps_' || name || '_2') FROM ps_shapes ORDER BY name;
 -- what dedup kept: the first row of each key (the lowest id, its partition's first)
 SELECT count(*) AS keys, bool_and(id = k OR (k = 0 AND id = 1500)) AS first_kept FROM ps_dedup_2;
+SELECT count(*) AS keys, bool_and(id = k OR (k = 0 AND id = 1500)) AS first_kept FROM ps_file_dedup_2;
+-- the rate source's: the first value of each microsecond (0, then 1000 t - 999)
+SELECT count(*) AS keys, bool_and(value = 0 OR value % 1000 = 1) AS first_kept FROM ps_rate_dedup_2;
 -- the late rows kept, with their positions, and the bad record
 SELECT name, (SELECT count(*) FROM streaming.late_rows l WHERE l.stream = 'ps_' || name || '_2') AS late,
        (SELECT count(*) FROM (SELECT position, event_time FROM streaming.late_rows WHERE stream = 'ps_' || name || '_0'
@@ -91,7 +126,13 @@ SELECT name, (SELECT count(*) FROM streaming.late_rows l WHERE l.stream = 'ps_' 
      + (SELECT count(*) FROM (SELECT position, event_time FROM streaming.late_rows WHERE stream = 'ps_' || name || '_2'
                               EXCEPT ALL
                               SELECT position, event_time FROM streaming.late_rows WHERE stream = 'ps_' || name || '_0') d) AS differ,
-       (SELECT string_agg(position::text, ' ') FROM streaming.dead_letters WHERE stream = 'ps_' || name || '_2') AS bad
+       (SELECT string_agg(replace(position::text, :'dir', '$DIR'), ' ') FROM streaming.dead_letters WHERE stream = 'ps_' || name || '_2') AS bad,
+       (SELECT count(*) FROM (SELECT position, raw, error FROM streaming.dead_letters WHERE stream = 'ps_' || name || '_0'
+                              EXCEPT ALL
+                              SELECT position, raw, error FROM streaming.dead_letters WHERE stream = 'ps_' || name || '_2') d)
+     + (SELECT count(*) FROM (SELECT position, raw, error FROM streaming.dead_letters WHERE stream = 'ps_' || name || '_2'
+                              EXCEPT ALL
+                              SELECT position, raw, error FROM streaming.dead_letters WHERE stream = 'ps_' || name || '_0') d) AS bad_differ
 FROM ps_shapes ORDER BY name;
 -- the batches' counts, side by side; a window's num_late_rows counts its
 -- late groups per partial aggregation (aggstate.c), so with helpers once
@@ -109,19 +150,17 @@ JOIN streaming.progress p0 ON p0.stream = 'ps_' || name || '_0'
 LEFT JOIN streaming.progress p2 ON p2.stream = 'ps_' || name || '_2' AND p2.batch_id = p0.batch_id
 ORDER BY name, p0.batch_id;
 
--- what helpers still do not run: dedup_keys over a file source, whose
--- first row of a key is the first in file order
-\set dir `mktemp -d`
-SELECT streaming.create_file_source('ps_files', :'dir', columns => 'id int, v text');
-SELECT streaming.create_stream('ps_bad', 'SELECT id, v FROM ps_files', dedup_keys => ARRAY['id'],
-    parallel_workers => 2, start => false);
-SELECT streaming.create_stream('ps_file_dedup', 'SELECT id, v FROM ps_files', dedup_keys => ARRAY['id'],
+-- alter_stream gives a file dedup stream helpers too
+SELECT streaming.create_stream('ps_file_alter', 'SELECT id, v FROM ps_files', dedup_keys => ARRAY['id'],
     start => false);
-SELECT streaming.alter_stream('ps_file_dedup', parallel_workers => 1);
+SELECT streaming.alter_stream('ps_file_alter', parallel_workers => 1);
+SELECT parallel_workers FROM streaming.stream_defs WHERE name = 'ps_file_alter';
 
 SELECT streaming.drop_stream(stream, drop_sink => true) FROM ps_streams;
-SELECT streaming.drop_stream('ps_file_dedup', drop_sink => true);
+SELECT streaming.drop_stream('ps_file_alter', drop_sink => true);
 SELECT streaming.drop_source('ps_files');
+SELECT streaming.drop_source('ps_rate');
+\! rm -rf "$FS_DIR"
 SELECT streaming.drop_source('ps_src');
 DROP VIEW ps_streams;
 DROP TABLE ps_shapes, ps_dim, ps_rows;
