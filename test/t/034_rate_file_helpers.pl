@@ -2,12 +2,16 @@
 # dedup_keys over file and rate sources (issue 21), chosen automatically
 # (parallel_workers NULL), and kill -9 of a helper.
 #
-# The rate source: a stateless stream (3 partitions) and a dedup stream
+# The rate source: a stateless stream (3 partitions, a batch every 250 ms,
+# so that a batch has more than one chunk of values to share: a batch of
+# one gets no helpers) and a dedup stream
 # (1 partition, dedup_keys on the timestamp: 2 values to a microsecond at
 # 2,000,000 values a second, so only the first of each pair is kept, which
 # holds only if the worker takes the helpers' shares in the source's
-# order).  Both get two helpers once their batches have values enough (a
-# backlog: the worker cannot keep up with that rate).  A helper of the
+# order).  Both get helpers: an automatic stream takes them with its first
+# batch of more than one chunk of values (1000), as many as that batch's
+# chunks less one keep busy, at most two (src/runtime.c
+# automatic_count).  A helper of the
 # dedup stream is killed with kill -9 (the postmaster restarts every
 # process); afterwards both go on, and once stopped each sink holds
 # exactly the values the stored positions say were read: every value once
@@ -45,7 +49,8 @@ sub helpers
 $node->safe_psql('postgres',
 	"SELECT streaming.create_rate_source('r3', 50000, num_partitions => 3); "
 	  . "SELECT streaming.create_rate_source('r1', 2000000); "
-	  . "SELECT streaming.create_stream('rate_plain', 'SELECT value, partition FROM r3'); "
+	  . "SELECT streaming.create_stream('rate_plain', 'SELECT value, partition FROM r3', "
+	  . "trigger => '250 milliseconds'); "
 	  . "SELECT streaming.create_stream('rate_dedup', 'SELECT value, partition FROM r1', "
 	  . "dedup_keys => ARRAY['timestamp'])");
 is( $node->safe_psql('postgres',
@@ -53,8 +58,8 @@ is( $node->safe_psql('postgres',
 	'2', 'both rate streams are automatic');
 for my $s ('rate_plain', 'rate_dedup')
 {
-	wait_for($node, "SELECT count(*) FROM pg_stat_activity WHERE " . helpers_of($s),
-		'2', "$s: automatic helpers for a rate source (two)", $s);
+	wait_for($node, "SELECT count(*) BETWEEN 1 AND 2 FROM pg_stat_activity WHERE " . helpers_of($s),
+		't', "$s: automatic helpers for a rate source", $s);
 }
 
 # the values read so far: the sum of the committed offsets of the partitions
@@ -97,8 +102,9 @@ my $log_start = -s $node->logfile;
 ok(kill('KILL', $victim), "kill -9 of helper $victim of rate_dedup");
 $node->wait_for_log(qr/streaming helper.*terminated by signal 9/, $log_start);
 wait_for($node,
-	"SELECT count(*) = 2 AND bool_and(pid <> $victim) FROM pg_stat_activity WHERE " . helpers_of('rate_dedup'),
-	't', 'rate_dedup has two new helpers', 'rate_dedup');
+	"SELECT count(*) BETWEEN 1 AND 2 AND bool_and(pid <> $victim) FROM pg_stat_activity WHERE "
+	  . helpers_of('rate_dedup'),
+	't', 'rate_dedup has new helpers', 'rate_dedup');
 $seen = committed('rate_dedup');
 my $seen_plain = committed('rate_plain');
 wait_for($node,
