@@ -544,19 +544,6 @@ rate_set_share_bounds(StmSource *src, const char *bounds)
 	rs->start_is_new = false;
 }
 
-/*
- * How many shares the batch's values keep busy: one per chunk the batch
- * hands over (a batch of one chunk gets no helpers).
- */
-static int
-rate_share_parts(StmSource *src)
-{
-	RateSource *rs = (RateSource *) src;
-	int64		chunks = (rs->to - rs->from + Max(rs->chunk_size, 1) - 1) / Max(rs->chunk_size, 1);
-
-	return (int) Min(chunks, (int64) STM_MAX_PARALLEL_WORKERS + 1);
-}
-
 /* process_available: the number of values due now */
 static void *
 rate_available(StmSource *src, int32 stream_id)
@@ -609,7 +596,11 @@ const StmSourceRoutine stm_rate_source = {
 	.after_commit = NULL,
 	.share_bounds = rate_share_bounds,
 	.set_share_bounds = rate_set_share_bounds,
-	.share_parts = rate_share_parts,
+	/*
+	 * no share_parts: automatic streams take no helpers, rate values need no
+	 * parsing and helpers only add their hand-over (two helpers measured at
+	 * 0.91x of none stateless, 0.60x with dedup_keys); a number still works
+	 */
 	.ordered_parts = true,
 	.close = NULL
 };

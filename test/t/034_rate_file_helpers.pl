@@ -8,10 +8,9 @@
 # (1 partition, dedup_keys on the timestamp: 2 values to a microsecond at
 # 2,000,000 values a second, so only the first of each pair is kept, which
 # holds only if the worker takes the helpers' shares in the source's
-# order).  Both get helpers: an automatic stream takes them with its first
-# batch of more than one chunk of values (1000), as many as that batch's
-# chunks less one keep busy, at most two (src/runtime.c
-# automatic_count).  A helper of the
+# order), each with parallel_workers => 2.  An automatic rate stream takes
+# no helpers (rate values need no parsing: helpers only add their
+# hand-over).  A helper of the
 # dedup stream is killed with kill -9 (the postmaster restarts every
 # process); afterwards both go on, and once stopped each sink holds
 # exactly the values the stored positions say were read: every value once
@@ -50,16 +49,14 @@ $node->safe_psql('postgres',
 	"SELECT streaming.create_rate_source('r3', 50000, num_partitions => 3); "
 	  . "SELECT streaming.create_rate_source('r1', 2000000); "
 	  . "SELECT streaming.create_stream('rate_plain', 'SELECT value, partition FROM r3', "
-	  . "trigger => '250 milliseconds'); "
+	  . "trigger => '250 milliseconds', parallel_workers => 2); "
 	  . "SELECT streaming.create_stream('rate_dedup', 'SELECT value, partition FROM r1', "
-	  . "dedup_keys => ARRAY['timestamp'])");
-is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM streaming.stream_defs WHERE name LIKE 'rate\\_%' AND parallel_workers IS NULL"),
-	'2', 'both rate streams are automatic');
+	  . "dedup_keys => ARRAY['timestamp'], parallel_workers => 2); "
+	  . "SELECT streaming.create_stream('rate_auto', 'SELECT value FROM r3')");
 for my $s ('rate_plain', 'rate_dedup')
 {
-	wait_for($node, "SELECT count(*) BETWEEN 1 AND 2 FROM pg_stat_activity WHERE " . helpers_of($s),
-		't', "$s: automatic helpers for a rate source", $s);
+	wait_for($node, "SELECT count(*) = 2 FROM pg_stat_activity WHERE " . helpers_of($s),
+		't', "$s: two helpers for a rate source", $s);
 }
 
 # the values read so far: the sum of the committed offsets of the partitions
@@ -69,6 +66,13 @@ sub committed
 	return query_retry($node,
 		"SELECT coalesce(sum(committed_offset), 0) FROM streaming.source_lag WHERE stream = '$stream'");
 }
+
+# an automatic rate stream: batches of many chunks, and still no helper
+wait_for($node,
+	"SELECT coalesce(sum(committed_offset), 0) > 100000 FROM streaming.source_lag WHERE stream = 'rate_auto'",
+	't', 'rate_auto read values', 'rate_auto');
+is(helpers('rate_auto'), '0', 'an automatic rate stream runs without helpers');
+$node->safe_psql('postgres', "SELECT streaming.stop('rate_auto')");
 
 # rate_plain: every value below the committed end once; rate_dedup: value
 # 0 and the odd values below it (the first of each microsecond)
