@@ -34,6 +34,11 @@
 #   --max-files M       the source's max_files_per_trigger (default none:
 #                       one batch reads every file)
 #   --shared-buffers S  the server's shared_buffers (default 1GB)
+#   --parallel-workers N  the stream's parallel_workers (default NULL:
+#                       automatic); the helpers' CPU seconds are shown too
+#   --dedup COLUMN      dedup_keys => ARRAY[COLUMN] (say user_id): the
+#                       stream must hold the first row of each key in file
+#                       order (COPY's table in its insertion order)
 #   --keep              keep the temp dir (data, server log)
 #
 # It installs nothing into the system (as root the server runs as user
@@ -46,6 +51,8 @@ RECORDS=1000000
 FILES=10
 MAX_FILES=
 SHARED_BUFFERS=1GB
+PARALLEL_WORKERS=
+DEDUP=
 KEEP=
 SAMPLER=
 
@@ -67,6 +74,8 @@ while [ $# -gt 0 ]; do
 		--files) FILES=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--max-files) MAX_FILES=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--shared-buffers) SHARED_BUFFERS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--parallel-workers) PARALLEL_WORKERS=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
+		--dedup) DEDUP=${2:-}; shift 2 || { usage >&2; exit 2; } ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) usage; exit 0 ;;
 		*) usage >&2; exit 2 ;;
@@ -77,6 +86,8 @@ for v in RECORDS FILES; do
 done
 case $MAX_FILES in ''|[1-9]|[1-9]*[0-9]) ;; *) die "--max-files wants a positive integer" ;; esac
 [ "$FILES" -le "$RECORDS" ] || die "--files must not exceed --records"
+case $PARALLEL_WORKERS in ''|[0-9]|[1-9][0-9]) ;; *) die "--parallel-workers wants 0 to 64" ;; esac
+case $DEDUP in ''|order_id|user_id|amount|status|event_time) ;; *) die "--dedup wants a column of the orders" ;; esac
 
 stm_setup || die "setup failed"
 if [ -n "$KEEP" ]; then
@@ -170,11 +181,12 @@ EOF
 echo "(1) stream" >&2
 sample_anon &
 SAMPLER=$!
-STREAM_SECS=$(psql_q <<'EOF'
+STREAM_SECS=$(psql_q -v pw="$PARALLEL_WORKERS" -v dedup="$DEDUP" <<'EOF'
 CHECKPOINT;
 SELECT extract(epoch FROM clock_timestamp()) AS t0 \gset
 SELECT streaming.create_stream('s', 'SELECT order_id, user_id, amount, status, event_time FROM orders',
-    sink => 'orders_stream', start => true)
+    sink => 'orders_stream', start => true, parallel_workers => nullif(:'pw', '')::int,
+    dedup_keys => CASE WHEN :'dedup' <> '' THEN ARRAY[:'dedup'] END)
 \g /dev/null
 SELECT streaming.process_available('s', '30 minutes')
 \g /dev/null
@@ -184,6 +196,10 @@ EOF
 WORKER=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = 's'")
 WORKER_HWM=$(kb "$WORKER" VmHWM)
 WORKER_CPU=$(cpu_secs "$WORKER")
+HELPERS_CPU=0
+for h in $(psql_q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'streaming helper'"); do
+	HELPERS_CPU=$(awk -v a="$HELPERS_CPU" -v b="$(cpu_secs "$h")" 'BEGIN { printf "%.2f", a + b }')
+done
 touch "$STM_TMP/stream_done"
 wait "$SAMPLER"
 SAMPLER=
@@ -208,6 +224,19 @@ EOF
 
 # ---- checks and report -----------------------------------------------------
 
+RECORDS_OUT=
+if [ -n "$DEDUP" ]; then
+	# the first row of each key in file order: COPY's rows in insertion order
+	CHECKS=$(psql_q -v key="$DEDUP" <<'EOF'
+SELECT format('CREATE TABLE orders_first AS SELECT DISTINCT ON (%I) order_id, user_id, amount, status, event_time '
+              'FROM (SELECT *, ctid AS c FROM orders_copy) o ORDER BY %I, c', :'key', :'key')
+\gexec
+SELECT 'first_rows', count(*) = 0 FROM ((TABLE orders_stream EXCEPT ALL TABLE orders_first)
+    UNION ALL (TABLE orders_first EXCEPT ALL TABLE orders_stream)) d;
+EOF
+) || die "checking the tables failed"
+	RECORDS_OUT=$(psql_q -c "SELECT count(*) FROM orders_stream")
+else
 CHECKS=$(psql_q -v n="$RECORDS" -v sum="$EXPECT_SUM" <<'EOF'
 SELECT t, count(*) = :n AND count(DISTINCT order_id) = :n AND sum(amount) = :sum
 FROM (SELECT 'stream' t, order_id, amount FROM orders_stream
@@ -217,10 +246,13 @@ SELECT 'same_rows', count(*) = 0 FROM ((TABLE orders_stream EXCEPT ALL TABLE ord
     UNION ALL (TABLE orders_copy EXCEPT ALL TABLE orders_stream)) d;
 EOF
 ) || die "checking the tables failed"
+fi
 
 printf '\n%d records in %d files, %s MB of CSV; shared_buffers %s%s\n' "$RECORDS" "$FILES" \
 	"$(awk -v b="$BYTES" 'BEGIN { printf "%.0f", b / 1048576 }')" "$SHARED_BUFFERS" \
 	"${MAX_FILES:+; max_files_per_trigger $MAX_FILES}"
+printf 'parallel_workers %s%s; helpers CPU s %s\n' "${PARALLEL_WORKERS:-NULL (automatic)}" \
+	"${DEDUP:+; dedup_keys $DEDUP: $RECORDS_OUT rows kept}" "$HELPERS_CPU"
 awk -v n="$RECORDS" -v s="$STREAM_SECS" -v c="$COPY_SECS" -v wh="$WORKER_HWM" -v wa="$WORKER_ANON" \
 	-v wc="$WORKER_CPU" -v ch="$COPY_HWM" -v cc="$COPY_CPU" 'BEGIN {
 	printf "%-22s %10s %12s %10s %14s %16s\n", "", "seconds", "rows/s", "CPU s", "peak RSS (MB)", "peak private (MB)"
