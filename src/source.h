@@ -256,7 +256,9 @@ struct StmSourceRoutine
 	 * by helpers).  share_bounds, in the leader after plan: share's part
 	 * (of nshares) of the batch's bounds, as a text only the kind reads;
 	 * every part of the source is in exactly one share, and a part stays in
-	 * the same share from batch to batch while the parts stay the same.  The
+	 * the same share from batch to batch while the parts stay the same (a
+	 * Kafka partition keeps its helper's consumer; a file or rate source,
+	 * with no client to keep, splits each batch afresh: ordered_parts).  The
 	 * text begins with the plan's chunk size (stm_source_share_begin, read
 	 * back by stm_source_share_chunk_size): a helper reads in the batch's
 	 * chunks, though its source never plans.
@@ -264,7 +266,8 @@ struct StmSourceRoutine
 	 * next fetch, and nothing else (the helper's source is open as the
 	 * leader's, never plans and never saves positions).
 	 * share_parts, in the leader after plan: how many shares the source's
-	 * parts can keep busy (partitions read, or the batch's files), which
+	 * parts can keep busy (partitions read, the batch's files, or its chunks
+	 * of a rate source's values), which
 	 * bounds the automatic number of helpers (parallel_workers NULL).
 	 */
 	char	   *(*share_bounds) (StmSource *src, int share, int nshares);
