@@ -266,9 +266,9 @@ struct StmSourceRoutine
 	 * next fetch, and nothing else (the helper's source is open as the
 	 * leader's, never plans and never saves positions).
 	 * share_parts, in the leader after plan: how many shares the source's
-	 * parts can keep busy (partitions read, the batch's files, or its chunks
-	 * of a rate source's values), which
-	 * bounds the automatic number of helpers (parallel_workers NULL).
+	 * parts can keep busy (partitions read, the batch's files), which bounds
+	 * the automatic number of helpers (parallel_workers NULL); none: no
+	 * automatic helpers (the rate source).
 	 */
 	char	   *(*share_bounds) (StmSource *src, int share, int nshares);
 	void		(*set_share_bounds) (StmSource *src, const char *bounds);
