@@ -123,7 +123,7 @@ check_rate('after the kill');
 is( $node->safe_psql('postgres',
 		"SELECT string_agg(status || ':' || coalesce(last_error, ''), ',' ORDER BY name) "
 		  . "FROM streaming.streams WHERE name LIKE 'rate\\_%'"),
-	'stopped:,stopped:', 'the rate streams stopped without an error');
+	'stopped:,stopped:,stopped:', 'the rate streams stopped without an error');
 
 # ---- dedup_keys over a file source ----------------------------------------
 
