@@ -41,7 +41,11 @@
 # Besides the wall-clock time, the table gives the CPU time (user + system,
 # all threads) of the process that did the work: a stream's worker, and the
 # baseline's backend.  On a shared machine the wall-clock time also counts
-# the time others had the CPU, so the CPU ratio is the steadier one.
+# the time others had the CPU, so the CPU ratio is the steadier one.  The
+# "+ helpers" columns add the CPU time of the stream's parallel helpers
+# (automatic: up to streaming.max_parallel_workers_per_stream), which fetch
+# and parse most of its records, so the worker's own time misses most of
+# its parsing.
 # As root (servers run as user postgres).
 
 set -uo pipefail
@@ -211,13 +215,25 @@ cpu_secs()
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"
 }
 
+# helpers_cpu_secs STREAM: the CPU time (user + system, all threads) of
+# STREAM's parallel helpers so far (they live as long as its worker)
+helpers_cpu_secs()
+{
+	local p
+	for p in $(psql_q -c "SELECT pid FROM pg_stat_activity a JOIN streaming.streams s
+			ON a.application_name LIKE 'streaming helper % of stream ' || s.id WHERE s.name = '$1'"); do
+		cpu_secs "$p"
+		echo
+	done | awk '{ t += $1 } END { printf "%.2f", t }'
+}
+
 # run_stream KIND NAME QUERY [create_stream args]: seconds from create_stream
-# to the end of process_available, and the CPU seconds of the stream's worker
-# (read before it is stopped); with --perf KIND, the worker is recorded
-# (perf.data.NAME)
+# to the end of process_available, the CPU seconds of the stream's worker
+# and of the worker and its parallel helpers (read before it is stopped);
+# with --perf KIND, the worker is recorded (perf.data.NAME)
 run_stream()
 {
-	local kind=$1 name=$2 query=$3 t0 t1 pid perf_pid=
+	local kind=$1 name=$2 query=$3 t0 t1 pid perf_pid= wcpu
 	shift 3
 	psql_q -c CHECKPOINT >/dev/null || return 1
 	t0=$(now)
@@ -230,7 +246,8 @@ run_stream()
 	psql_q -c "SELECT streaming.process_available('$name', '30 minutes')" >/dev/null || return 1
 	t1=$(now)
 	pid=$(psql_q -c "SELECT worker_pid FROM streaming.streams WHERE name = '$name'")
-	echo "$(secs "$t0" "$t1") $( [ -n "$pid" ] && cpu_secs "$pid" || echo n/a)"
+	wcpu=$([ -n "$pid" ] && cpu_secs "$pid" || echo n/a)
+	echo "$(secs "$t0" "$t1") $wcpu $(awk -v w="$wcpu" -v h="$(helpers_cpu_secs "$name")" 'BEGIN { printf "%.2f", w + h }')"
 	if [ -n "$perf_pid" ]; then
 		kill -INT "$perf_pid"
 		wait "$perf_pid"
@@ -239,7 +256,7 @@ run_stream()
 }
 
 # run_copy ROUND: the baseline, into cdc_staging_ROUND and replica_copy_ROUND:
-# its seconds and its backend's CPU seconds
+# its seconds and its backend's CPU seconds (twice: it has no helpers)
 run_copy()
 {
 	local r=$1 t0
@@ -261,7 +278,7 @@ WHERE last.id = r.id AND last.op = 'd';
 COMMIT;
 \\! awk -v hz="\$(getconf CLK_TCK)" '{ sub(/^.*\\) /, ""); printf "%.2f\\n", (\$12 + \$13) / hz }' /proc/\$BENCH_BACKEND/stat >$DATA/copy.cpu
 EOF
-	echo "$(secs "$t0" "$(now)") $(cat "$DATA/copy.cpu")"
+	echo "$(secs "$t0" "$(now)") $(cat "$DATA/copy.cpu") $(cat "$DATA/copy.cpu")"
 }
 
 check()
@@ -272,20 +289,20 @@ check()
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 ROWS=()
-row() { ROWS+=("| $1 | $2 | $3 | $4 | $5 | $6 | $7 |"); }
+row() { ROWS+=("| $1 | $2 | $3 | $4 | $5 | $6 | $7 | $8 | $9 |"); }
 for ((r = 1; r <= ROUNDS; r++)); do
 	say "round $r: the JSON stream"
-	read -r JSON_SECS JSON_CPU < <(run_stream json orders_from_json_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_json') &&
+	read -r JSON_SECS JSON_CPU JSON_SCPU < <(run_stream json orders_from_json_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_json') &&
 		[ -n "$JSON_CPU" ] || die "the JSON stream failed"
 	say "round $r: the Avro stream"
-	read -r AVRO_SECS AVRO_CPU < <(run_stream avro orders_from_avro_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro') &&
+	read -r AVRO_SECS AVRO_CPU AVRO_SCPU < <(run_stream avro orders_from_avro_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro') &&
 		[ -n "$AVRO_CPU" ] || die "the Avro stream failed"
 	say "round $r: the upsert stream"
-	read -r UPSERT_SECS UPSERT_CPU < <(run_stream upsert customers_replica_$r 'SELECT id, name, balance FROM customers_cdc' \
+	read -r UPSERT_SECS UPSERT_CPU UPSERT_SCPU < <(run_stream upsert customers_replica_$r 'SELECT id, name, balance FROM customers_cdc' \
 		", output_mode => 'upsert', key_columns => ARRAY['id']") && [ -n "$UPSERT_CPU" ] ||
 		die "the upsert stream failed"
 	say "round $r: COPY + INSERT ... ON CONFLICT"
-	read -r COPY_SECS COPY_CPU < <(run_copy "$r") && [ -n "$COPY_CPU" ] || die "the baseline failed"
+	read -r COPY_SECS COPY_CPU COPY_SCPU < <(run_copy "$r") && [ -n "$COPY_CPU" ] || die "the baseline failed"
 
 	# ---- checks ------------------------------------------------------------
 	check "orders from JSON" "$(psql_q -c "SELECT count(*) || ' ' || sum(amount) FROM orders_from_json_$r")" \
@@ -302,12 +319,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	AVRO_RATE=$(rate "$RECORDS" "$AVRO_SECS")
 	UPSERT_RATE=$(rate "$CHANGES" "$UPSERT_SECS")
 	COPY_RATE=$(rate "$CHANGES" "$COPY_SECS")
-	row "$r: JSON orders stream (baseline)" "$JSON_SECS" "$JSON_RATE" 1.00 "" "$JSON_CPU" 1.00
+	row "$r: JSON orders stream (baseline)" "$JSON_SECS" "$JSON_RATE" 1.00 "" "$JSON_CPU" 1.00 \
+		"$JSON_SCPU" 1.00
 	row "$r: Avro orders stream" "$AVRO_SECS" "$AVRO_RATE" "$(ratio "$AVRO_RATE" "$JSON_RATE")" ">= 1.5" \
-		"$AVRO_CPU" "$(ratio "$JSON_CPU" "$AVRO_CPU")"
-	row "$r: COPY + INSERT ... ON CONFLICT of the changes (baseline)" "$COPY_SECS" "$COPY_RATE" 1.00 "" "$COPY_CPU" 1.00
+		"$AVRO_CPU" "$(ratio "$JSON_CPU" "$AVRO_CPU")" "$AVRO_SCPU" "$(ratio "$JSON_SCPU" "$AVRO_SCPU")"
+	row "$r: COPY + INSERT ... ON CONFLICT of the changes (baseline)" "$COPY_SECS" "$COPY_RATE" 1.00 "" \
+		"$COPY_CPU" 1.00 "$COPY_SCPU" 1.00
 	row "$r: Debezium upsert stream" "$UPSERT_SECS" "$UPSERT_RATE" "$(ratio "$UPSERT_RATE" "$COPY_RATE")" ">= 0.8" \
-		"$UPSERT_CPU" "$(ratio "$COPY_CPU" "$UPSERT_CPU")"
+		"$UPSERT_CPU" "$(ratio "$COPY_CPU" "$UPSERT_CPU")" "$UPSERT_SCPU" "$(ratio "$COPY_SCPU" "$UPSERT_SCPU")"
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -316,8 +335,8 @@ cat <<EOF
 issue 20 benchmarks: $RECORDS orders, $CHANGES changes of $KEYS keys, $PARTITIONS partitions, $ROUNDS round(s)
 load average before: $LOAD_BEFORE, after: $LOAD_AFTER ($(nproc) CPUs)
 
-| round: what | seconds | records/s | ratio | target | CPU seconds | CPU ratio |
-| --- | --- | --- | --- | --- | --- | --- |
+| round: what | seconds | records/s | ratio | target | CPU seconds | CPU ratio | + helpers CPU s | ratio |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
 EOF
 printf '%s\n' "${ROWS[@]}"
 cat <<EOF
