@@ -220,7 +220,7 @@ cpu_secs()
 helpers_cpu_secs()
 {
 	local p
-	for p in $(psql_q -c "SELECT a.pid FROM pg_stat_activity a JOIN streaming.streams s
+	for p in $(psql_q -c "SELECT a.pid FROM pg_stat_activity a JOIN streaming.stream_defs s
 			ON a.application_name LIKE 'streaming helper % of stream ' || s.id WHERE s.name = '$1'"); do
 		cpu_secs "$p"
 		echo

@@ -978,6 +978,7 @@ struct StmAvroParser
 	HTAB	   *plans;			/* id -> AvroPlan */
 	AvroPlan   *last;			/* the last record's */
 	AvroColumn *cols;			/* per row column */
+	AvroColumn *ts_col;			/* debezium: ts_ms as a bigint (made at the first event) */
 	AvroType   *key_type;		/* kafka_key_avro's jsonb */
 };
 
@@ -1549,13 +1550,20 @@ event_row(StmAvroParser *ap, AvroPlan *plan, avro_value_t *event, avro_value_t *
 	if (plan->f_ts >= 0)
 	{
 		bool		isnull;
-		AvroColumn	c;
-		StmTextTarget tt;
 
-		stm_text_target_init(&tt, INT8OID, -1);
-		init_column(&c, &tt);
+		if (ap->ts_col == NULL)
+		{
+			/* once per parser: the lookups of the type (and a cast's) are not a record's */
+			MemoryContext oldcxt = MemoryContextSwitchTo(ap->cxt);
+			StmTextTarget *tt = palloc(sizeof(StmTextTarget));
+
+			stm_text_target_init(tt, INT8OID, -1);
+			ap->ts_col = palloc(sizeof(AvroColumn));
+			init_column(ap->ts_col, tt);
+			MemoryContextSwitchTo(oldcxt);
+		}
 		avro_value_get_by_index(event, plan->f_ts, &v, NULL);
-		p->cdc_ts_ms = DatumGetInt64(to_column(&c, v, et->field_types[plan->f_ts], &isnull));
+		p->cdc_ts_ms = DatumGetInt64(to_column(ap->ts_col, v, et->field_types[plan->f_ts], &isnull));
 		p->has_cdc_ts = !isnull;
 	}
 	f = p->cdc_op == 'd' ? plan->f_before : plan->f_after;
