@@ -1526,6 +1526,19 @@ event_string(avro_value_t *event, int f, AvroType *type, int *len)
 	return (char *) s;
 }
 
+/* ts_ms's column (a bigint), once per parser: the lookups of the type (and a cast's) are not an event's */
+static void
+make_ts_col(StmAvroParser *ap)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(ap->cxt);
+	StmTextTarget *tt = palloc(sizeof(StmTextTarget));
+
+	stm_text_target_init(tt, INT8OID, -1);
+	ap->ts_col = palloc(sizeof(AvroColumn));
+	init_column(ap->ts_col, tt);
+	MemoryContextSwitchTo(oldcxt);
+}
+
 /*
  * A change event: cdc_op and cdc_ts into the parser, and the record of
  * the row: after (c, u, r) or before (d).  Returns the row (NULL: none).
@@ -1552,16 +1565,7 @@ event_row(StmAvroParser *ap, AvroPlan *plan, avro_value_t *event, avro_value_t *
 		bool		isnull;
 
 		if (ap->ts_col == NULL)
-		{
-			/* once per parser: the lookups of the type (and a cast's) are not a record's */
-			MemoryContext oldcxt = MemoryContextSwitchTo(ap->cxt);
-			StmTextTarget *tt = palloc(sizeof(StmTextTarget));
-
-			stm_text_target_init(tt, INT8OID, -1);
-			ap->ts_col = palloc(sizeof(AvroColumn));
-			init_column(ap->ts_col, tt);
-			MemoryContextSwitchTo(oldcxt);
-		}
+			make_ts_col(ap);
 		avro_value_get_by_index(event, plan->f_ts, &v, NULL);
 		p->cdc_ts_ms = DatumGetInt64(to_column(ap->ts_col, v, et->field_types[plan->f_ts], &isnull));
 		p->has_cdc_ts = !isnull;
@@ -1598,46 +1602,64 @@ event_row(StmAvroParser *ap, AvroPlan *plan, avro_value_t *event, avro_value_t *
  * as it comes and converted by scalar_to_column, as the generic value's
  * would be, without the generic value's reset, copies and walks.  Strings
  * and bytes come as Avro C's buffers, handed over and freed once converted.
+ * So is a Debezium change event (its before and after records, or unions of
+ * null and a record, whose fields the columns name are as above; op and
+ * ts_ms primitives): both sides' fields are kept, and op says which one is
+ * the row.  Nested records no column takes (an event's source) are read
+ * into nodes that keep nothing, when all their fields are of these kinds.
  * As the reader sets each value, the size of its shortest encoding is
  * added up, so that a record the value took whole needs no skip (decode);
- * fields no column takes are skipped by Avro C when they are not
- * primitives (then the skip says whether bytes are left).  A record that
- * fails, or has bytes left, is read again the generic way, which says what
- * is wrong.  In test builds every record
- * read directly is read the generic way too and the two rows compared
- * (check_direct).
+ * fields of other kinds that no column takes are skipped by Avro C (then
+ * the skip says whether bytes are left).  A record that fails, or has
+ * bytes left, or an event without the side its op names, is read again the
+ * generic way, which says what is wrong.  In test builds every record read
+ * directly is read the generic way too and the two rows (and an event's
+ * cdc_op and cdc_ts) compared (check_direct).
  */
 
 typedef struct DirectRecord DirectRecord;
+typedef struct DirectValue DirectValue;
 
-/* One node of the writer's record: a field, or a branch of a field's union. */
+/* One node of the writer's record: a field, a branch of a field's union, a nested record's field. */
 typedef struct DirectNode
 {
 	DirectRecord *rec;
 	avro_type_t type;			/* what get_type says */
-	avro_schema_t schema;		/* Avro C's (fixed: for its size) */
+	avro_schema_t schema;		/* Avro C's (fixed: for its size; a record: its fields') */
 	AvroType   *atype;			/* ours (a branch's: its own) */
-	int			column;			/* the row column it fills, or -1: read for its size only */
+	DirectValue *target;		/* the value it fills (a record: says it came), or NULL: read for its size only */
 	bool		skipped;		/* a field: Avro C skips it (no node) */
 	int			nbranches;		/* a union's */
 	struct DirectNode *branches;
+	int			nfields;		/* a record's */
+	struct DirectNode *fields;
 } DirectNode;
 
-/* A column's value as the reader set it. */
-typedef struct DirectValue
+/* A column's value (or op's, ts_ms's, a side's) as the reader set it. */
+struct DirectValue
 {
-	AvroType   *atype;			/* the type it came as (a union's branch) */
+	AvroType   *atype;			/* the type it came as (a union's branch); NULL: never set */
 	AvroScalar	v;
 	avro_wrapped_buffer_t buf;	/* a string's, bytes' or fixed's, until converted */
 	bool		has_buf;
-} DirectValue;
+};
+
+/* the values of a plan's direct reading: a side's columns, then an event's own */
+#define DV_AFTER(dr, i)		(&(dr)->values[(i)])
+#define DV_BEFORE(dr, i)	(&(dr)->values[(dr)->nrow + (i)])
+#define DV_OP(dr)			(&(dr)->values[2 * (dr)->nrow])
+#define DV_TS(dr)			(&(dr)->values[2 * (dr)->nrow + 1])
+#define DV_SIDE(dr, side)	(&(dr)->values[2 * (dr)->nrow + 2 + (side)])
+#define DV_COUNT(nrow)		(2 * (nrow) + 4)
 
 struct DirectRecord
 {
 	avro_schema_t schema;		/* the writer's record */
+	int			nrow;
+	bool		event;			/* a Debezium change event */
 	int			nfields;
-	DirectNode *fields;			/* per field of the writer's record, NULL: skipped */
-	DirectValue *values;		/* per row column */
+	DirectNode *fields;			/* per field of the writer's record */
+	DirectValue *values;		/* DV_COUNT(nrow) of them */
 	DirectValue **held;			/* the values that hold a buffer */
 	int			nheld;
 	size_t		size;			/* of the shortest encoding of what was read */
@@ -1653,16 +1675,10 @@ varint_size(int64 v)
 	return u < 0x80 ? 1 : (pg_leftmost_one_pos64(u) + 7) / 7;
 }
 
-static DirectValue *
-node_value(DirectNode *n)
-{
-	return n->column >= 0 ? &n->rec->values[n->column] : NULL;
-}
-
 static void
 keep_scalar(DirectNode *n, const AvroScalar *v, size_t size)
 {
-	DirectValue *dv = node_value(n);
+	DirectValue *dv = n->target;
 
 	n->rec->size += size;
 	if (dv)
@@ -1676,7 +1692,7 @@ keep_scalar(DirectNode *n, const AvroScalar *v, size_t size)
 static int
 keep_buffer(DirectNode *n, avro_wrapped_buffer_t *buf, size_t len, bool sized)
 {
-	DirectValue *dv = node_value(n);
+	DirectValue *dv = n->target;
 	AvroScalar	v = {0};
 
 	v.data = buf->buf;
@@ -1792,6 +1808,17 @@ direct_give_fixed(const avro_value_iface_t *iface, void *self, avro_wrapped_buff
 	return keep_buffer(self, buf, buf->size, false);
 }
 
+static const avro_value_iface_t direct_node_iface;
+static const avro_value_iface_t direct_nested_iface;
+
+/* a node as Avro C's value: a nested record's interface, or a primitive's */
+static void
+node_as_value(DirectNode *n, avro_value_t *v)
+{
+	v->iface = (avro_value_iface_t *) (n->type == AVRO_RECORD ? &direct_nested_iface : &direct_node_iface);
+	v->self = n;
+}
+
 static int
 direct_set_branch(const avro_value_iface_t *iface, void *self, int discriminant,
 				  avro_value_t *branch)
@@ -1804,8 +1831,7 @@ direct_set_branch(const avro_value_iface_t *iface, void *self, int discriminant,
 		return EINVAL;
 	}
 	n->rec->size += varint_size(discriminant);
-	branch->iface = (avro_value_iface_t *) iface;
-	branch->self = &n->branches[discriminant];
+	node_as_value(&n->branches[discriminant], branch);
 	return 0;
 }
 
@@ -1824,6 +1850,56 @@ static const avro_value_iface_t direct_node_iface = {
 	.give_bytes = direct_give_bytes,
 	.give_fixed = direct_give_fixed,
 	.set_branch = direct_set_branch,
+};
+
+/* a field of fields: its node, or none (Avro C skips it: its size is not known) */
+static int
+field_value(DirectRecord *dr, DirectNode *fields, int nfields, size_t index, avro_value_t *child)
+{
+	if (index >= (size_t) nfields)
+	{
+		avro_set_error("Field index %d out of range", (int) index);
+		return EINVAL;
+	}
+	if (fields[index].skipped)
+	{
+		child->iface = NULL;
+		child->self = NULL;
+		dr->size_known = false;
+		return 0;
+	}
+	node_as_value(&fields[index], child);
+	return 0;
+}
+
+/* a nested record: the reader asks its size first, so that is when it came */
+static int
+direct_nested_size(const avro_value_iface_t *iface, const void *self, size_t *size)
+{
+	DirectNode *n = (DirectNode *) self;
+
+	if (n->target)
+		n->target->atype = n->atype;
+	*size = n->nfields;
+	return 0;
+}
+
+static int
+direct_nested_field(const avro_value_iface_t *iface, const void *self, size_t index,
+					avro_value_t *child, const char **name)
+{
+	DirectNode *n = (DirectNode *) self;
+
+	if (name)
+		*name = NULL;
+	return field_value(n->rec, n->fields, n->nfields, index, child);
+}
+
+static const avro_value_iface_t direct_nested_iface = {
+	.get_type = direct_get_type,
+	.get_schema = direct_get_schema,
+	.get_size = direct_nested_size,
+	.get_by_index = direct_nested_field,
 };
 
 /* Free what the last record handed over (its columns were converted, or failed). */
@@ -1862,30 +1938,15 @@ direct_record_size(const avro_value_iface_t *iface, const void *self, size_t *si
 	return 0;
 }
 
-/* a field: its node, or none (Avro C skips it: its size is not known) */
 static int
 direct_record_field(const avro_value_iface_t *iface, const void *self, size_t index,
 					avro_value_t *child, const char **name)
 {
 	DirectRecord *dr = (DirectRecord *) self;
 
-	if (index >= (size_t) dr->nfields)
-	{
-		avro_set_error("Field index %d out of range", (int) index);
-		return EINVAL;
-	}
-	if (dr->fields[index].skipped)
-	{
-		child->iface = NULL;
-		child->self = NULL;
-		dr->size_known = false;
-		return 0;
-	}
-	child->iface = (avro_value_iface_t *) &direct_node_iface;
-	child->self = &dr->fields[index];
 	if (name)
 		*name = NULL;
-	return 0;
+	return field_value(dr, dr->fields, dr->nfields, index, child);
 }
 
 static const avro_value_iface_t direct_record_iface = {
@@ -1925,98 +1986,193 @@ direct_primitive(avro_type_t t)
 	}
 }
 
-/* A field's node, filling column; false: the field is not of the direct kind. */
+static bool direct_fields(DirectRecord *dr, DirectNode *n, AvroType *t, DirectValue **field_targets,
+						  bool keep_size);
+
+/*
+ * A field's node (or a branch's), filling target; false: the field is not
+ * of the direct kind.  Records (nested, or a union's branch) only with
+ * records_ok: their fields' nodes fill field_targets (per field, or NULL).
+ */
 static bool
-direct_node(DirectRecord *dr, DirectNode *n, AvroType *t, avro_schema_t s, int column)
+direct_node(DirectRecord *dr, DirectNode *n, AvroType *t, avro_schema_t s, DirectValue *target,
+			bool records_ok, DirectValue **field_targets)
 {
 	n->rec = dr;
 	n->type = t->type;
 	n->schema = resolved(s);
 	n->atype = t;
-	n->column = column;
-	if (t->type != AVRO_UNION)
-		return direct_primitive(t->type) && avro_typeof(n->schema) == t->type;
-	if (avro_typeof(n->schema) != AVRO_UNION)
+	n->target = target;
+	if (avro_typeof(n->schema) != t->type)
 		return false;
+	if (t->type == AVRO_RECORD)
+		return records_ok && direct_fields(dr, n, t, field_targets, field_targets != NULL);
+	if (t->type != AVRO_UNION)
+		return direct_primitive(t->type);
 	n->nbranches = t->nbranches;
 	n->branches = palloc0(sizeof(DirectNode) * Max(t->nbranches, 1));
 	for (int b = 0; b < t->nbranches; b++)
 	{
 		if (t->branches[b]->type == AVRO_UNION ||
 			!direct_node(dr, &n->branches[b], t->branches[b],
-						 avro_schema_union_branch(n->schema, b), column))
+						 avro_schema_union_branch(n->schema, b), target, records_ok, field_targets))
 			return false;
 	}
 	return true;
 }
 
 /*
+ * A record node's fields: those with a target must be read directly (and
+ * be primitives); the others are read for their size when they can be,
+ * else skipped (then, without keep_size, the record is not of the direct
+ * kind: a nested record no column takes, an event's source, is worth
+ * reading only whole; a record the row comes from may skip fields).
+ */
+static bool
+direct_fields(DirectRecord *dr, DirectNode *n, AvroType *t, DirectValue **field_targets,
+			  bool keep_size)
+{
+	if (avro_schema_record_size(n->schema) != (size_t) t->nfields)
+		return false;
+	n->nfields = t->nfields;
+	n->fields = palloc0(sizeof(DirectNode) * Max(t->nfields, 1));
+	for (int f = 0; f < t->nfields; f++)
+	{
+		DirectNode *fn = &n->fields[f];
+		DirectValue *target = field_targets ? field_targets[f] : NULL;
+
+		if (direct_node(dr, fn, t->field_types[f], avro_schema_record_field_get_by_index(n->schema, f),
+						target, target == NULL, NULL))
+			continue;
+		if (target != NULL || !keep_size)
+			return false;
+		memset(fn, 0, sizeof(DirectNode));
+		fn->skipped = true;
+	}
+	return true;
+}
+
+/*
+ * The targets of a record's fields: per field of record, the DirectValue
+ * of the column that takes it (side: after 0, before 1), or NULL; false: a
+ * column takes a field as JSON or an array.
+ */
+static bool
+side_targets(StmAvroParser *ap, DirectRecord *dr, AvroRow *row, int side, DirectValue ***targets)
+{
+	AvroType   *rt = row->record;
+
+	*targets = palloc0(sizeof(DirectValue *) * Max(rt->nfields, 1));
+	for (int i = 0; i < ap->p->nrow; i++)
+	{
+		if (row->field[i] < 0)
+			continue;
+		if (ap->cols[i].t->wants_json || ap->cols[i].elem)
+			return false;
+		(*targets)[row->field[i]] = side ? DV_BEFORE(dr, i) : DV_AFTER(dr, i);
+	}
+	return true;
+}
+
+/*
  * The direct reading of a plan's records, in the parser's memory; NULL:
- * they are read the generic way (a change event, a whole value, a field a
- * column takes that is not a primitive, a json column).
+ * they are read the generic way (a whole value, a field a column takes
+ * that is not a primitive, a json column, an event whose before or after
+ * is not a record or a union of null and one).
  */
 static DirectRecord *
 direct_plan(StmAvroParser *ap, AvroPlan *plan)
 {
 	StmParser  *p = ap->p;
-	AvroType   *rt = plan->row.record;
-	avro_schema_t rs;
+	bool		event = p->envelope == STM_ENVELOPE_DEBEZIUM;
+	AvroType   *rt = event ? plan->schema->type : plan->row.record;
 	DirectRecord *dr;
-	int		   *column_of;
+	DirectNode	top = {0};
+	DirectValue **targets;
 
-	if (plan->error || plan->whole || p->envelope == STM_ENVELOPE_DEBEZIUM ||
-		rt == NULL || rt->type != AVRO_RECORD)
+	if (plan->error || plan->whole || rt == NULL || rt->type != AVRO_RECORD)
 		return NULL;
-	rs = resolved(plan->schema->schema);
-	if (avro_typeof(rs) != AVRO_RECORD || avro_schema_record_size(rs) != (size_t) rt->nfields)
+	top.schema = resolved(plan->schema->schema);
+	if (avro_typeof(top.schema) != AVRO_RECORD)
 		return NULL;
 	dr = palloc0(sizeof(DirectRecord));
-	dr->schema = rs;
-	dr->nfields = rt->nfields;
-	dr->fields = palloc0(sizeof(DirectNode) * Max(rt->nfields, 1));
-	dr->values = palloc0(sizeof(DirectValue) * Max(p->nrow, 1));
-	dr->held = palloc0(sizeof(DirectValue *) * Max(p->nrow, 1));
-	column_of = palloc(sizeof(int) * Max(rt->nfields, 1));
-	for (int f = 0; f < rt->nfields; f++)
-		column_of[f] = -1;
-	for (int i = 0; i < p->nrow; i++)
+	dr->schema = top.schema;
+	dr->nrow = p->nrow;
+	dr->event = event;
+	dr->values = palloc0(sizeof(DirectValue) * DV_COUNT(p->nrow));
+	dr->held = palloc0(sizeof(DirectValue *) * DV_COUNT(p->nrow));
+	if (!event)
 	{
-		if (plan->row.field[i] < 0)
-			continue;
-		if (ap->cols[i].t->wants_json || ap->cols[i].elem)
+		if (!side_targets(ap, dr, &plan->row, 0, &targets))
 			return NULL;
-		column_of[plan->row.field[i]] = i;
+		if (!direct_fields(dr, &top, rt, targets, true))
+			return NULL;
 	}
-	for (int f = 0; f < rt->nfields; f++)
+	else
 	{
-		DirectNode *n = &dr->fields[f];
-
-		if (!direct_node(dr, n, rt->field_types[f], avro_schema_record_field_get_by_index(rs, f),
-						 column_of[f]))
+		/* the event's fields: before and after (their rows' columns), op, ts_ms; the others for their size */
+		top.nfields = rt->nfields;
+		top.fields = palloc0(sizeof(DirectNode) * Max(rt->nfields, 1));
+		if (avro_schema_record_size(top.schema) != (size_t) rt->nfields)
+			return NULL;
+		for (int f = 0; f < rt->nfields; f++)
 		{
-			/* a column's field must be read directly; another one is skipped */
-			if (column_of[f] >= 0)
+			DirectNode *fn = &top.fields[f];
+			avro_schema_t fs = avro_schema_record_field_get_by_index(top.schema, f);
+			int			side = f == plan->f_after ? 0 : f == plan->f_before ? 1 : -1;
+			bool		ok;
+
+			if (side >= 0)
+			{
+				AvroRow    *row = side ? &plan->before : &plan->row;
+				AvroType   *ft = rt->field_types[f];
+
+				/* the side: a record of the row's, or a union of it and null */
+				if (row->record == NULL || !side_targets(ap, dr, row, side, &targets))
+					return NULL;
+				for (int b = 0; ft->type == AVRO_UNION && b < ft->nbranches; b++)
+					if (ft->branches[b]->type != AVRO_NULL && ft->branches[b] != row->record)
+						return NULL;
+				if (ft->type != AVRO_UNION && ft != row->record)
+					return NULL;
+				ok = direct_node(dr, fn, ft, fs, DV_SIDE(dr, side), true, targets);
+			}
+			else if (f == plan->f_op || f == plan->f_ts)
+				ok = direct_node(dr, fn, rt->field_types[f], fs, f == plan->f_op ? DV_OP(dr) : DV_TS(dr),
+								 false, NULL);
+			else
+			{
+				ok = direct_node(dr, fn, rt->field_types[f], fs, NULL, true, NULL);
+				if (!ok)
+				{
+					memset(fn, 0, sizeof(DirectNode));
+					fn->skipped = true;
+					ok = true;
+				}
+			}
+			if (!ok)
 				return NULL;
-			memset(n, 0, sizeof(DirectNode));
-			n->skipped = true;
-			n->column = -1;
 		}
 	}
+	dr->nfields = top.nfields;
+	dr->fields = top.fields;
 	return dr;
 }
 
 /*
- * A record read directly into the row's columns: false (nothing converted)
- * when it must be read the generic way, which says what is wrong with it,
- * if anything.
+ * A record read directly into the row's columns (an event's: its side's,
+ * and cdc_op, cdc_ts): false (nothing converted) when it must be read the
+ * generic way, which says what is wrong with it, if anything.
  */
 static bool
 direct_parse(StmAvroParser *ap, AvroPlan *plan, const char *data, int len,
 			 Datum *values, bool *nulls)
 {
+	StmParser  *p = ap->p;
 	DirectRecord *dr = plan->direct;
 	AvroRow    *row = &plan->row;
 	avro_value_t value;
+	int			side = 0;
 
 	value.iface = (avro_value_iface_t *) &direct_record_iface;
 	value.self = dr;
@@ -2028,9 +2184,38 @@ direct_parse(StmAvroParser *ap, AvroPlan *plan, const char *data, int len,
 		(void) direct_reset(NULL, dr);
 		return false;
 	}
-	for (int i = 0; i < ap->p->nrow; i++)
+	if (dr->event)
 	{
-		DirectValue *dv = &dr->values[i];
+		DirectValue *op = DV_OP(dr);
+		DirectValue *ts = DV_TS(dr);
+
+		/* no op, or no side for it: the generic reading says so */
+		if (op->atype == NULL || op->atype->type != AVRO_STRING)
+		{
+			(void) direct_reset(NULL, dr);
+			return false;
+		}
+		p->cdc_op = stm_debezium_op(op->v.data, (int) op->v.size - 1);
+		side = p->cdc_op == 'd' ? 1 : 0;
+		if (DV_SIDE(dr, side)->atype == NULL || DV_SIDE(dr, side)->atype->type != AVRO_RECORD)
+		{
+			(void) direct_reset(NULL, dr);
+			return false;
+		}
+		p->has_cdc_ts = false;
+		if (plan->f_ts >= 0 && ts->atype->type != AVRO_NULL)
+		{
+			if (ap->ts_col == NULL)
+				make_ts_col(ap);
+			p->cdc_ts_ms = DatumGetInt64(scalar_to_column(ap->ts_col, ts->atype, &ts->v));
+			p->has_cdc_ts = true;
+		}
+		if (side)
+			row = &plan->before;
+	}
+	for (int i = 0; i < p->nrow; i++)
+	{
+		DirectValue *dv = side ? DV_BEFORE(dr, i) : DV_AFTER(dr, i);
 
 		if (row->field[i] < 0)
 			values[i] = default_value(&ap->cols[i], row->dflt[i], row->dflt_string[i], &nulls[i]);
@@ -2044,16 +2229,30 @@ direct_parse(StmAvroParser *ap, AvroPlan *plan, const char *data, int len,
 }
 
 #ifdef STM_FAULT_INJECTION
-/* Test builds: the generic reading of the record must give the same row. */
+/* Test builds: the generic reading of the record must give the same row (and cdc_op, cdc_ts). */
 static void
 check_direct(StmAvroParser *ap, AvroPlan *plan, const char *data, int len,
 			 const Datum *values, const bool *nulls)
 {
+	StmParser  *p = ap->p;
 	avro_value_t *v = decode(ap, plan->schema, data, len);
+	avro_value_t rec = *v;
+	AvroRow    *row = &plan->row;
 
-	for (int i = 0; i < ap->p->nrow; i++)
+	if (plan->direct->event)
 	{
-		int			f = plan->row.field[i];
+		char		op = p->cdc_op;
+		bool		has_ts = p->has_cdc_ts;
+		int64		ts = p->cdc_ts_ms;
+
+		row = event_row(ap, plan, v, &rec);
+		if (row == NULL || op != p->cdc_op || has_ts != p->has_cdc_ts || (has_ts && ts != p->cdc_ts_ms))
+			elog(ERROR, "Avro change event of schema %d: the direct reading of its op or ts_ms differs from the generic one",
+				 plan->id);
+	}
+	for (int i = 0; i < p->nrow; i++)
+	{
+		int			f = row->field[i];
 		bool		isnull;
 		Datum		d;
 		int16		typlen;
@@ -2064,8 +2263,8 @@ check_direct(StmAvroParser *ap, AvroPlan *plan, const char *data, int len,
 		{
 			avro_value_t fv;
 
-			avro_value_get_by_index(v, f, &fv, NULL);
-			d = to_column(&ap->cols[i], fv, plan->row.record->field_types[f], &isnull);
+			avro_value_get_by_index(&rec, f, &fv, NULL);
+			d = to_column(&ap->cols[i], fv, row->record->field_types[f], &isnull);
 		}
 		get_typlenbyval(ap->cols[i].t->type, &typlen, &typbyval);
 		if (isnull != nulls[i] || (!isnull && !datumIsEqual(d, values[i], typbyval, typlen)))
