@@ -4,11 +4,17 @@
 #
 #   bench/avro_cdc.sh [--records N] [--changes M] [--keys K] [--partitions P]
 #                     [--rounds R] [--perf RUN[,RUN...]] [--cache DIR] [--keep]
+#                     [--cdc-avro]
 #
 # --rounds R runs each stream and baseline R times, interleaved (JSON, Avro,
 # upsert, COPY, then again), each stream into a sink of its own, and gives a
 # row per run; the ratios of a round are against that round's baseline.
-# --perf RUN,... records the worker of each RUN (json, avro, upsert; every
+# --cdc-avro also produces the changes as Debezium Avro change events (the
+# envelope of test/avro/debezium_customers.avsc, encoded by
+# test/avro_encode.py, keys as Avro ints) and runs an upsert stream from
+# them in each round, against the same baseline.
+# --perf RUN,... records the worker of each RUN (json, avro, upsert,
+# upsert_avro; every
 # round's) with perf record -g and prints its top symbols after the table
 # (linux-perf, installed by bench_init when missing).
 # --cache DIR keeps the generated orders and changes (and the Avro
@@ -60,6 +66,7 @@ ROUNDS=1
 PERF_RUN=
 CACHE=
 KEEP=
+CDC_AVRO=
 
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -71,13 +78,14 @@ while [ $# -gt 0 ]; do
 		--perf) PERF_RUN=$2; shift 2 ;;
 		--cache) CACHE=$2; shift 2 ;;
 		--keep) KEEP=1; shift ;;
+		--cdc-avro) CDC_AVRO=1; shift ;;
 		-h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/avro_cdc.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
 
 for k in ${PERF_RUN//,/ }; do
-	case $k in json|avro|upsert) ;; *) echo "bench/avro_cdc.sh: --perf takes json, avro and upsert" >&2; exit 2 ;; esac
+	case $k in json|avro|upsert|upsert_avro) ;; *) echo "bench/avro_cdc.sh: --perf takes json, avro, upsert and upsert_avro" >&2; exit 2 ;; esac
 done
 . "$BENCH/lib.sh"
 bench_init bench/avro_cdc.sh ${PERF_RUN:+perf}
@@ -91,6 +99,7 @@ now() { date +%s.%N; }
 
 kafka_create_topic orders_json "$PARTITIONS" && kafka_create_topic orders_avro "$PARTITIONS" &&
 	kafka_create_topic customers_cdc "$PARTITIONS" || die "could not create the topics"
+[ -z "$CDC_AVRO" ] || kafka_create_topic customers_cdc_avro "$PARTITIONS" || die "could not create the topics"
 
 # ---- data ------------------------------------------------------------------
 # from_cache KEY FILE...: the cached FILEs of KEY copied into $DATA (false: not all there)
@@ -189,6 +198,43 @@ read -r EXPECT_ROWS EXPECT_SUM <"$DATA/cdc.expected"
 say "producing the changes, keyed by id"
 kcat -P -b "$BOOTSTRAP" -t customers_cdc -K: -z lz4 -X queue.buffering.max.messages=1000000 -X linger.ms=50 \
 	-l "$DATA/cdc.jsonl" || die "producing the changes failed"
+if [ -n "$CDC_AVRO" ]; then
+	CDC_SCHEMA=$SRC/test/avro/debezium_customers.avsc
+	CDC_ID=$("$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject customers_cdc_avro-value \
+		--schema "$CDC_SCHEMA" --register-only </dev/null) &&
+		CDC_KEY_ID=$("$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject customers_cdc_avro-key \
+			--schema '"int"' --register-only </dev/null) || die "avro_encode.py could not register the schemas"
+	if from_cache "cdc-$CHANGES-$KEYS-avro-$CDC_ID-$CDC_KEY_ID" cdc.avro; then
+		say "the Avro changes (schema ids $CDC_ID, key $CDC_KEY_ID) from $CACHE"
+	else
+		say "encoding the changes as Debezium Avro"
+		# {"key": id, "value": event} lines (the envelope's source has db and table), in two halves at once
+		python3 -c '
+import json, sys
+for line in sys.stdin:
+    k, j = line.split(":", 1)
+    ev = json.loads(j)
+    ev["source"] = {"db": "shop", "table": "customers"}
+    print(json.dumps({"key": int(k), "value": ev}))' <"$DATA/cdc.jsonl" >"$DATA/cdc_avro.jsonl" ||
+			die "could not write the Avro changes' input"
+		half=$(( (CHANGES + 1) / 2 ))
+		pids=()
+		for part in 1 2; do
+			if [ $part = 1 ]; then head -n "$half" "$DATA/cdc_avro.jsonl"; else tail -n +"$((half + 1))" "$DATA/cdc_avro.jsonl"; fi |
+				"$SRC/test/avro_encode.py" --registry "$SCHEMA_REGISTRY" --subject customers_cdc_avro-value \
+					--schema "$CDC_SCHEMA" --key-subject customers_cdc_avro-key --key-schema '"int"' \
+					>"$DATA/cdc.avro.$part" &
+			pids+=($!)
+		done
+		wait "${pids[0]}" && wait "${pids[1]}" || die "avro_encode.py failed"
+		cat "$DATA/cdc.avro.1" "$DATA/cdc.avro.2" >"$DATA/cdc.avro" && rm -f "$DATA/cdc.avro."[12] "$DATA/cdc_avro.jsonl"
+		to_cache "cdc-$CHANGES-$KEYS-avro-$CDC_ID-$CDC_KEY_ID" cdc.avro
+	fi
+	say "producing the Avro changes, keyed by id"
+	kcat -P -b "$BOOTSTRAP" -t customers_cdc_avro -K '<<<end-of-avro-key-5c1e>>>' -D '<<<end-of-avro-record-5c1e>>>' \
+		-z lz4 -X queue.buffering.max.messages=1000000 -X linger.ms=50 -l "$DATA/cdc.avro" ||
+		die "producing the Avro changes failed"
+fi
 chmod -R a+r "$DATA"
 
 psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" >/dev/null <<'EOF' || die "setup failed"
@@ -200,6 +246,11 @@ SELECT streaming.create_kafka_source('orders_json', :'bs', topics => ARRAY['orde
     columns => 'order_id bigint, user_id bigint, amount numeric(10,2), status text, event_time timestamptz');
 SELECT streaming.create_kafka_source('customers_cdc', :'bs', topics => ARRAY['customers_cdc'],
     starting_offsets => 'earliest', envelope => 'debezium',
+    columns => 'id int, name text, balance numeric(12,2)');
+EOF
+[ -z "$CDC_AVRO" ] || psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" >/dev/null <<'EOF' || die "setup failed"
+SELECT streaming.create_kafka_source('customers_cdc_avro', :'bs', topics => ARRAY['customers_cdc_avro'],
+    starting_offsets => 'earliest', envelope => 'debezium', format => 'avro', schema_registry => :'reg',
     columns => 'id int, name text, balance numeric(12,2)');
 EOF
 
@@ -301,6 +352,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	read -r UPSERT_SECS UPSERT_CPU UPSERT_SCPU < <(run_stream upsert customers_replica_$r 'SELECT id, name, balance FROM customers_cdc' \
 		", output_mode => 'upsert', key_columns => ARRAY['id']") && [ -n "$UPSERT_CPU" ] ||
 		die "the upsert stream failed"
+	if [ -n "$CDC_AVRO" ]; then
+		say "round $r: the Avro upsert stream"
+		read -r UPSERT_AVRO_SECS UPSERT_AVRO_CPU UPSERT_AVRO_SCPU < <(run_stream upsert_avro customers_replica_avro_$r \
+			'SELECT id, name, balance FROM customers_cdc_avro' ", output_mode => 'upsert', key_columns => ARRAY['id']") &&
+			[ -n "$UPSERT_AVRO_CPU" ] || die "the Avro upsert stream failed"
+	fi
 	say "round $r: COPY + INSERT ... ON CONFLICT"
 	read -r COPY_SECS COPY_CPU COPY_SCPU < <(run_copy "$r") && [ -n "$COPY_CPU" ] || die "the baseline failed"
 
@@ -314,6 +371,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	check "the COPY replica" "$(psql_q -c "SELECT count(*) || ' ' || sum(balance) FROM replica_copy_$r")" \
 		"$EXPECT_ROWS $EXPECT_SUM"
 	check "the replicas" "$(psql_q -c "SELECT count(*) FROM (SELECT id, name, balance FROM customers_replica_$r EXCEPT TABLE replica_copy_$r) d")" 0
+	if [ -n "$CDC_AVRO" ]; then
+		check "the Avro upsert replica" "$(psql_q -c "SELECT count(*) || ' ' || sum(balance) FROM customers_replica_avro_$r")" \
+			"$EXPECT_ROWS $EXPECT_SUM"
+		check "the Avro replica" "$(psql_q -c "SELECT count(*) FROM (SELECT id, name, balance FROM customers_replica_avro_$r EXCEPT TABLE replica_copy_$r) d")" 0
+	fi
 
 	JSON_RATE=$(rate "$JSON_RECORDS" "$JSON_SECS")
 	AVRO_RATE=$(rate "$RECORDS" "$AVRO_SECS")
@@ -327,6 +389,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		"$COPY_CPU" 1.00 "$COPY_SCPU" 1.00
 	row "$r: Debezium upsert stream" "$UPSERT_SECS" "$UPSERT_RATE" "$(ratio "$UPSERT_RATE" "$COPY_RATE")" ">= 0.8" \
 		"$UPSERT_CPU" "$(ratio "$COPY_CPU" "$UPSERT_CPU")" "$UPSERT_SCPU" "$(ratio "$COPY_SCPU" "$UPSERT_SCPU")"
+	[ -z "$CDC_AVRO" ] || row "$r: Debezium Avro upsert stream" "$UPSERT_AVRO_SECS" "$(rate "$CHANGES" "$UPSERT_AVRO_SECS")" \
+		"$(ratio "$(rate "$CHANGES" "$UPSERT_AVRO_SECS")" "$COPY_RATE")" ">= 0.8" "$UPSERT_AVRO_CPU" \
+		"$(ratio "$COPY_CPU" "$UPSERT_AVRO_CPU")" "$UPSERT_AVRO_SCPU" "$(ratio "$COPY_SCPU" "$UPSERT_AVRO_SCPU")"
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
