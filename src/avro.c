@@ -16,9 +16,9 @@
  * fields no column names are ignored), so a topic whose schema evolves
  * keeps flowing: each writer's schema gets its own plan (AvroPlan), made
  * by the parser the first time one of its records comes.  A record of
- * primitive fields (the common one) is read by Avro C's reader straight
- * into a value of the plan's own instead of the generic one (see "direct
- * decoding" below).  A value becomes
+ * primitive fields (the common one), and a Debezium change event of such
+ * rows, is read by Avro C's reader straight into a value of the plan's own
+ * instead of the generic one (see "direct decoding" below).  A value becomes
  * its column's type as a JSON value of it would: strings (and enum
  * symbols) by the column type's input function, numbers, booleans, bytes,
  * decimals, dates and times as their PostgreSQL value, cast to the column's
