@@ -1423,6 +1423,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 
 	bc.def = def;
 	bc.started = GetCurrentTimestamp();
+	rt->ssjoin_ran = false;
 	stm_runtime_prepare_helpers(rt, def);
 	bc.inputs = make_inputs(&bc, rt);
 	if (!plan_batch(&bc, rt, sink_room(rt, def)))
@@ -1441,6 +1442,12 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	STM_FAULT_POINT("after_fetch");
 	end_query(&bc);
 	error_context_stack = errcb.previous;
+	/* what its state tables' VACUUM after the commit goes by (the worker's) */
+	if (bc.ssjoin)
+	{
+		stm_ssjoin_dead_rows(bc.ssjoin, rt->ssjoin_batch_dead, rt->ssjoin_live);
+		rt->ssjoin_ran = true;
+	}
 
 	STM_FAULT_POINT("before_watermark_update");
 	advance_watermark(&bc);

@@ -32,6 +32,7 @@
 #include "parallel.h"
 #include "runtime.h"
 #include "shmem.h"
+#include "ssjoin.h"
 
 /* an automatic stream that got no helpers tries again after this long */
 #define STM_HELPER_RETRY_MS 10000
@@ -498,6 +499,14 @@ stm_runtime_after_commit(StmRuntime *rt)
 	}
 	if (rt->sink && rt->sink->routine->after_commit)
 		rt->sink->routine->after_commit(rt->sink);
+	/* a stream-stream join's state tables: their dead rows, vacuumed */
+	if (rt->ssjoin_ran)
+	{
+		for (int s = 0; s < 2; s++)
+			rt->ssjoin_dead[s] += rt->ssjoin_batch_dead[s];
+		rt->ssjoin_ran = false;
+		stm_ssjoin_vacuum(rt->stream_id, rt->ssjoin_dead, rt->ssjoin_live);
+	}
 }
 
 /*

@@ -27,6 +27,10 @@ typedef struct StmRuntime
 	struct StmSink *sink;		/* opened by the first batch, in cxt */
 	struct StmJoinPlan *join_plan;	/* a query that reads tables: its kept plan (join.c) */
 	struct StmJoinPlan *ssjoin_plans[4];	/* a join of two sources: its kept plans (ssjoin.c) */
+	bool		ssjoin_ran;		/* the last batch ran the join: its figures below */
+	int64		ssjoin_batch_dead[2];	/* row versions its batch left dead, per side */
+	int64		ssjoin_live[2];	/* the state's rows after it, per side */
+	int64		ssjoin_dead[2]; /* committed batches' dead rows since their side's VACUUM */
 	TimestampTz started_at;		/* when this runtime began, for min_offsets_per_trigger */
 	bool		bounded;		/* available_now: stop at what the first batch saw */
 	bool		low_latency;	/* trigger continuous: sources read for latency */

@@ -44,7 +44,9 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/namespace.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/vacuum.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "executor/executor.h"
@@ -52,6 +54,7 @@
 #include "optimizer/optimizer.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/analyze.h"
+#include "parser/parse_node.h"
 #include "parser/parser.h"
 #include "parser/parsetree.h"
 #include "rewrite/rewriteManip.h"
@@ -1235,6 +1238,139 @@ stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg)
 	}
 	FreeExprContext(run->econtext, true);
 	run->done = true;
+}
+
+/*
+ * The row versions the batch left dead in each side's state table (the
+ * rows it evicted or deleted, and the old versions of the rows it marked
+ * matched), and the rows each holds after it: what the worker's VACUUM
+ * goes by (stm_ssjoin_vacuum).
+ */
+void
+stm_ssjoin_dead_rows(StmJoinRun *run, int64 *dead, int64 *live)
+{
+	for (int s = 0; s < 2; s++)
+	{
+		SideRun    *sr = &run->sides[s];
+
+		dead[s] = sr->num_removed + (sr->num_updated - sr->num_inserted);
+		live[s] = sr->num_total;
+	}
+}
+
+/*
+ * A side is vacuumed once the committed batches left this many dead row
+ * versions in it since its last VACUUM: VACUUM_MIN_DEAD, plus a
+ * VACUUM_SHARE-th of its rows (as autovacuum's threshold and scale factor),
+ * so that its cost (a scan of the table and of its index) is spread over
+ * the rows it frees.
+ */
+#define VACUUM_MIN_DEAD		100
+#define VACUUM_SHARE		10
+
+/*
+ * The worker, after a committed batch of a stream-stream join, outside any
+ * transaction: VACUUM (SKIP_LOCKED, no truncation, not the TOAST tables)
+ * of the sides whose dead rows passed the threshold above; *dead counts
+ * from 0 again for them.
+ *
+ * A join's state is a queue in event time: each batch stores a batch of
+ * rows and evicts about as many older ones.  Without a VACUUM between
+ * batches (autovacuum comes at most once a naptime, a minute by default)
+ * the dead rows' space is never reused: the table and its key index grow
+ * with the input, not with the state, every new row goes into a new page
+ * (the relation extended, its buffers and the kernel's pages touched for
+ * the first time: a quarter of a busy worker's time, bench/joins.sh
+ * --perf left_capped), and the eviction's and the pairs' scans of the
+ * state read every dead page again.  Vacuumed, the table stays the size of
+ * its rows and a batch's rows go into the pages the last eviction freed
+ * (the free space map), already in shared buffers.
+ *
+ * As the extension's owner, who owns the state tables.  A failure is a
+ * WARNING: the batch committed, and the next one vacuums again.
+ */
+void
+stm_ssjoin_vacuum(int32 stream_id, int64 *dead, const int64 *live)
+{
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming join vacuum",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	MemoryContext save_portal = PortalContext;
+	bool		want[2];
+	StmStateAccess access;
+
+	for (int s = 0; s < 2; s++)
+		want[s] = dead[s] >= VACUUM_MIN_DEAD + Max(live[s], 0) / VACUUM_SHARE;
+	if (!want[0] && !want[1])
+	{
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+		return;
+	}
+	/* what an error restores (the extension's owner is looked up in a transaction) */
+	GetUserIdAndSecContext(&access.save_userid, &access.save_sec_context);
+	PG_TRY();
+	{
+		StringInfoData sql;
+		Oid			nsp;
+		int			n = 0;
+
+		StartTransactionCommand();
+		(void) stm_statetable_begin();
+		initStringInfo(&sql);
+		appendStringInfoString(&sql, "VACUUM (SKIP_LOCKED, TRUNCATE false, PROCESS_TOAST false) ");
+		nsp = get_namespace_oid("streaming", false);
+		for (int s = 0; s < 2; s++)
+		{
+			char	   *relname = stm_ssjoin_table(stream_id, s);
+
+			/* dropped or reset since: nothing to vacuum */
+			if (want[s] && OidIsValid(get_relname_relid(relname, nsp)))
+				appendStringInfo(&sql, "%sstreaming.%s", n++ ? ", " : "",
+								 quote_identifier(relname));
+		}
+		if (n > 0)
+		{
+			List	   *raw;
+			ParseState *pstate;
+
+			/* what vacuum() allocates for its run goes under PortalContext */
+			PortalContext = cxt;
+			raw = raw_parser(sql.data, RAW_PARSE_DEFAULT);
+			pstate = make_parsestate(NULL);
+			pstate->p_sourcetext = sql.data;
+			ExecVacuum(pstate, castNode(VacuumStmt, linitial_node(RawStmt, raw)->stmt), true);
+		}
+		stm_statetable_end(access);
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		PortalContext = save_portal;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		stm_statetable_end(access);
+		MemoryContextSwitchTo(old);
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("could not vacuum the state tables of stream with id %d: %s",
+						stream_id, edata->message),
+				 errhint("The stream's next batch tries again; VACUUM of the tables streaming.join_%d_left and _right does the same.",
+						 stream_id)));
+		MemoryContextDelete(cxt);
+		return;
+	}
+	PG_END_TRY();
+	PortalContext = save_portal;
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+	for (int s = 0; s < 2; s++)
+		if (want[s])
+			dead[s] = 0;
 }
 
 /*

@@ -111,6 +111,8 @@ extern StmJoinRun *stm_ssjoin_begin(StmStreamJoin *j, struct StmQueryInfo *qi, i
 extern void stm_ssjoin_add(StmJoinRun *run, int side, TupleTableSlot *slot);
 typedef void (*StmSSJoinRowFn) (void *arg, TupleTableSlot *slot);
 extern void stm_ssjoin_run(StmJoinRun *run, StmSSJoinRowFn fn, void *arg);
+extern void stm_ssjoin_dead_rows(StmJoinRun *run, int64 *dead, int64 *live);
+extern void stm_ssjoin_vacuum(int32 stream_id, int64 *dead, const int64 *live);
 extern void stm_ssjoin_progress(StmJoinRun *run, StringInfo json, int64 *num_late,
 								int64 *num_state, bool *has_max, TimestampTz *max);
 extern TimestampTz stm_ssjoin_watermark(StmStreamJoin *j, StmJoinRun *run, Jsonb *prev_sides,
