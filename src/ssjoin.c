@@ -370,7 +370,8 @@ enum
 	PLAN_PAIRS_NEW_LEFT,		/* new-left x (state-right + new-right) */
 	PLAN_PAIRS_STATE_LEFT,		/* state-left x new-right */
 	PLAN_ROWS_LEFT,				/* NULL rows of left rows, or semi / anti rows */
-	PLAN_ROWS_RIGHT				/* NULL rows of right rows */
+	PLAN_ROWS_RIGHT,			/* NULL rows of right rows */
+	PLAN_PAIRS_ALL				/* (state + new left) x (state + new right), not state x state */
 };
 
 /* The environment of a batch's queries: every side's named tuplestores. */
@@ -475,6 +476,21 @@ pairs_query(StmJoinRun *run, SideRelation left_rel, SideRelation right_rel, Quer
 		if (q->jointree->quals)
 			pass = q->jointree->quals;
 		q->jointree->quals = NULL;
+	}
+	if (left_rel == SIDE_ALL && right_rel == SIDE_ALL)
+	{
+		/* not two stored rows: that pair was found by the batch that stored the later */
+		NullTest   *lnew = makeNode(NullTest);
+		NullTest   *rnew = makeNode(NullTest);
+
+		lnew->arg = (Expr *) hidden_var(run, 0, l, HIDDEN_TID);
+		lnew->nulltesttype = IS_NULL;
+		lnew->location = -1;
+		rnew->arg = (Expr *) hidden_var(run, 1, r, HIDDEN_TID);
+		rnew->nulltesttype = IS_NULL;
+		rnew->location = -1;
+		q->jointree->quals = make_and_qual(q->jointree->quals,
+										   (Node *) makeBoolExpr(OR_EXPR, list_make2(lnew, rnew), -1));
 	}
 	side_as_relation(run, q, l, STM_JOIN_LEFT_SIDE, left_rel, env);
 	side_as_relation(run, q, r, STM_JOIN_RIGHT_SIDE, right_rel, env);
@@ -856,13 +872,25 @@ run_query(StmJoinRun *run, int plan, Query *q, QueryEnvironment *env, StmJoinRow
 	AtEOXact_GUC(true, nest);
 }
 
-/* Step 3: the pairs, each once: new-left x (state + new right), state-left x new-right. */
+/*
+ * Step 3: the pairs, each once: new-left x (state + new right), state-left
+ * x new-right.  An inner or outer join with new rows on both sides finds
+ * them in one query, (state + new left) x (state + new right) without the
+ * pairs of two stored rows: one hash table and one pass over each side,
+ * where the two queries built one of a side's new rows twice (each probed
+ * by the other side's rows of its own query).
+ */
 static void
 find_pairs(StmJoinRun *run, QueryEnvironment *env)
 {
 	bool		exists = run->j->sublink != NULL;
 	StmJoinRowFn fn = exists ? exists_pair_row : pair_row;
 
+	if (!exists && run->sides[STM_JOIN_LEFT_SIDE].nnew > 0 && run->sides[STM_JOIN_RIGHT_SIDE].nnew > 0)
+	{
+		run_query(run, PLAN_PAIRS_ALL, pairs_query(run, SIDE_ALL, SIDE_ALL, env), env, fn);
+		return;
+	}
 	if (run->sides[STM_JOIN_LEFT_SIDE].nnew > 0)
 		run_query(run, PLAN_PAIRS_NEW_LEFT,
 				  exists ? exists_pairs_query(run, SIDE_NEW, SIDE_ALL, env) :

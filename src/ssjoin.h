@@ -88,7 +88,7 @@ struct StmLateRows;
 typedef struct StmJoinRun StmJoinRun;
 
 /* the plans a stream-stream join's batch keeps for its runtime */
-#define STM_SSJOIN_NPLANS 4
+#define STM_SSJOIN_NPLANS 5
 
 /* ssjoin_query.c: the query */
 extern bool stm_ssjoin_reads_two(Query *q);
