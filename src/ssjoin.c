@@ -22,7 +22,9 @@
  *   3. the pairs: new-left with (state-right and new-right), then
  *      state-left with new-right, each the user's query made an inner join
  *      over those relations, so a pair is found once whatever batches its
- *      rows come in; an outer join's WHERE is evaluated per pair (a pair
+ *      rows come in (an inner or outer join with new rows on both sides:
+ *      one query over both sides' state and new rows, without the pairs
+ *      of two stored rows); an outer join's WHERE is evaluated per pair (a pair
  *      that fails it still counts as matched, as in SQL); semi and anti
  *      joins find pairs with the EXISTS's condition;
  *   4. new rows already past their expiry are not stored: on an outer side
@@ -34,7 +36,9 @@
  * NULL rows are the user's query with the row's side reading those rows and
  * the other side none, so its expressions and tables apply as in SQL; a
  * semi join's rows, and an anti join's, are the user's query with its
- * EXISTS true, over those rows of the left side.
+ * EXISTS true, over those rows of the left side.  After the batch's commit
+ * the worker vacuums the state tables that its batches left enough dead
+ * rows in (stm_ssjoin_vacuum).
  */
 #include "postgres.h"
 
