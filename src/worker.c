@@ -468,12 +468,19 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 	PG_TRY();
 	{
 		StmStreamStatus status;
+		MemoryContext txcxt;
 
 		w->def = NULL;
 		MemoryContextReset(w->def_cxt);
-		MemoryContextSwitchTo(w->def_cxt);
+		txcxt = MemoryContextSwitchTo(w->def_cxt);
 		w->def = stm_catalog_get_stream_by_id(w->stream_id, false);
-		MemoryContextSwitchTo(w->cxt);
+		/*
+		 * the batch in its transaction's memory, which the commit frees:
+		 * what must outlive it is the runtime's (rt->cxt), the sources' and
+		 * the sink's own (in the worker's memory, a batch of a continuous
+		 * stream left ~37 kB behind: 850 MB after 22,000 batches)
+		 */
+		MemoryContextSwitchTo(txcxt);
 		if (w->def == NULL || !w->def->enabled)
 			next = WORKER_DONE;
 		else
