@@ -39,53 +39,47 @@
 
 /*
  * The CPUs a cgroup v2 quota allows this process ("max" or none: INT_MAX):
- * the smallest of its cgroup's and its ancestors' cpu.max, rounded up.
+ * the smallest cpu.max of its cgroup and of the cgroups above it, rounded
+ * up to whole CPUs.
  */
 static int
 cgroup_cpu_quota(void)
 {
+	const char *root = "/sys/fs/cgroup";
 	char		line[MAXPGPATH];
-	char		dir[MAXPGPATH];
+	char		dir[MAXPGPATH] = "";
 	int			best = INT_MAX;
 	FILE	   *f = AllocateFile("/proc/self/cgroup", "r");
 
 	if (f == NULL)
 		return best;
-	dir[0] = '\0';
 	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, "0::", 3) == 0)
+		if (strncmp(line, "0::/", 4) == 0)
 		{
-			snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", line + 3);
-			dir[strcspn(dir, "\n")] = '\0';
+			/* "0::/a/b\n" -> "/sys/fs/cgroup/a/b", the root without a slash */
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(dir, sizeof(dir), "%s%s", root, strcmp(line + 3, "/") == 0 ? "" : line + 3);
 		}
 	FreeFile(f);
-	while (dir[0] != '\0')
+	while (strncmp(dir, root, strlen(root)) == 0)
 	{
 		char		path[MAXPGPATH];
 		char		quota[32];
 		long		period;
-		char	   *slash;
 
 		snprintf(path, sizeof(path), "%s/cpu.max", dir);
 		if ((f = AllocateFile(path, "r")) != NULL)
 		{
-			if (fscanf(f, "%31s %ld", quota, &period) == 2 &&
-				strcmp(quota, "max") != 0 && period > 0)
-			{
-				long		q = strtol(quota, NULL, 10);
+			long		q;
 
-				if (q > 0)
-					best = Min(best, (int) ((q + period - 1) / period));
-			}
+			if (fscanf(f, "%31s %ld", quota, &period) == 2 && period > 0 &&
+				(q = strtol(quota, NULL, 10)) > 0)	/* "max": no quota */
+				best = Min(best, (int) ((q + period - 1) / period));
 			FreeFile(f);
 		}
-		/* up to /sys/fs/cgroup itself, then stop */
-		if (strcmp(dir, "/sys/fs/cgroup") == 0 ||
-			(slash = strrchr(dir, '/')) == NULL)
+		if (strlen(dir) == strlen(root))
 			break;
-		*slash = '\0';
-		if (strlen(dir) < strlen("/sys/fs/cgroup"))
-			break;
+		*strrchr(dir, '/') = '\0';
 	}
 	return best;
 }

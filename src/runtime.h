@@ -9,6 +9,7 @@
 #include "catalog.h"
 #include "sink.h"
 #include "source.h"
+#include "ssjoin.h"
 
 /* One source the stream reads, as the runtime keeps it. */
 typedef struct StmSourceRuntime
@@ -26,7 +27,7 @@ typedef struct StmRuntime
 	List	   *sources;		/* StmSourceRuntime: the query's sources, in its order */
 	struct StmSink *sink;		/* opened by the first batch, in cxt */
 	struct StmJoinPlan *join_plan;	/* a query that reads tables: its kept plan (join.c) */
-	struct StmJoinPlan *ssjoin_plans[5];	/* a join of two sources: its kept plans (ssjoin.c) */
+	struct StmJoinPlan *ssjoin_plans[STM_SSJOIN_NPLANS];	/* a join of two sources: its kept plans (ssjoin.c) */
 	bool		ssjoin_ran;		/* the last batch ran the join: its figures below */
 	int64		ssjoin_batch_dead[2];	/* row versions its batch left dead, per side */
 	int64		ssjoin_live[2];	/* the state's rows after it, per side */
