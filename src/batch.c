@@ -1344,14 +1344,23 @@ fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 int64
 stm_batch_run(StmRuntime *rt)
 {
-	StmStreamDef *def;
+	(void) stm_catalog_check_version(ERROR);
+	/* the row lock serialises batches with drop, reset and other batches */
+	return stm_batch_run_locked(rt, stm_catalog_get_stream_by_id(rt->stream_id, true));
+}
+
+/*
+ * stm_batch_run with the stream's row already read and locked FOR UPDATE
+ * in this transaction, after stm_catalog_check_version (a worker reads it
+ * once a batch, not twice); NULL when it is gone.
+ */
+int64
+stm_batch_run_locked(StmRuntime *rt, StmStreamDef *def)
+{
 	Oid			save_userid;
 	int			save_sec_context;
 	int64		batch_id;
 
-	(void) stm_catalog_check_version(ERROR);
-	/* the row lock serialises batches with drop, reset and other batches */
-	def = stm_catalog_get_stream_by_id(rt->stream_id, true);
 	if (def == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),

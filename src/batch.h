@@ -9,6 +9,7 @@
 #include "runtime.h"
 
 extern int64 stm_batch_run(StmRuntime *rt);
+extern int64 stm_batch_run_locked(StmRuntime *rt, StmStreamDef *def);
 extern void stm_batch_run_share(StmRuntime *rt, const char *bounds, StmHelperOut *out,
 								StmShareTotals *totals);
 extern bool stm_error_is_permanent(int sqlerrcode);

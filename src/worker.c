@@ -473,7 +473,8 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 		w->def = NULL;
 		MemoryContextReset(w->def_cxt);
 		txcxt = MemoryContextSwitchTo(w->def_cxt);
-		w->def = stm_catalog_get_stream_by_id(w->stream_id, false);
+		/* locked as a batch locks it: the batch reads it no second time */
+		w->def = stm_catalog_get_stream_by_id(w->stream_id, true);
 		/*
 		 * the batch in its transaction's memory, which the commit frees:
 		 * what must outlive it is the runtime's (rt->cxt), the sources' and
@@ -488,7 +489,8 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", w->def->name));
 			w->rt->bounded = (w->def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
 			w->rt->low_latency = w->def->trigger_continuous;
-			*batch_id = stm_batch_run(w->rt);
+			(void) stm_catalog_check_version(ERROR);
+			*batch_id = stm_batch_run_locked(w->rt, w->def);
 			status = stm_runtime_unreadable(w->rt) ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
 			if (sink_problem() != NULL)
 				show_sink_status(w->rt, *batch_id >= 0);
@@ -660,6 +662,14 @@ streaming_worker_main(Datum main_arg)
 			else if (next == WORKER_GO_ON)
 				next = settle_step(&w, batch_id, batch_start);
 		}
+
+		/*
+		 * A backend reports its tables' statistics when it goes idle; a
+		 * worker never does, so without this autovacuum and ANALYZE never
+		 * heard of the rows its batches wrote and deleted (sink, state,
+		 * progress) until it exited.  At most once a second.
+		 */
+		pgstat_report_stat(false);
 	}
 	worker_exit(&w, next == WORKER_GO_ON ? WORKER_EXIT : next);
 }
