@@ -4,7 +4,7 @@
 #
 #   bench/avro_cdc.sh [--records N] [--changes M] [--keys K] [--partitions P]
 #                     [--rounds R] [--perf RUN[,RUN...]] [--cache DIR] [--keep]
-#                     [--cdc-avro]
+#                     [--cdc-avro] [--parallel-workers N]
 #
 # --rounds R runs each stream and baseline R times, interleaved (JSON, Avro,
 # upsert, COPY, then again), each stream into a sink of its own, and gives a
@@ -17,6 +17,9 @@
 # upsert_avro; every
 # round's) with perf record -g and prints its top symbols after the table
 # (linux-perf, installed by bench_init when missing).
+# --parallel-workers N creates the two orders streams with parallel_workers
+# => N (default: NULL, automatic); 0 compares the two parsers on one
+# process, without the helpers' fetch and hand-over.
 # --cache DIR keeps the generated orders and changes (and the Avro
 # encoding, while the registry gives its schema the same id) in DIR for the
 # next run with the same numbers.
@@ -67,6 +70,7 @@ PERF_RUN=
 CACHE=
 KEEP=
 CDC_AVRO=
+ORDERS_ARGS=
 
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -79,6 +83,7 @@ while [ $# -gt 0 ]; do
 		--cache) CACHE=$2; shift 2 ;;
 		--keep) KEEP=1; shift ;;
 		--cdc-avro) CDC_AVRO=1; shift ;;
+		--parallel-workers) ORDERS_ARGS=", parallel_workers => $(printf %d "$2")"; shift 2 ;;
 		-h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/avro_cdc.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
@@ -343,10 +348,10 @@ ROWS=()
 row() { ROWS+=("| $1 | $2 | $3 | $4 | $5 | $6 | $7 | $8 | $9 |"); }
 for ((r = 1; r <= ROUNDS; r++)); do
 	say "round $r: the JSON stream"
-	read -r JSON_SECS JSON_CPU JSON_SCPU < <(run_stream json orders_from_json_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_json') &&
+	read -r JSON_SECS JSON_CPU JSON_SCPU < <(run_stream json orders_from_json_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_json' "$ORDERS_ARGS") &&
 		[ -n "$JSON_CPU" ] || die "the JSON stream failed"
 	say "round $r: the Avro stream"
-	read -r AVRO_SECS AVRO_CPU AVRO_SCPU < <(run_stream avro orders_from_avro_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro') &&
+	read -r AVRO_SECS AVRO_CPU AVRO_SCPU < <(run_stream avro orders_from_avro_$r 'SELECT order_id, user_id, amount, status, event_time FROM orders_avro' "$ORDERS_ARGS") &&
 		[ -n "$AVRO_CPU" ] || die "the Avro stream failed"
 	say "round $r: the upsert stream"
 	read -r UPSERT_SECS UPSERT_CPU UPSERT_SCPU < <(run_stream upsert customers_replica_$r 'SELECT id, name, balance FROM customers_cdc' \
@@ -397,7 +402,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 cat <<EOF
 
-issue 20 benchmarks: $RECORDS orders, $CHANGES changes of $KEYS keys, $PARTITIONS partitions, $ROUNDS round(s)
+issue 20 benchmarks: $RECORDS orders, $CHANGES changes of $KEYS keys, $PARTITIONS partitions, $ROUNDS round(s)${ORDERS_ARGS:+, orders streams with$ORDERS_ARGS}
 load average before: $LOAD_BEFORE, after: $LOAD_AFTER ($(nproc) CPUs)
 
 | round: what | seconds | records/s | ratio | target | CPU seconds | CPU ratio | + helpers CPU s | ratio |
