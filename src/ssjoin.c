@@ -42,6 +42,8 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "access/heapam.h"
 #include "access/nbtree.h"
 #include "access/relation.h"
@@ -180,6 +182,29 @@ join_memory_kb(void)
 	return Max(work_mem, (int) (stm_guc_groups_memory() / 1024 / 2));
 }
 static int64 side_int8(Jsonb *obj, const char *key, bool *found);
+
+/*
+ * Once per worker: freed memory stays in the process.  A join's batch
+ * allocates its new rows, their sort and its hash tables anew (hundreds of
+ * MB for 100,000 rows a side) and frees them at its end; glibc gave most
+ * of that back to the kernel (its heap trimmed, blocks past the mmap
+ * threshold unmapped), and the next batch faulted every page in again and
+ * had it zeroed: about a tenth of a busy worker's time (bench/joins.sh
+ * --perf left_capped: sysmalloc, exc_page_fault, clear_page).  Kept up to
+ * four times streaming.batch_memory at the heap's top; a backend's
+ * run_batch is left as it is.
+ */
+static void
+keep_freed_memory(void)
+{
+	static bool done = false;
+
+	if (done || !IsBackgroundWorker)
+		return;
+	(void) mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+	(void) mallopt(M_TRIM_THRESHOLD, (int) Min((int64) stm_guc_batch_memory_kb * 1024 * 4, INT_MAX));
+	done = true;
+}
 
 /* A side's state table, by its OID (what the running row count is of). */
 static Oid
@@ -592,6 +617,7 @@ stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char
 {
 	StmJoinRun *run = palloc0(sizeof(StmJoinRun));
 
+	keep_freed_memory();
 	run->j = j;
 	run->qi = qi;
 	run->stream_id = stream_id;
