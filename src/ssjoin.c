@@ -30,7 +30,9 @@
  *   4. new rows already past their expiry are not stored: on an outer side
  *      the unmatched ones give their NULL rows now, on an anti join's left
  *      side its rows;
- *   5. the other new rows are stored with whether they matched, and stored
+ *   5. the other new rows are stored with whether they matched (not those
+ *      the next batch evicts, whose partners would all be late there, but
+ *      for an outer or anti side's unmatched: their rows come then), and stored
  *      rows that matched now are marked (an outer side's), or dropped (a
  *      semi or anti join's left side: its row was given, or never will be).
  * NULL rows are the user's query with the row's side reading those rows and
@@ -151,6 +153,7 @@ struct StmJoinRun
 	int64		first_id;		/* row ids of this batch start here */
 	bool		has_watermark;
 	TimestampTz watermark;		/* W: the previous batch's */
+	Jsonb	   *prev_sides;		/* the sides' clocks the previous batch left */
 	SideRun		sides[2];
 	List	   *out_tlist;		/* what every query gives the batch: the output
 								 * row, or the joined row of an aggregate */
@@ -167,6 +170,7 @@ struct StmJoinRun
 };
 
 static bool gives_unmatched(StmStreamJoin *j, int s);
+static bool next_watermark_floor(StmJoinRun *run, TimestampTz *floor);
 
 /*
  * The memory of a batch's join, in kB: the half of streaming.batch_memory
@@ -626,6 +630,7 @@ stm_ssjoin_begin(StmStreamJoin *j, StmQueryInfo *qi, int32 stream_id, const char
 	run->first_id = batch_id << 32;
 	run->has_watermark = has_watermark;
 	run->watermark = watermark;
+	run->prev_sides = prev_sides;
 	run->plans = plans;
 	run->plans_cxt = plans_cxt;
 	run->cxt = CurrentMemoryContext;
@@ -1209,9 +1214,13 @@ store_new_rows(StmJoinRun *run, int s)
 	int			nbuf = 0;
 	int64		k = 0;
 	int64		n = 0;
+	TimestampTz floor = 0;
+	bool		has_floor;
+	bool		keep_unmatched = gives_unmatched(run->j, s);
 
 	if (sr->nnew == 0)
 		return;
+	has_floor = next_watermark_floor(run, &floor);
 	access = stm_statetable_begin();
 	rel = table_open(RangeVarGetRelid(makeRangeVar("streaming", stm_ssjoin_table(run->stream_id, s), -1),
 									  RowExclusiveLock, false), NoLock);
@@ -1241,6 +1250,18 @@ store_new_rows(StmJoinRun *run, int s)
 		}
 		ExecClearTuple(row);
 		slot_getallattrs(in);
+		/*
+		 * Evicted by the next batch and matching nothing before (its
+		 * partners would be late then): not stored, unless it gives its
+		 * own row at that eviction (an outer or anti side's, unmatched).
+		 */
+		if (has_floor && !in->tts_isnull[natts + HIDDEN_EXPIRES_AT] &&
+			DatumGetTimestampTz(in->tts_values[natts + HIDDEN_EXPIRES_AT]) <= floor &&
+			!(keep_unmatched && !sr->new_matched[k]))
+		{
+			k++;
+			continue;
+		}
 		/* the state table's columns: the used view columns, then the hidden ones */
 		for (int a = 0; a < natts; a++)
 			if (bms_is_member(a + 1, sr->side->used))
@@ -1593,6 +1614,47 @@ combine(bool max_policy, const bool *watermarked, const SideClock *c)
 		any = true;
 	}
 	return any ? w : STM_UNIX_EPOCH;
+}
+
+/*
+ * The watermark the next batch will run with is at least *floor: the one
+ * stm_ssjoin_watermark gives at the end of this batch, from the sides'
+ * clocks and this batch's largest event times, without the idle advances
+ * (which only move it further).  A new row whose expiry is <= *floor is
+ * evicted by the next batch, and every row that could still match it
+ * would be late there: after this batch's pairs it can match nothing.
+ * False when the stream has no watermark.
+ */
+static bool
+next_watermark_floor(StmJoinRun *run, TimestampTz *floor)
+{
+	StmStreamJoin *j = run->j;
+	SideClock	c[2];
+	bool		watermarked[2];
+
+	if (!j->sides[0].has_delay && !j->sides[1].has_delay)
+		return false;
+	for (int s = 0; s < 2; s++)
+	{
+		StmJoinSide *side = &j->sides[s];
+		SideRun    *sr = &run->sides[s];
+
+		read_side_clock(run->prev_sides, side->alias, &c[s]);
+		watermarked[s] = side->has_delay;
+		if (side->has_delay && sr->has_max_event_time)
+		{
+			TimestampTz cand = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+																	   TimestampTzGetDatum(sr->max_event_time),
+																	   IntervalPGetDatum(&side->delay)));
+
+			c[s].watermark = c[s].has_watermark ? Max(c[s].watermark, cand) : cand;
+			c[s].has_watermark = true;
+		}
+	}
+	*floor = combine(j->max_policy, watermarked, c);
+	if (run->has_watermark)
+		*floor = Max(*floor, run->watermark);
+	return true;
 }
 
 static int64
