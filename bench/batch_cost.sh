@@ -60,8 +60,8 @@ until [ -n "$pid" ]; do
 done
 hz=$(getconf CLK_TCK)
 b0=$(last_batch); c0=$(cpu_ticks "$pid"); t=0
-printf 'rate %s values/s, checkout %s, load %s\n' "$RATE" "$(git -C "$STM_SRC" rev-parse --short HEAD 2>/dev/null)" \
-	"$(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'rate %s values/s, checkout %s, worker pid %s, load %s\n' "$RATE" \
+	"$(git -C "$STM_SRC" rev-parse --short HEAD 2>/dev/null)" "$pid" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%8s %10s %10s %14s %10s\n' seconds batches batches/s "CPU ms/batch" dead_rows
 while [ "$t" -lt "$SECS" ]; do
 	sleep "$EVERY"

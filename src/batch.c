@@ -659,9 +659,12 @@ plan_batch(BatchContext *bc, StmRuntime *rt, int64 max_records)
 	bool		no_data_due = def->no_data_batch_due && def->trigger_kind != STM_TRIGGER_ONCE;
 	ListCell   *lc;
 
+	memset(&ctx, 0, sizeof(ctx));
 	ctx.stream_id = def->id;
 	ctx.initialized = def->positions_initialized;
-	ctx.last_trigger = stm_catalog_last_trigger(def->id, rt->started_at);
+	ctx.last_trigger_since = rt->started_at;
+	ctx.has_source_started_at = def->has_source_started_at;
+	ctx.source_started_at = def->source_started_at;
 	ctx.batch_start = bc->started;
 	ctx.max_records = max_records;
 	ctx.chunk_size = 1000;		/* records fetch hands over at once: one subtransaction parses them */

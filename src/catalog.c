@@ -193,7 +193,7 @@ get_bool(CatalogRow *row, const char *name)
 	"dedup_keys, dedup_within_watermark, late_rows, idle_timeout, " \
 	"(extract(epoch FROM idle_timeout) * 1000000)::bigint AS idle_timeout_us, idle_clock_at, last_error, " \
 	"sink_name, (SELECT k.kind FROM streaming.sinks k WHERE k.name = sink_name) AS sink_kind, " \
-	"parallel_workers, other_source, watermarks, multiple_watermark_policy, side_watermarks, key_columns, state_rows"
+	"parallel_workers, other_source, watermarks, multiple_watermark_policy, side_watermarks, key_columns, state_rows, source_started_at"
 
 /* A text[] column as a List of strings (NIL for NULL). */
 static List *
@@ -272,6 +272,9 @@ stream_from_tuple(MemoryContext cxt, HeapTuple tup, TupleDesc desc)
 	s->key_columns = get_text_list(&row, "key_columns");
 	d = get_value(&row, "state_rows", &isnull);
 	s->state_rows = isnull ? NULL : DatumGetJsonbPCopy(d);
+	d = get_value(&row, "source_started_at", &isnull);
+	s->has_source_started_at = !isnull;
+	s->source_started_at = isnull ? 0 : DatumGetTimestampTz(d);
 	return s;
 }
 

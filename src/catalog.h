@@ -92,6 +92,8 @@ typedef struct StmStreamDef
 	Jsonb	   *side_watermarks;	/* per side: what the batches learnt (NULL: nothing yet) */
 	Jsonb	   *state_rows;		/* the state tables' rows the last batch left (NULL: unknown) */
 	List	   *key_columns;	/* upsert mode: the sink's key (output column names) */
+	bool		has_source_started_at;	/* the rate source's time origin is fixed */
+	TimestampTz source_started_at;
 } StmStreamDef;
 
 typedef struct StmSourceDef

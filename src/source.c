@@ -21,6 +21,7 @@
 #include "utils/wait_event.h"
 
 #include "api.h"
+#include "catalog.h"
 #include "avro.h"
 #include "debezium.h"
 #include "options.h"
@@ -475,4 +476,21 @@ stm_thread_cpu_us(void)
 	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
 		return 0;
 	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/*
+ * When the stream's last batch started (min_offsets_per_trigger), read
+ * from the catalog the first time a plan asks, in the batch's transaction:
+ * most plans never ask, and a continuous stream plans hundreds of times a
+ * second.
+ */
+TimestampTz
+stm_plan_last_trigger(StmPlanContext *ctx)
+{
+	if (!ctx->has_last_trigger)
+	{
+		ctx->last_trigger = stm_catalog_last_trigger(ctx->stream_id, ctx->last_trigger_since);
+		ctx->has_last_trigger = true;
+	}
+	return ctx->last_trigger;
 }

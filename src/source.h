@@ -114,7 +114,13 @@ typedef struct StmPlanContext
 {
 	int32		stream_id;
 	bool		initialized;	/* an earlier plan fixed the starting positions */
-	TimestampTz last_trigger;	/* when the last batch started */
+	/* when the last batch started: stm_plan_last_trigger (one query, asked only when needed) */
+	TimestampTz last_trigger_since; /* never before this (the runtime's start) */
+	bool		has_last_trigger;
+	TimestampTz last_trigger;
+	/* streaming.stream_defs.source_started_at, from the stream's row the batch locked */
+	bool		has_source_started_at;
+	TimestampTz source_started_at;
 	TimestampTz batch_start;	/* when this batch started (progress.started_at) */
 	int64		max_records;	/* read at most this many records (the sink's
 								 * room, StmSinkRoutine.capacity); -1: no limit */
@@ -314,5 +320,8 @@ extern int64 stm_thread_runq_us(void);
 
 /* api_source.c: the create function of every kind */
 extern Datum stm_api_create_source(FunctionCallInfo fcinfo, const StmSourceRoutine *routine);
+
+/* source.c: when the stream's last batch started, read when a plan first asks */
+extern TimestampTz stm_plan_last_trigger(StmPlanContext *ctx);
 
 #endif

@@ -1076,7 +1076,6 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 {
 	KafkaSource *kc = (KafkaSource *) src;
 	int32		stream_id = ctx->stream_id;
-	TimestampTz last_trigger = ctx->last_trigger;
 	ListCell   *lc;
 	List	   *stored;
 	List	   *stored_topics = NIL;
@@ -1235,7 +1234,7 @@ kafka_plan(StmSource *src, StmPlanContext *ctx)
 
 	/* min_offsets_per_trigger: wait for enough records, but not past max_trigger_delay */
 	if (kc->min_offsets_per_trigger > 0 && total < kc->min_offsets_per_trigger &&
-		!TimestampDifferenceExceeds(last_trigger, GetCurrentTimestamp(),
+		!TimestampDifferenceExceeds(stm_plan_last_trigger(ctx), GetCurrentTimestamp(),
 									(int) Min(kc->max_trigger_delay_ms, INT_MAX)))
 	{
 		foreach(lc, kc->partitions)

@@ -294,10 +294,13 @@ rate_open(StmSource *base, bool for_batches)
 /*
  * The stream's start time (false when it has none yet) and, through
  * offsets (num_partitions entries, zeroed), its stored positions; in a
- * fresh snapshot, as the extension's owner.
+ * fresh snapshot, as the extension's owner.  A plan passes its context:
+ * the start time is then the one of the stream's row its batch locked
+ * (no second read of that row).
  */
 static bool
-read_positions(RateSource *rs, int32 stream_id, TimestampTz *start, int64 *offsets, bool *any)
+read_positions(RateSource *rs, int32 stream_id, TimestampTz *start, int64 *offsets, bool *any,
+			   const StmPlanContext *ctx)
 {
 	Oid			type = INT4OID;
 	Datum		value = Int32GetDatum(stream_id);
@@ -309,8 +312,14 @@ read_positions(RateSource *rs, int32 stream_id, TimestampTz *start, int64 *offse
 	*any = false;
 	if (offsets)
 		memset(offsets, 0, sizeof(int64) * rs->num_partitions);
-	started = stm_catalog_value("SELECT source_started_at FROM streaming.stream_defs WHERE id = $1",
-								1, &type, &value, &isnull);
+	if (ctx)
+	{
+		isnull = !ctx->has_source_started_at;
+		started = TimestampTzGetDatum(ctx->source_started_at);
+	}
+	else
+		started = stm_catalog_value("SELECT source_started_at FROM streaming.stream_defs WHERE id = $1",
+									1, &type, &value, &isnull);
 	if (!isnull)
 		*start = DatumGetTimestampTz(started);
 	stored = stm_positions_read(stream_id, rs->base.name);
@@ -351,7 +360,7 @@ rate_plan(StmSource *src, StmPlanContext *ctx)
 	int64		end;
 	bool		any;
 
-	rs->start_is_new = !read_positions(rs, ctx->stream_id, &rs->start, offsets, &any);
+	rs->start_is_new = !read_positions(rs, ctx->stream_id, &rs->start, offsets, &any, ctx);
 	if (rs->start_is_new)
 	{
 		if (any)
@@ -554,7 +563,7 @@ rate_available(StmSource *src, int32 stream_id)
 	bool		any;
 
 	/* before its first batch, the stream starts now at the earliest */
-	if (!read_positions(rs, stream_id, &rs->start, NULL, &any))
+	if (!read_positions(rs, stream_id, &rs->start, NULL, &any, NULL))
 		rs->start = now;
 	*target = values_due(rs, now - rs->start);
 	return target;
@@ -570,7 +579,7 @@ rate_reached(StmSource *src, int32 stream_id, void *available)
 	TimestampTz start;
 	bool		any;
 
-	(void) read_positions(rs, stream_id, &start, offsets, &any);
+	(void) read_positions(rs, stream_id, &start, offsets, &any, NULL);
 	for (int32 p = 0; p < rs->num_partitions; p++)
 		next += offsets[p];
 	pfree(offsets);
