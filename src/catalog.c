@@ -582,6 +582,24 @@ stm_catalog_set_source_error(int32 stream_id, const char *error)
 	(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
 }
 
+/* the parts of stm_catalog_record_batch's statement */
+#define RECORD_BATCH_INSERT \
+	"INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, " \
+	"num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, " \
+	"start_positions, end_positions, data_loss, num_state_rows, num_late_rows, " \
+	"num_dedup_rows, num_delivered_rows, state_operators) " \
+	"VALUES (:stream_id, :batch_id, :started_at, clock_timestamp() - :started_at, " \
+	":num_input_rows, :num_output_rows, :num_bad_rows, :max_event_time, :watermark, " \
+	":start_positions, :end_positions, :data_loss, :num_state_rows, :num_late_rows, " \
+	":num_dedup_rows, :num_delivered_rows, :state_operators)"
+#define RECORD_BATCH_UPDATE \
+	"UPDATE streaming.stream_defs SET last_batch_id = :batch_id, watermark = :watermark, " \
+	"no_data_batch_due = :no_data_batch_due, " \
+	"idle_clock_at = coalesce(:idle_clock_at, idle_clock_at), " \
+	"failures = 0, last_error = NULL, source_error = :source_error, " \
+	"side_watermarks = coalesce(:side_watermarks, side_watermarks), " \
+	"state_rows = :state_rows WHERE id = :stream_id"
+
 /*
  * What this process last trimmed a stream's progress to, in which
  * transaction: every row of the stream up to trimmed_to is gone once that
@@ -592,55 +610,42 @@ static int64 trimmed_to;
 static TransactionId trimmed_xid = InvalidTransactionId;
 
 /*
- * Delete the stream's progress rows up to batch id upto.  After this
- * process's own committed trim, only the rows since need deleting: the
- * DELETE of every row up to upto walked the index entries of all the rows
- * deleted since the table's last VACUUM (a continuous stream deletes a
- * thousand a second: 0.64 ms of each batch a minute after a VACUUM, most of
- * its time).  Any other case (another stream, ids that went back, a trim
- * rolled back) deletes everything up to upto, as before.  An earlier trim
- * in this transaction counts too: its delete commits or aborts with ours.
- */
-static void
-trim_progress(int32 stream_id, int64 upto)
-{
-	StmSql		q;
-	bool		since_last = trimmed_stream == stream_id && upto >= trimmed_to &&
-		TransactionIdIsValid(trimmed_xid) &&
-		(TransactionIdIsCurrentTransactionId(trimmed_xid) || TransactionIdDidCommit(trimmed_xid));
-
-	stm_sql_init(&q, since_last ?
-				 "DELETE FROM streaming.batches WHERE stream_id = :stream_id "
-				 "AND batch_id > :trimmed_to AND batch_id <= :upto" :
-				 "DELETE FROM streaming.batches WHERE stream_id = :stream_id "
-				 "AND batch_id <= :upto");
-	stm_sql_int4(&q, "stream_id", stream_id);
-	if (since_last)
-		stm_sql_int8(&q, "trimmed_to", trimmed_to);
-	stm_sql_int8(&q, "upto", upto);
-	(void) stm_catalog_run(&q, SPI_OK_DELETE, NULL, NULL);
-	trimmed_stream = stream_id;
-	trimmed_to = upto;
-	trimmed_xid = GetCurrentTransactionId();
-}
-
-/*
- * A committed batch: its progress row (the last history rows of the
- * stream kept), and the stream's row after it, in the batch's transaction.
+ * A committed batch: its progress row, the trim of the stream's progress
+ * to its last history rows, and the stream's row after it, in the batch's
+ * transaction, as one statement (a continuous stream runs hundreds of
+ * batches a second: each statement's executor start, locks and SPI
+ * connection were a good part of a small batch).  The statement's parts
+ * share its snapshot: the trim never sees the row inserted (history >= 1
+ * keeps it anyway), and the progress row's foreign key check runs after
+ * the statement, on the stream's row this statement wrote.
+ *
+ * The trim: after this process's own committed trim, only the rows since
+ * need deleting: the DELETE of every row up to upto walked the index
+ * entries of all the rows deleted since the table's last VACUUM (a
+ * continuous stream deletes a thousand a second: 0.64 ms of each batch a
+ * minute after a VACUUM, most of its time).  Any other case (another
+ * stream, ids that went back, a trim rolled back) deletes everything up to
+ * upto, as before.  An earlier trim in this transaction counts too: its
+ * delete commits or aborts with ours.
  */
 void
 stm_catalog_record_batch(const StmBatchProgress *p, int history)
 {
 	StmSql		q;
+	int64		upto = p->batch_id - history;
+	bool		since_last = trimmed_stream == p->stream_id && upto >= trimmed_to &&
+		TransactionIdIsValid(trimmed_xid) &&
+		(TransactionIdIsCurrentTransactionId(trimmed_xid) || TransactionIdDidCommit(trimmed_xid));
 
-	stm_sql_init(&q, "INSERT INTO streaming.batches (stream_id, batch_id, started_at, duration, "
-				 "num_input_rows, num_output_rows, num_bad_rows, max_event_time, watermark, "
-				 "start_positions, end_positions, data_loss, num_state_rows, num_late_rows, "
-				 "num_dedup_rows, num_delivered_rows, state_operators) "
-				 "VALUES (:stream_id, :batch_id, :started_at, clock_timestamp() - :started_at, "
-				 ":num_input_rows, :num_output_rows, :num_bad_rows, :max_event_time, :watermark, "
-				 ":start_positions, :end_positions, :data_loss, :num_state_rows, :num_late_rows, "
-				 ":num_dedup_rows, :num_delivered_rows, :state_operators)");
+	stm_sql_init(&q, since_last ?
+				 "WITH progress AS (" RECORD_BATCH_INSERT "), "
+				 "trimmed AS (DELETE FROM streaming.batches WHERE stream_id = :stream_id "
+				 "AND batch_id > :trimmed_to AND batch_id <= :upto) "
+				 RECORD_BATCH_UPDATE :
+				 "WITH progress AS (" RECORD_BATCH_INSERT "), "
+				 "trimmed AS (DELETE FROM streaming.batches WHERE stream_id = :stream_id "
+				 "AND batch_id <= :upto) "
+				 RECORD_BATCH_UPDATE);
 	stm_sql_int4(&q, "stream_id", p->stream_id);
 	stm_sql_int8(&q, "batch_id", p->batch_id);
 	stm_sql_timestamptz(&q, "started_at", p->started_at, false);
@@ -657,25 +662,20 @@ stm_catalog_record_batch(const StmBatchProgress *p, int history)
 	stm_sql_int8(&q, "num_dedup_rows", p->num_dedup_rows);
 	stm_sql_int8(&q, "num_delivered_rows", p->num_delivered_rows);
 	stm_sql_jsonb(&q, "state_operators", p->state_operators);
-	(void) stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
-
-	trim_progress(p->stream_id, p->batch_id - history);
-
-	stm_sql_init(&q, "UPDATE streaming.stream_defs SET last_batch_id = :batch_id, watermark = :watermark, "
-				 "no_data_batch_due = :no_data_batch_due, "
-				 "idle_clock_at = coalesce(:idle_clock_at, idle_clock_at), "
-				 "failures = 0, last_error = NULL, source_error = :source_error, "
-				 "side_watermarks = coalesce(:side_watermarks, side_watermarks), "
-				 "state_rows = :state_rows WHERE id = :stream_id");
-	stm_sql_int4(&q, "stream_id", p->stream_id);
-	stm_sql_int8(&q, "batch_id", p->batch_id);
-	stm_sql_timestamptz(&q, "watermark", p->watermark, !p->has_watermark);
+	if (since_last)
+		stm_sql_int8(&q, "trimmed_to", trimmed_to);
+	stm_sql_int8(&q, "upto", upto);
 	stm_sql_bool(&q, "no_data_batch_due", p->no_data_batch_due);
 	stm_sql_timestamptz(&q, "idle_clock_at", p->idle_clock_at, p->idle_clock_at == 0);
 	stm_sql_text(&q, "source_error", p->source_error);
 	stm_sql_jsonb(&q, "side_watermarks", p->side_watermarks);
 	stm_sql_jsonb(&q, "state_rows", p->state_rows);
-	(void) stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL);
+	if (stm_catalog_run(&q, SPI_OK_UPDATE, NULL, NULL) != 1)
+		elog(ERROR, "could not record batch " INT64_FORMAT " of stream %d: its row is gone",
+			 p->batch_id, p->stream_id);
+	trimmed_stream = p->stream_id;
+	trimmed_to = upto;
+	trimmed_xid = GetCurrentTransactionId();
 }
 
 /*
