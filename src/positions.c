@@ -11,13 +11,28 @@
  * under READ COMMITTED each sees the latest commits (process_available asks
  * again and again).  An upsert leaves a part whose row says the same alone,
  * so an idle part or an unchanged pending file costs no new row version.
+ *
+ * A stream's worker keeps its stream's positions in memory
+ * (stm_positions_keep): it holds the stream's lock for its life, and every
+ * other writer of a stream's positions (reset, export_share, import_share,
+ * alter_kafka_source) must take that lock first, so what the table holds
+ * is what the worker's own transactions read and committed.  Its batches
+ * then plan without reading the table: a continuous stream plans hundreds
+ * of times a second.  Within a transaction, what it reads and writes is
+ * kept apart (txn_known) and becomes the process's (known) at its commit;
+ * an abort forgets it, and a subtransaction's abort forgets everything
+ * (what it wrote is gone, what the transaction wrote before it is not):
+ * the next read asks the table again.
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include "catalog.h"
 #include "sql.h"
@@ -82,6 +97,208 @@ bind_positions(StmSql *q, int32 stream_id, const char *source, List *positions)
 				  PointerGetDatum(construct_md_array(details, detail_nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT)), false);
 }
 
+/* ---- the worker's positions, kept ---------------------------------------- */
+
+/* One source's positions, every part, as the table holds them. */
+typedef struct KnownSource
+{
+	char	   *source;
+	List	   *positions;		/* StmPosition */
+} KnownSource;
+
+static int32 kept_stream = -1;	/* the stream whose positions this process keeps */
+static MemoryContext known_cxt = NULL;	/* known: committed */
+static List *known = NIL;
+static MemoryContext txn_cxt = NULL;	/* txn_known: this transaction's, reset at its end */
+static List *txn_known = NIL;
+
+static StmPosition *
+copy_position(const StmPosition *p)
+{
+	StmPosition *c = palloc(sizeof(StmPosition));
+
+	*c = *p;
+	c->part = pstrdup(p->part);
+	c->detail = p->detail ? pstrdup(p->detail) : NULL;
+	return c;
+}
+
+static List *
+copy_positions(List *positions)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, positions)
+		result = lappend(result, copy_position(lfirst(lc)));
+	return result;
+}
+
+static KnownSource *
+find_known(List *list, const char *source)
+{
+	ListCell   *lc;
+
+	foreach(lc, list)
+	{
+		KnownSource *k = lfirst(lc);
+
+		if (strcmp(k->source, source) == 0)
+			return k;
+	}
+	return NULL;
+}
+
+/* The source's positions this transaction knows of (its own, else the committed), or NULL. */
+static KnownSource *
+lookup_known(const char *source)
+{
+	KnownSource *k = find_known(txn_known, source);
+
+	return k ? k : find_known(known, source);
+}
+
+/* This transaction now knows these to be all of the source's positions. */
+static void
+set_txn_known(const char *source, List *positions)
+{
+	MemoryContext old = MemoryContextSwitchTo(txn_cxt);
+	KnownSource *k = find_known(txn_known, source);
+
+	if (k == NULL)
+	{
+		k = palloc(sizeof(KnownSource));
+		k->source = pstrdup(source);
+		txn_known = lappend(txn_known, k);
+	}
+	k->positions = copy_positions(positions);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+forget_known(void)
+{
+	MemoryContextReset(txn_cxt);
+	txn_known = NIL;
+	MemoryContextReset(known_cxt);
+	known = NIL;
+}
+
+/* At the transaction's end: what it knew becomes the process's at a commit. */
+static void
+positions_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			foreach(lc, txn_known)
+			{
+				KnownSource *t = lfirst(lc);
+				KnownSource *k = find_known(known, t->source);
+				MemoryContext old = MemoryContextSwitchTo(known_cxt);
+
+				if (k == NULL)
+				{
+					k = palloc(sizeof(KnownSource));
+					k->source = pstrdup(t->source);
+					known = lappend(known, k);
+				}
+				/* the old copy stays in known_cxt until the next forget: a few parts */
+				k->positions = copy_positions(t->positions);
+				MemoryContextSwitchTo(old);
+			}
+			break;
+		case XACT_EVENT_PREPARE:
+			forget_known();
+			return;
+		default:
+			break;
+	}
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		MemoryContextReset(txn_cxt);
+		txn_known = NIL;
+	}
+}
+
+/* A subtransaction rolled back: what it wrote is gone, and nothing says which. */
+static void
+positions_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		forget_known();
+}
+
+/*
+ * This process is the worker of the stream, holding its lock for its life:
+ * it keeps the stream's positions from now on (see the file's header).
+ */
+void
+stm_positions_keep(int32 stream_id)
+{
+	if (known_cxt == NULL)
+	{
+		known_cxt = AllocSetContextCreate(TopMemoryContext, "streaming positions",
+										  ALLOCSET_SMALL_SIZES);
+		txn_cxt = AllocSetContextCreate(TopMemoryContext, "streaming positions of a transaction",
+										ALLOCSET_SMALL_SIZES);
+		RegisterXactCallback(positions_xact_callback, NULL);
+		RegisterSubXactCallback(positions_subxact_callback, NULL);
+	}
+	forget_known();
+	kept_stream = stream_id;
+}
+
+/* A part's detail as the table gives it back: jsonb's text of it. */
+static char *
+normal_detail(const char *detail)
+{
+	if (detail == NULL)
+		return NULL;
+	return TextDatumGetCString(DirectFunctionCall1(jsonb_out,
+												   DirectFunctionCall1(jsonb_in, CStringGetDatum(detail))));
+}
+
+/* After an upsert of these parts: the source's positions, if they were known. */
+static void
+note_written(const char *source, List *written, bool replace)
+{
+	KnownSource *k = replace ? NULL : lookup_known(source);
+	List	   *result;
+	ListCell   *lc;
+	ListCell   *lr;
+
+	if (!replace && k == NULL)
+		return;					/* not known: the next read asks the table */
+	result = replace ? NIL : copy_positions(k->positions);
+	foreach(lc, written)
+	{
+		StmPosition *w = copy_position(lfirst(lc));
+		bool		found = false;
+
+		w->detail = normal_detail(w->detail);
+		foreach(lr, result)
+		{
+			StmPosition *r = lfirst(lr);
+
+			if (r->part_no == w->part_no && strcmp(r->part, w->part) == 0)
+			{
+				lfirst(lr) = w;
+				found = true;
+				break;
+			}
+		}
+		if (!found)
+			result = lappend(result, w);
+	}
+	set_txn_known(source, result);
+}
+
 static void
 read_position(void *arg, HeapTuple tuple, TupleDesc desc)
 {
@@ -110,11 +327,20 @@ stm_positions_read(int32 stream_id, const char *source)
 	List	   *result = NIL;
 	StmSql		q;
 
+	if (stream_id == kept_stream)
+	{
+		KnownSource *k = lookup_known(source);
+
+		if (k)
+			return copy_positions(k->positions);
+	}
 	stm_sql_init(&q, "SELECT part, part_no, position, end_position, detail::text AS detail "
 				 "FROM streaming.positions WHERE stream_id = :stream_id AND source = :source");
 	stm_sql_int4(&q, "stream_id", stream_id);
 	stm_sql_text(&q, "source", source);
 	(void) stm_catalog_run(&q, SPI_OK_SELECT, read_position, &result);
+	if (stream_id == kept_stream)
+		set_txn_known(source, result);
 	return result;
 }
 
@@ -139,6 +365,8 @@ stm_positions_write(int32 stream_id, const char *source, List *positions)
 				 "(EXCLUDED.position, EXCLUDED.end_position, EXCLUDED.detail)");
 	bind_positions(&q, stream_id, source, positions);
 	(void) stm_catalog_run(&q, SPI_OK_INSERT, NULL, NULL);
+	if (stream_id == kept_stream)
+		note_written(source, positions, false);
 }
 
 /* These parts' positions, and no others: the source's other parts are forgotten. */
@@ -154,6 +382,8 @@ stm_positions_replace(int32 stream_id, const char *source, List *positions)
 	q.nparams = 4;				/* positions, ends and details are not used */
 	(void) stm_catalog_run(&q, SPI_OK_DELETE, NULL, NULL);
 	stm_positions_write(stream_id, source, positions);
+	if (stream_id == kept_stream)
+		note_written(source, positions, true);
 }
 
 static void
@@ -194,4 +424,6 @@ stm_positions_forget(int32 stream_id)
 	stm_sql_init(&q, "DELETE FROM streaming.positions WHERE stream_id = :stream_id");
 	stm_sql_int4(&q, "stream_id", stream_id);
 	(void) stm_catalog_run(&q, SPI_OK_DELETE, NULL, NULL);
+	if (stream_id == kept_stream)
+		forget_known();
 }

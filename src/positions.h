@@ -38,5 +38,6 @@ extern void stm_positions_write(int32 stream_id, const char *source, List *posit
 extern void stm_positions_replace(int32 stream_id, const char *source, List *positions);
 extern bool stm_positions_reached(int32 stream_id, const char *source, List *targets);
 extern void stm_positions_forget(int32 stream_id);
+extern void stm_positions_keep(int32 stream_id);
 
 #endif

@@ -52,6 +52,7 @@
 #include "fault.h"
 #include "guc.h"
 #include "interrupts.h"
+#include "positions.h"
 #include "shmem.h"
 #include "worker.h"
 
@@ -109,19 +110,16 @@ sleep_ms(int64 ms)
  * restart, until ALTER EXTENSION streaming UPDATE, it is not: the worker then
  * runs no batch and writes nothing (not even a failure), says so once in the
  * log and in pg_stat_activity, and looks again every naptime, so that it goes
- * on by itself after the update.
+ * on by itself after the update.  In a transaction, before the catalog is
+ * read: a batch's (run_step), or one of its own (catalog_ready).
  */
 static bool
-catalog_ready(void)
+catalog_ready_in_xact(void)
 {
 	static bool waiting = false;
-	MemoryContext cxt = CurrentMemoryContext;
 	bool		ready;
 
-	StartTransactionCommand();
 	ready = stm_catalog_check_version(waiting ? DEBUG1 : LOG);
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(cxt);
 	if (!ready)
 		pgstat_report_activity(STATE_IDLE, "waiting for ALTER EXTENSION streaming UPDATE");
 	else if (waiting)
@@ -129,6 +127,20 @@ catalog_ready(void)
 				(errmsg("the streaming catalog is at the library's version %s: batches resume",
 						STM_EXTVERSION)));
 	waiting = !ready;
+	return ready;
+}
+
+/* catalog_ready_in_xact in a transaction of its own */
+static bool
+catalog_ready(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		ready;
+
+	StartTransactionCommand();
+	ready = catalog_ready_in_xact();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 	return ready;
 }
 
@@ -364,6 +376,8 @@ worker_start(Worker *w, Datum main_arg)
 		sleep_ms(100);
 		CHECK_FOR_INTERRUPTS();
 	}
+	/* no one else writes the stream's positions while we hold its lock */
+	stm_positions_keep(w->stream_id);
 }
 
 /*
@@ -446,9 +460,14 @@ batch_failed(Worker *w, int64 *wait_ms)
 	return deliver_step(w, false, &deliver_wait);
 }
 
+/* run_step's *batch_id when the catalog is not at the library's version: no batch ran */
+#define STEP_CATALOG_NOT_READY (-3)
+
 /*
  * One batch in a transaction of its own, as the stream's owner
- * (stm_batch_run); *batch_id is -1 when there was nothing to read.  The
+ * (stm_batch_run); *batch_id is -1 when there was nothing to read,
+ * STEP_CATALOG_NOT_READY when the catalog is not at the library's version
+ * (checked first in the batch's transaction, not in one of its own).  The
  * definition is read again first, so that stop and alter take effect; a
  * stream that is gone or disabled is done.  Status follows what the plan
  * could read (SPEC 4), never whether it found records: waiting when no
@@ -465,6 +484,14 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 	*batch_id = -1;
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
+	if (!catalog_ready_in_xact())
+	{
+		*batch_id = STEP_CATALOG_NOT_READY;
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(w->cxt);
+		return WORKER_GO_ON;
+	}
 	PG_TRY();
 	{
 		StmStreamStatus status;
@@ -489,7 +516,6 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 			pgstat_report_activity(STATE_RUNNING, psprintf("streaming batch of \"%s\"", w->def->name));
 			w->rt->bounded = (w->def->trigger_kind == STM_TRIGGER_AVAILABLE_NOW);
 			w->rt->low_latency = w->def->trigger_continuous;
-			(void) stm_catalog_check_version(ERROR);
 			*batch_id = stm_batch_run_locked(w->rt, w->def);
 			status = stm_runtime_unreadable(w->rt) ? STM_STATUS_WAITING : STM_STATUS_RUNNING;
 			if (sink_problem() != NULL)
@@ -650,14 +676,19 @@ streaming_worker_main(Datum main_arg)
 		}
 		if (!still_wanted())
 			next = WORKER_EXIT;
-		else if (!catalog_ready())
-			sleep_ms(stm_guc_naptime_ms);
 		else if (w.def != NULL && (sink_status.full || w.batches_done))
-			next = drain_step(&w);
+		{
+			if (catalog_ready())
+				next = drain_step(&w);
+			else
+				sleep_ms(stm_guc_naptime_ms);
+		}
 		else
 		{
 			next = run_step(&w, &batch_id, &wait_ms);
-			if (next == WORKER_GO_ON && batch_id == -2)
+			if (next == WORKER_GO_ON && batch_id == STEP_CATALOG_NOT_READY)
+				sleep_ms(stm_guc_naptime_ms);
+			else if (next == WORKER_GO_ON && batch_id == -2)
 				sleep_ms(wait_ms);	/* a failed batch is retried after its delay */
 			else if (next == WORKER_GO_ON)
 				next = settle_step(&w, batch_id, batch_start);
