@@ -424,12 +424,46 @@ stm_catalog_get_other_source_of_stream(StmStreamDef *def)
 	return s;
 }
 
-/* The source whose view this is, or NULL. */
+static StmSourceDef *
+copy_source(const StmSourceDef *s)
+{
+	StmSourceDef *c = palloc(sizeof(StmSourceDef));
+
+	*c = *s;
+	c->name = pstrdup(s->name);
+	c->kind = pstrdup(s->kind);
+	return c;
+}
+
+/*
+ * The source whose view this is, or NULL.  A source found is remembered
+ * for the rest of the statement (the transaction and its command id): the
+ * analysis of a stream's query asks for each of its views more than once,
+ * once a batch.
+ */
 StmSourceDef *
 stm_catalog_get_source_by_view(Oid view)
 {
-	return lookup(SELECT_SOURCE, "view", REGCLASSOID, ObjectIdGetDatum(view), false,
-				  InvalidOid, read_source);
+	static LocalTransactionId memo_lxid = InvalidLocalTransactionId;
+	static CommandId memo_cid;
+	static Oid	memo_view;
+	static StmSourceDef *memo;	/* in TopTransactionContext */
+	StmSourceDef *s;
+	MemoryContext old;
+
+	if (memo_lxid == MyProc->lxid && memo_cid == GetCurrentCommandId(false) && memo_view == view)
+		return copy_source(memo);
+	s = lookup(SELECT_SOURCE, "view", REGCLASSOID, ObjectIdGetDatum(view), false,
+			   InvalidOid, read_source);
+	if (s == NULL)
+		return NULL;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	memo = copy_source(s);
+	MemoryContextSwitchTo(old);
+	memo_lxid = MyProc->lxid;
+	memo_cid = GetCurrentCommandId(false);
+	memo_view = view;
+	return s;
 }
 
 static void *
