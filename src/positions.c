@@ -299,6 +299,29 @@ note_written(const char *source, List *written, bool replace)
 	set_txn_known(source, result);
 }
 
+/* Does the part's row say this already (its detail as the table gives it back)? */
+static bool
+known_same(KnownSource *k, const StmPosition *w)
+{
+	ListCell   *lc;
+
+	foreach(lc, k->positions)
+	{
+		StmPosition *r = lfirst(lc);
+
+		if (r->part_no == w->part_no && strcmp(r->part, w->part) == 0)
+		{
+			char	   *detail = normal_detail(w->detail);
+
+			return r->position == w->position && r->has_end == w->has_end &&
+				(!r->has_end || r->end_position == w->end_position) &&
+				(r->detail == NULL ? detail == NULL :
+				 detail != NULL && strcmp(r->detail, detail) == 0);
+		}
+	}
+	return false;
+}
+
 static void
 read_position(void *arg, HeapTuple tuple, TupleDesc desc)
 {
@@ -352,7 +375,23 @@ void
 stm_positions_write(int32 stream_id, const char *source, List *positions)
 {
 	StmSql		q;
+	KnownSource *k = stream_id == kept_stream ? lookup_known(source) : NULL;
 
+	/*
+	 * the parts whose rows say the same are left alone anyway, but the
+	 * upsert locks each of them (a WAL record a part): a worker that knows
+	 * them writes the others only (a Kafka batch touches a few of many)
+	 */
+	if (k)
+	{
+		List	   *changed = NIL;
+		ListCell   *lc;
+
+		foreach(lc, positions)
+			if (!known_same(k, lfirst(lc)))
+				changed = lappend(changed, lfirst(lc));
+		positions = changed;
+	}
 	if (positions == NIL)
 		return;
 	stm_sql_init(&q, "INSERT INTO streaming.positions AS p (stream_id, source, part, part_no, position, end_position, detail) "
