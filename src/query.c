@@ -21,6 +21,7 @@
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/executor.h"
+#include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/tlist.h"
@@ -31,6 +32,7 @@
 #include "parser/parsetree.h"
 #include "rewrite/rewriteHandler.h"
 #include "rewrite/rewriteManip.h"
+#include "storage/lmgr.h"
 #include "access/genam.h"
 #include "catalog/pg_index.h"
 #include "nodes/bitmapset.h"
@@ -38,7 +40,9 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
@@ -847,11 +851,131 @@ stored_query_error_callback(void *arg)
 }
 
 /*
+ * A stream's worker keeps the analysis of its stream's query from batch to
+ * batch (stm_query_keep_analysis), for the simplest shape only: a query
+ * over its source alone, without aggregates, joins, subqueries or WITH (the
+ * others' analyses are changed by the batches that use them).  It is kept
+ * for the query's text, the stream's search_path and the user it was
+ * analysed as, and forgotten at any change of a relation, function, type,
+ * operator, cast, collation, schema or role that this process hears of (an
+ * ALTER of the source's view, a DROP FUNCTION ...): PostgreSQL's plan
+ * cache forgets a plan for less, but those are rare next to a continuous
+ * stream's hundreds of batches a second, whose analysis was a twentieth of
+ * each.  As the plan cache does, the relations it reads are locked before
+ * it is trusted: a change committed meanwhile is then heard of.
+ */
+static bool keep_analysis = false;
+static bool kept_valid = false;
+static MemoryContext kept_cxt = NULL;
+static StmQueryInfo *kept_qi;
+static char *kept_query;
+static char *kept_search_path;
+static Oid	kept_user;
+
+static void
+forget_analysis_rel(Datum arg, Oid relid)
+{
+	kept_valid = false;
+}
+
+static void
+forget_analysis_syscache(Datum arg, int cacheid, uint32 hashvalue)
+{
+	kept_valid = false;
+}
+
+void
+stm_query_keep_analysis(void)
+{
+	static const int caches[] = {PROCOID, TYPEOID, OPEROID, CASTSOURCETARGET, COLLOID,
+	NAMESPACEOID, AUTHOID, AUTHMEMMEMROLE};
+
+	if (keep_analysis)
+		return;
+	kept_cxt = AllocSetContextCreate(TopMemoryContext, "streaming kept analysis",
+									 ALLOCSET_SMALL_SIZES);
+	CacheRegisterRelcacheCallback(forget_analysis_rel, (Datum) 0);
+	for (int i = 0; i < lengthof(caches); i++)
+		CacheRegisterSyscacheCallback(caches[i], forget_analysis_syscache, (Datum) 0);
+	keep_analysis = true;
+}
+
+/* A copy of qi, in the current memory context, that its user may change. */
+static StmQueryInfo *
+copy_query_info(const StmQueryInfo *qi)
+{
+	StmQueryInfo *c = palloc(sizeof(StmQueryInfo));
+	int			n = qi->noutputs;
+
+	*c = *qi;
+	c->query = copyObject(qi->query);
+	c->out_names = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		c->out_names[i] = pstrdup(qi->out_names[i]);
+	c->out_types = palloc(sizeof(Oid) * Max(n, 1));
+	c->out_typmods = palloc(sizeof(int32) * Max(n, 1));
+	c->out_collations = palloc(sizeof(Oid) * Max(n, 1));
+	if (n > 0)
+	{
+		memcpy(c->out_types, qi->out_types, sizeof(Oid) * n);
+		memcpy(c->out_typmods, qi->out_typmods, sizeof(int32) * n);
+		memcpy(c->out_collations, qi->out_collations, sizeof(Oid) * n);
+	}
+	return c;
+}
+
+/* The shape whose analysis a batch does not change (see keep_analysis). */
+static bool
+analysis_keepable(const StmQueryInfo *qi)
+{
+	return qi->agg == NULL && !qi->planned && qi->ssjoin == NULL &&
+		list_length(qi->query->rtable) == 1 && !qi->query->hasSubLinks &&
+		qi->query->cteList == NIL &&
+		linitial_node(RangeTblEntry, qi->query->rtable)->rtekind == RTE_RELATION;
+}
+
+/* The kept analysis for this stream, its relations locked, or NULL. */
+static StmQueryInfo *
+kept_analysis(const StmStreamDef *def)
+{
+	RangeTblEntry *rte;
+
+	if (!keep_analysis || !kept_valid || def->search_path == NULL ||
+		strcmp(kept_query, def->query) != 0 ||
+		strcmp(kept_search_path, def->search_path) != 0 || kept_user != GetUserId())
+		return NULL;
+	rte = linitial_node(RangeTblEntry, kept_qi->query->rtable);
+	/* as analysis would lock it; a change committed meanwhile is heard of now */
+	LockRelationOid(rte->relid, rte->rellockmode);
+	if (!kept_valid)
+		return NULL;
+	return copy_query_info(kept_qi);
+}
+
+static void
+remember_analysis(const StmStreamDef *def, const StmQueryInfo *qi)
+{
+	MemoryContext old;
+
+	kept_valid = false;
+	MemoryContextReset(kept_cxt);
+	if (!analysis_keepable(qi) || def->search_path == NULL)
+		return;
+	old = MemoryContextSwitchTo(kept_cxt);
+	kept_qi = copy_query_info(qi);
+	kept_query = pstrdup(def->query);
+	kept_search_path = pstrdup(def->search_path);
+	kept_user = GetUserId();
+	MemoryContextSwitchTo(old);
+	kept_valid = true;
+}
+
+/*
  * A stream's stored query, analysed again as its creator wrote it: under
  * the stream's search_path (with "$user" the current user, which a batch
- * has made the owner).  The search_path stays set until the caller ends
- * it with AtEOXact_GUC(true, *guc_nest), as the batch's expressions and
- * functions run under it too.
+ * has made the owner), or as a worker kept it (keep_analysis).  The
+ * search_path stays set until the caller ends it with AtEOXact_GUC(true,
+ * *guc_nest), as the batch's expressions and functions run under it too.
  */
 StmQueryInfo *
 stm_query_analyze_stored(const StmStreamDef *def, int *guc_nest)
@@ -862,12 +986,17 @@ stm_query_analyze_stored(const StmStreamDef *def, int *guc_nest)
 	*guc_nest = NewGUCNestLevel();
 	(void) set_config_option("search_path", def->search_path, PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	qi = kept_analysis(def);
+	if (qi)
+		return qi;
 	errcb.callback = stored_query_error_callback;
 	errcb.arg = (void *) def;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 	qi = stm_query_analyze(def->query);
 	error_context_stack = errcb.previous;
+	if (keep_analysis)
+		remember_analysis(def, qi);
 	return qi;
 }
 

@@ -57,6 +57,7 @@ typedef struct StmProjector
 
 extern StmQueryInfo *stm_query_analyze(const char *sql);
 extern StmQueryInfo *stm_query_analyze_stored(const StmStreamDef *def, int *guc_nest);
+extern void stm_query_keep_analysis(void);
 extern int	stm_agg_time_key(StmAggQuery *agg, AttrNumber event_time_attno);
 extern ExprState *stm_query_compile_qual(StmQueryInfo *qi);
 extern StmProjector *stm_query_compile(StmQueryInfo *qi);

@@ -53,6 +53,7 @@
 #include "guc.h"
 #include "interrupts.h"
 #include "positions.h"
+#include "query.h"
 #include "shmem.h"
 #include "worker.h"
 
@@ -378,6 +379,8 @@ worker_start(Worker *w, Datum main_arg)
 	}
 	/* no one else writes the stream's positions while we hold its lock */
 	stm_positions_keep(w->stream_id);
+	/* nor do its batches change a simple query's analysis: kept until something changes */
+	stm_query_keep_analysis();
 }
 
 /*
