@@ -68,6 +68,8 @@
 #                   --explain-ms ms): the plans of the join's queries as the
 #                   worker ran them, into the report
 #   --explain-ms MS (default 200)
+#   --parallel-workers N  the streams' parallel_workers (default: NULL,
+#                   automatic); worker CPU does not count the helpers'
 #   --keep          keep the temp dir (data, server log, perf.data)
 # As root it runs the server as user postgres; it installs kcat and
 # python3-confluent-kafka when missing (bench_init), and linux-perf for --perf.
@@ -83,6 +85,7 @@ PERF_RUN=
 EXPLAIN=
 EXPLAIN_MS=200
 KEEP=
+PARALLEL_WORKERS=NULL
 while [ $# -gt 0 ]; do
 	case $1 in
 		--records) RECORDS=$2; shift 2 ;;
@@ -94,6 +97,7 @@ while [ $# -gt 0 ]; do
 		--perf) PERF_RUN=$2; shift 2 ;;
 		--explain) EXPLAIN=1; shift ;;
 		--explain-ms) EXPLAIN_MS=$2; shift 2 ;;
+		--parallel-workers) PARALLEL_WORKERS=$2; shift 2 ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/joins.sh: unknown argument \"$1\"" >&2; exit 2 ;;
@@ -241,8 +245,9 @@ stream_run()
 	R_LOAD[$r]=$(load1)
 	mock0=$(cpu_s "$MOCK_BROKER_PID")
 	t0=$(now)
-	psql_do -v q="SELECT $OUT FROM o_$r o $kind p_$r p ON $COND" -v w="$WATERMARKS" -v r="$r" >/dev/null <<'EOF' ||
-SELECT streaming.create_stream(:'r', :'q', sink => 'out_' || :'r', watermarks => :'w', start => true);
+	psql_do -v q="SELECT $OUT FROM o_$r o $kind p_$r p ON $COND" -v w="$WATERMARKS" -v r="$r" -v pw="$PARALLEL_WORKERS" >/dev/null <<'EOF' ||
+SELECT streaming.create_stream(:'r', :'q', sink => 'out_' || :'r', watermarks => :'w', start => true,
+                               parallel_workers => :pw);
 EOF
 		die "create_stream $r failed"
 	if [ "$PERF_RUN" = "$r" ]; then

@@ -67,6 +67,12 @@ typedef struct BatchInput
 	int64		num_planned;	/* what its plan bounded */
 	int			join_sides;		/* a join of two sources: the sides it feeds (bit 1 left, 2 right) */
 	int			join_time_att;	/* and its side's event-time column, or -1 */
+	int			index;			/* its place in the batch's inputs (a helper's rows name it) */
+	/* the leader: helpers' source rows of this input, copied, until a chunk's worth is run */
+	MinimalTuple *pending;
+	int			npending;
+	MemoryContext pending_cxt;
+	TupleTableSlot *pending_slot;
 } BatchInput;
 
 /*
@@ -121,12 +127,7 @@ struct BatchContext
 	StmParallel *helpers;		/* the leader's helpers, drained between its own chunks */
 	StmParallelReceiver *helpers_recv;
 	StmShareTotals *helpers_totals;
-	/* the leader: helpers' source rows, copied, until a chunk's worth is run */
-	MinimalTuple *pending;
-	int			npending;
-	bool		pending_filtered;	/* past WHERE in the helpers */
-	MemoryContext pending_cxt;
-	TupleTableSlot *pending_slot;
+	bool		pending_filtered;	/* helpers' source rows are past WHERE (BatchInput.pending) */
 	/* the row being processed, for errcontext */
 	BatchInput *error_input;
 	Datum	   *error_row;
@@ -383,7 +384,8 @@ process_row(BatchContext *bc, TupleTableSlot *slot, bool filtered)
 	else if (bc->share_rows)
 	{
 		if (bc->qual == NULL || ExecQual(bc->qual, bc->econtext))
-			stm_parallel_send_source_row(bc->share, slot->tts_tupleDescriptor,
+			stm_parallel_send_source_row(bc->share, bc->error_input->index,
+										 slot->tts_tupleDescriptor,
 										 slot->tts_values, slot->tts_isnull);
 	}
 	else if (stm_query_project(bc->projector, bc->econtext, bc->out_values, bc->out_nulls))
@@ -637,6 +639,7 @@ make_inputs(BatchContext *bc, StmRuntime *rt)
 		in->srt = lfirst(lc);
 		in->src = in->srt->src;
 		in->event_time_att = -1;
+		in->index = foreach_current_index(lc);
 		/* a join: the first source is the left side's, the second the right's; one is both */
 		in->join_sides = list_length(stm_runtime_open_sources(rt, bc->def)) == 1 ? 3 :
 			foreach_current_index(lc) == 0 ? 1 : 2;
@@ -743,6 +746,16 @@ only_input(BatchContext *bc)
 {
 	Assert(list_length(bc->inputs) == 1);
 	return linitial(bc->inputs);
+}
+
+/* The input a helper's message names (BatchInput.index). */
+static BatchInput *
+batch_input(BatchContext *bc, int index)
+{
+	if (index < 0 || index >= list_length(bc->inputs))
+		elog(ERROR, "a parallel helper sent a row of source %d of a batch of %d",
+			 index, list_length(bc->inputs));
+	return list_nth(bc->inputs, index);
 }
 
 /*
@@ -1058,7 +1071,7 @@ leader_late(void *arg, const char *position, Datum event_time, bool isnull)
 static bool
 share_sends_source_rows(StmStreamDef *def, StmQueryInfo *qi)
 {
-	return def->has_dedup || qi->planned ||
+	return qi->ssjoin || def->has_dedup || qi->planned ||
 		(qi->agg && qi->agg->window.kind == STM_WINDOW_SESSION);
 }
 
@@ -1070,7 +1083,7 @@ share_sends_source_rows(StmStreamDef *def, StmQueryInfo *qi)
 static bool
 share_filters_source_rows(StmStreamDef *def, StmQueryInfo *qi)
 {
-	return qi->agg && !qi->planned && !def->has_dedup;
+	return qi->agg && !qi->ssjoin && !qi->planned && !def->has_dedup;
 }
 
 /*
@@ -1086,8 +1099,17 @@ leader_begin(BatchContext *bc, StmRuntime *rt)
 {
 	StmStreamDef *def = bc->def;
 	StmQueryInfo *qi = bc->qi;
-	BatchInput *in = only_input(bc);
-	int			stream_time_att = in->event_time_att;	/* event_time's column */
+	BatchInput *in;
+	int			stream_time_att;
+
+	/* a join of two sources: every row of either, tagged with its input, for the leader's join */
+	if (qi->ssjoin)
+	{
+		bc->share_rows = true;
+		return;
+	}
+	in = only_input(bc);
+	stream_time_att = in->event_time_att;	/* event_time's column */
 
 	/* the event time as the leader's batch takes it: a window's column when there is one */
 	if (qi->agg && qi->agg->event_time_att >= 0)
@@ -1129,7 +1151,7 @@ static void
 leader_bad(BatchContext *bc, BatchInput *in, const StmBadRecord *bad)
 {
 	bc->num_bad++;
-	stm_parallel_send_bad(bc->share, bad);
+	stm_parallel_send_bad(bc->share, in->index, bad);
 }
 
 static void
@@ -1173,11 +1195,11 @@ helper_row(void *arg, Datum *values, bool *nulls)
 
 /* the leader's batch: a bad record a helper found */
 static void
-helper_bad(void *arg, const StmBadRecord *bad)
+helper_bad(void *arg, int input, const StmBadRecord *bad)
 {
 	BatchContext *bc = arg;
 
-	apply_bad_record(bc, only_input(bc), bad);
+	apply_bad_record(bc, batch_input(bc, input), bad);
 }
 
 /* the leader's aggregate batch: a helper's partial group, combined */
@@ -1190,49 +1212,49 @@ helper_group(void *arg, Datum *values, bool *nulls)
 }
 
 /*
- * The helpers' source rows copied so far, through the batch's step after
- * parsing as a chunk of the leader's own (dedup, the query), in the order
- * they came: each share's in its order.
+ * The helpers' source rows of an input copied so far, through the batch's
+ * step after parsing as a chunk of the leader's own (dedup, the query, a
+ * join's side), in the order they came: each share's in its order.
  */
 static void
-run_pending(BatchContext *bc)
+run_pending(BatchInput *in)
 {
-	BatchInput *in = only_input(bc);
+	BatchContext *bc = in->bc;
 	int			natts = in->desc->natts;
 	ParsedRecord *recs;
 
-	if (bc->npending == 0)
+	if (in->npending == 0)
 		return;
 	MemoryContextReset(bc->chunk_cxt);
-	recs = MemoryContextAllocZero(bc->chunk_cxt, sizeof(ParsedRecord) * bc->npending);
-	for (int i = 0; i < bc->npending; i++)
+	recs = MemoryContextAllocZero(bc->chunk_cxt, sizeof(ParsedRecord) * in->npending);
+	for (int i = 0; i < in->npending; i++)
 	{
 		/* the values point into the copied tuples, kept until the chunk ran */
-		ExecStoreMinimalTuple(bc->pending[i], bc->pending_slot, false);
-		slot_getallattrs(bc->pending_slot);
+		ExecStoreMinimalTuple(in->pending[i], in->pending_slot, false);
+		slot_getallattrs(in->pending_slot);
 		recs[i].values = MemoryContextAlloc(bc->chunk_cxt, sizeof(Datum) * natts);
 		recs[i].nulls = MemoryContextAlloc(bc->chunk_cxt, sizeof(bool) * natts);
-		memcpy(recs[i].values, bc->pending_slot->tts_values, sizeof(Datum) * natts);
-		memcpy(recs[i].nulls, bc->pending_slot->tts_isnull, sizeof(bool) * natts);
+		memcpy(recs[i].values, in->pending_slot->tts_values, sizeof(Datum) * natts);
+		memcpy(recs[i].nulls, in->pending_slot->tts_isnull, sizeof(bool) * natts);
 		recs[i].meta_ok = true;
-		ExecClearTuple(bc->pending_slot);
+		ExecClearTuple(in->pending_slot);
 	}
-	process_parsed(in, recs, bc->npending, bc->pending_filtered);
-	bc->npending = 0;
-	MemoryContextReset(bc->pending_cxt);
+	process_parsed(in, recs, in->npending, bc->pending_filtered);
+	in->npending = 0;
+	MemoryContextReset(in->pending_cxt);
 }
 
-/* the leader's batch: a helper's source row, kept for the next chunk */
+/* the leader's batch: a helper's source row of an input, kept for the input's next chunk */
 static void
-helper_source_row(void *arg, MinimalTuple tuple)
+helper_source_row(void *arg, int input, MinimalTuple tuple)
 {
-	BatchContext *bc = arg;
-	MemoryContext oldcxt = MemoryContextSwitchTo(bc->pending_cxt);
+	BatchInput *in = batch_input((BatchContext *) arg, input);
+	MemoryContext oldcxt = MemoryContextSwitchTo(in->pending_cxt);
 
-	bc->pending[bc->npending++] = heap_copy_minimal_tuple(tuple);
+	in->pending[in->npending++] = heap_copy_minimal_tuple(tuple);
 	MemoryContextSwitchTo(oldcxt);
-	if (bc->npending == STM_PENDING_CHUNK)
-		run_pending(bc);
+	if (in->npending == STM_PENDING_CHUNK)
+		run_pending(in);
 }
 
 /* the leader's batch: a late row a helper's partial aggregation kept */
@@ -1266,6 +1288,12 @@ leader_share_chunk(void *arg, StmRecord *records, int n)
  * plan, and saves its positions).  The leader takes the helpers' rows,
  * groups and bad records as they come, between its own chunks and after.
  *
+ * A join of two sources: a share is each source's share of its parts
+ * (stm_parallel_share_bounds), a helper reads both and sends their rows
+ * tagged with their input, and the leader feeds each to the input's join
+ * sides as fetch_here's: late rows, each side's largest event time and
+ * each partition's rows in source order are as without helpers.
+ *
  * dedup_keys over a source whose parts have an order of their own
  * (ordered_parts: files, the rate source's values) keep the first row of
  * a key in that order: the shares are consecutive runs of the source, and
@@ -1279,13 +1307,14 @@ fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 	StmParallelReceiver recv = {helper_row, helper_bad, helper_group, helper_source_row,
 	helper_late, bc};
 	StmShareTotals totals = {0};
-	BatchInput *in = only_input(bc);
-	StmSource  *plan_src = in->src;
+	int			ninputs = list_length(bc->inputs);
+	StmSource **plan_srcs = palloc(sizeof(StmSource *) * ninputs);
 	int			nhelpers = stm_parallel_count(rt->parallel);
-	StmSource  *mine;
-	char	   *bounds;
 	const char *why;
-	bool		in_order = bc->def->has_dedup && plan_src->routine->ordered_parts;
+	bool		in_order = bc->def->has_dedup && bc->qi->ssjoin == NULL &&
+		only_input(bc)->src->routine->ordered_parts;
+	bool		sends_rows = share_sends_source_rows(bc->def, bc->qi);
+	ListCell   *lc;
 
 	/* create_stream and alter_stream refuse the others */
 	if (!stm_parallel_query_supported(bc->qi, &why))
@@ -1293,40 +1322,56 @@ fetch_by_helpers(BatchContext *bc, StmRuntime *rt)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", bc->def->name),
 				 errdetail("%s.", why)));
-	if (share_sends_source_rows(bc->def, bc->qi))
+	bc->pending_filtered = sends_rows && share_filters_source_rows(bc->def, bc->qi);
+	foreach(lc, bc->inputs)
 	{
-		bc->pending_filtered = share_filters_source_rows(bc->def, bc->qi);
-		bc->pending = palloc(sizeof(MinimalTuple) * STM_PENDING_CHUNK);
-		bc->pending_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming helper rows",
+		BatchInput *in = lfirst(lc);
+
+		plan_srcs[in->index] = in->src;
+		if (!sends_rows)
+			continue;
+		in->pending = palloc(sizeof(MinimalTuple) * STM_PENDING_CHUNK);
+		in->pending_cxt = AllocSetContextCreate(CurrentMemoryContext, "streaming helper rows",
 												ALLOCSET_DEFAULT_SIZES);
-		bc->pending_slot = MakeSingleTupleTableSlot(in->desc, &TTSOpsMinimalTuple);
+		in->pending_slot = MakeSingleTupleTableSlot(in->desc, &TTSOpsMinimalTuple);
 	}
-	stm_parallel_send_shares(rt->parallel, plan_src, nhelpers + 1, in_order, bc->sink_output->desc,
-							 bc->aggbatch ? stm_aggbatch_partial_desc(bc->aggbatch) : NULL);
+	stm_parallel_send_shares(rt->parallel, plan_srcs, ninputs, nhelpers + 1, in_order,
+							 bc->sink_output->desc,
+							 bc->aggbatch && !bc->ssjoin ? stm_aggbatch_partial_desc(bc->aggbatch) : NULL);
 	bc->helpers = rt->parallel;
 	bc->helpers_recv = &recv;
 	bc->helpers_totals = &totals;
 
-	/* the leader's share: its records go through the batch as fetch_here's do */
-	bounds = plan_src->routine->share_bounds(plan_src, in_order ? 0 : nhelpers, nhelpers + 1);
-	mine = stm_runtime_share_source(rt, bc->def);
-	rt->share_src_dirty = true;
-	mine->routine->set_share_bounds(mine, bounds);
-	in->src = mine;
-	/* in order: the helpers' shares come after the leader's, not between its chunks */
-	mine->routine->fetch(mine, in_order ? process_chunk : leader_share_chunk, in);
-	in->src = plan_src;
-	rt->share_src_dirty = false;
-	pfree(bounds);
+	/* the leader's share of each input: its records go through the batch as fetch_here's do */
+	foreach(lc, bc->inputs)
+	{
+		BatchInput *in = lfirst(lc);
+		char	   *bounds = stm_parallel_share_bounds(plan_srcs, ninputs, in->index,
+													   in_order ? 0 : nhelpers, nhelpers + 1);
+		StmSource  *mine = stm_runtime_share_source(rt, bc->def, in->index);
+
+		rt->share_src_dirty = true;
+		mine->routine->set_share_bounds(mine, bounds);
+		in->src = mine;
+		/* in order: the helpers' shares come after the leader's, not between its chunks */
+		mine->routine->fetch(mine, in_order ? process_chunk : leader_share_chunk, in);
+		in->src = plan_srcs[in->index];
+		rt->share_src_dirty = false;
+		pfree(bounds);
+	}
 
 	(void) stm_parallel_drain(rt->parallel, &recv, &totals, true);
 	bc->helpers = NULL;
-	if (bc->pending)
+	foreach(lc, bc->inputs)
 	{
-		run_pending(bc);
-		ExecDropSingleTupleTableSlot(bc->pending_slot);
-		MemoryContextDelete(bc->pending_cxt);
-		bc->pending = NULL;
+		BatchInput *in = lfirst(lc);
+
+		if (in->pending == NULL)
+			continue;
+		run_pending(in);
+		ExecDropSingleTupleTableSlot(in->pending_slot);
+		MemoryContextDelete(in->pending_cxt);
+		in->pending = NULL;
 	}
 	bc->num_input += totals.num_input;
 	bc->num_late += totals.num_late;
@@ -1504,7 +1549,7 @@ stm_batch_run_share(StmRuntime *rt, const char *bounds, StmHelperOut *out,
 	ErrorContextCallback errcb;
 	Oid			save_userid;
 	int			save_sec_context;
-	BatchInput *in;
+	ListCell   *lc;
 
 	bc.def = stm_catalog_get_stream_by_id(rt->stream_id, false);
 	if (bc.def == NULL)
@@ -1526,8 +1571,14 @@ stm_batch_run_share(StmRuntime *rt, const char *bounds, StmHelperOut *out,
 	/* a helper's client fetches for latency too, as the leader's would */
 	rt->low_latency = bc.def->trigger_continuous;
 	bc.inputs = make_inputs(&bc, rt);
-	in = only_input(&bc);
-	in->src->routine->set_share_bounds(in->src, bounds);
+	/* one bounds string per input, NUL-terminated, in the inputs' order */
+	foreach(lc, bc.inputs)
+	{
+		BatchInput *in = lfirst(lc);
+
+		in->src->routine->set_share_bounds(in->src, bounds);
+		bounds += strlen(bounds) + 1;
+	}
 	begin_query(&bc, rt);
 	errcb.callback = batch_error_callback;
 	errcb.arg = &bc;

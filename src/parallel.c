@@ -18,7 +18,8 @@
  *   groups (combine)                       'G' partial groups of aggregates:
  *                                              their states serialized
  *   the stateful step                      'S' source rows (parsed; past
- *                                              WHERE where that is safe)
+ *                                              WHERE where that is safe;
+ *                                              tagged with their source)
  *   late_rows                              'L' late rows kept (position,
  *                                              event time)
  *                                          'B' bad records (raw bytes,
@@ -38,6 +39,16 @@
  * snapshot), a helper sends its parsed source rows, and the leader runs
  * that step over them: a share's rows in their order, so each partition's
  * are in source order, as they are without helpers.
+ *
+ * A join of two sources (or of one under two aliases, read once) reads
+ * both: a share is each source's share of its partitions (or files),
+ * the second source's dealt on from where the first's ended
+ * (stm_parallel_share_bounds), the 'P' message one bounds string per
+ * source.  A helper sends the rows of both as 'S' messages, the header's
+ * second byte naming the source (its place in the batch's inputs; 'B'
+ * carries it too, for that source's on_bad_record), and the leader feeds
+ * each to that source's join sides as it feeds its own rows: late rows,
+ * each side's largest event time, each partition's rows in source order.
  *
  * So the leader still plans, writes and commits one transaction per batch:
  * exactly-once is unchanged.  A helper that dies or detaches, or reports an
@@ -72,10 +83,12 @@
 #include "catalog.h"
 #include "interrupts.h"
 #include "parallel.h"
+#include "ssjoin.h"
 
 #define STM_PAR_IN_QUEUE	(64 * 1024)		/* leader -> helper: bounds */
 #define STM_PAR_OUT_QUEUE	(1024 * 1024)	/* helper -> leader: rows */
-#define STM_PAR_HEADER		8				/* message type, then MAXALIGNed data */
+#define STM_PAR_HEADER		8				/* message type, its source ('S', 'B': the input's
+											 * index), then MAXALIGNed data */
 
 /* The segment's header; the queues follow, in and out per helper. */
 typedef struct ParallelShared
@@ -155,17 +168,22 @@ stm_parallel_source_supported(const StmSourceRoutine *routine, const char **why)
 }
 
 /*
- * Can helpers run this query?  Every shape of one source; a join of two
- * sources not yet.
+ * Can helpers run this query?  Every shape of one source, and joins of
+ * two (or of one under two aliases) whose other source helpers can read
+ * too: each helper sends its share of both sources' rows, tagged with
+ * their source, and the leader runs the join.
  */
 bool
 stm_parallel_query_supported(StmQueryInfo *qi, const char **why)
 {
-	if (qi->ssjoin)
-		*why = "joins of two sources are not run by helpers yet";
-	else
-		return true;
-	return false;
+	if (qi->ssjoin && !qi->ssjoin->self_join)
+	{
+		StmSourceDef *other = stm_catalog_get_source(qi->ssjoin->sides[STM_JOIN_RIGHT_SIDE].source, true);
+
+		if (other && !stm_parallel_source_supported(stm_source_routine(other->kind), why))
+			return false;
+	}
+	return true;
 }
 
 /* create_stream's and alter_stream's parallel_workers argument */
@@ -185,7 +203,7 @@ stm_parallel_check_arg(const char *stream, int n, const StmSourceRoutine *routin
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("stream \"%s\" cannot have parallel_workers", stream),
 				 errdetail("%s.", why),
-				 errhint("Parallel helpers run queries of one Kafka, file or rate source; leave parallel_workers NULL (automatic) or 0.")));
+				 errhint("Parallel helpers run queries of Kafka, file and rate sources; leave parallel_workers NULL (automatic) or 0.")));
 }
 
 /*
@@ -349,7 +367,7 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
 			return true;
 		case 'S':
 			/* valid until the next receive: the leader copies it */
-			recv->source_row(recv->arg, (MinimalTuple) body);
+			recv->source_row(recv->arg, data[1], (MinimalTuple) body);
 			return true;
 		case 'L':
 			{
@@ -381,7 +399,7 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
 				bad.raw_len = Max(h.raw_len, 0);
 				bad.whole_len = h.whole_len;
 				bad.sha256 = h.has_sha ? h.sha256 : NULL;
-				recv->bad(recv->arg, &bad);
+				recv->bad(recv->arg, data[1], &bad);
 				return true;
 			}
 		case 'D':
@@ -422,6 +440,25 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
 }
 
 /*
+ * Source k's part of share `share` of nshares.  A join's second source
+ * deals its parts on from where the first's ended (its share index
+ * rotated by the first's parts), so that the two sources' parts together
+ * spread evenly over the shares rather than both piling their extra
+ * parts on the first shares.
+ */
+char *
+stm_parallel_share_bounds(StmSource **srcs, int nsrcs, int k, int share, int nshares)
+{
+	int			before = 0;
+
+	for (int m = 0; m < k; m++)
+		if (srcs[m]->routine->share_parts)
+			before += srcs[m]->routine->share_parts(srcs[m]);
+	return srcs[k]->routine->share_bounds(srcs[k], ((share - before) % nshares + nshares) % nshares,
+										  nshares);
+}
+
+/*
  * The batch's shares go to the helpers: share i of nshares (the leader's
  * plan fixed the bounds; nshares is n + 1 when the leader reads the last
  * share itself).  Then stm_parallel_drain takes their rows, groups and bad
@@ -436,8 +473,8 @@ receive_message(StmParallel *par, int i, const char *data, Size len, TupleTableS
  * waits on its full queue meanwhile).
  */
 void
-stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares, bool leader_first,
-						 TupleDesc desc, TupleDesc partial_desc)
+stm_parallel_send_shares(StmParallel *par, StmSource **srcs, int nsrcs, int nshares,
+						 bool leader_first, TupleDesc desc, TupleDesc partial_desc)
 {
 	par->dirty = true;
 	par->done = palloc0(sizeof(bool) * par->n);
@@ -448,16 +485,22 @@ stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares, bool lea
 		MakeSingleTupleTableSlot(partial_desc, &TTSOpsMinimalTuple) : NULL;
 	for (int i = 0; i < par->n; i++)
 	{
-		char	   *bounds = src->routine->share_bounds(src, leader_first ? i + 1 : i, nshares);
 		StringInfoData msg;
 
 		initStringInfo(&msg);
 		appendStringInfoChar(&msg, 'P');
-		appendBinaryStringInfo(&msg, bounds, strlen(bounds) + 1);
+		/* each source's bounds, NUL-terminated, in the batch's order of sources */
+		for (int k = 0; k < nsrcs; k++)
+		{
+			char	   *bounds = stm_parallel_share_bounds(srcs, nsrcs, k,
+														   leader_first ? i + 1 : i, nshares);
+
+			appendBinaryStringInfo(&msg, bounds, strlen(bounds) + 1);
+			pfree(bounds);
+		}
 		if (shm_mq_send(par->in[i], msg.len, msg.data, false, true) != SHM_MQ_SUCCESS)
 			helper_gone(par, i);
 		pfree(msg.data);
-		pfree(bounds);
 	}
 }
 
@@ -535,11 +578,11 @@ send_or_exit(StmHelperOut *out, shm_mq_iovec *iov, int n)
 
 /* A row of desc to the leader, as a minimal tuple, in a message of type. */
 static void
-send_tuple(StmHelperOut *out, char type, TupleDesc desc, Datum *values, bool *nulls)
+send_tuple(StmHelperOut *out, char type, int input, TupleDesc desc, Datum *values, bool *nulls)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(out->cxt);
 	MinimalTuple tup = heap_form_minimal_tuple(desc, values, nulls);
-	char		header[STM_PAR_HEADER] = {type};
+	char		header[STM_PAR_HEADER] = {type, (char) input};
 	shm_mq_iovec iov[2];
 
 	iov[0].data = header;
@@ -555,14 +598,18 @@ send_tuple(StmHelperOut *out, char type, TupleDesc desc, Datum *values, bool *nu
 void
 stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
 {
-	send_tuple(out, 'R', desc, values, nulls);
+	send_tuple(out, 'R', 0, desc, values, nulls);
 }
 
-/* A parsed source row to the leader, which runs the stateful step over it. */
+/*
+ * A parsed source row to the leader, which runs the stateful step over it;
+ * input: which of the batch's sources it is of (a join's side).
+ */
 void
-stm_parallel_send_source_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
+stm_parallel_send_source_row(StmHelperOut *out, int input, TupleDesc desc, Datum *values,
+							 bool *nulls)
 {
-	send_tuple(out, 'S', desc, values, nulls);
+	send_tuple(out, 'S', input, desc, values, nulls);
 }
 
 /* A late row kept (late_rows => 'keep'): the leader writes it to streaming.late_rows. */
@@ -590,14 +637,14 @@ stm_parallel_send_late(StmHelperOut *out, const char *position, TimestampTz even
 void
 stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls)
 {
-	send_tuple(out, 'G', desc, values, nulls);
+	send_tuple(out, 'G', 0, desc, values, nulls);
 }
 
 /* A bad record to the leader, which applies on_bad_record to it. */
 void
-stm_parallel_send_bad(StmHelperOut *out, const StmBadRecord *bad)
+stm_parallel_send_bad(StmHelperOut *out, int input, const StmBadRecord *bad)
 {
-	char		header[STM_PAR_HEADER] = {'B'};
+	char		header[STM_PAR_HEADER] = {'B', (char) input};
 	BadHeader	h;
 	shm_mq_iovec iov[6];
 	int			n = 0;
@@ -737,7 +784,10 @@ stm_parallel_helper_next(StmHelperLink *link, char **bounds)
 		return STM_SHARE_NONE;
 	if (res != SHM_MQ_SUCCESS)
 		return STM_SHARE_DETACHED;
-	*bounds = pstrdup((char *) data + 1);
+	/* one NUL-terminated bounds string per source of the batch */
+	*bounds = palloc(len);
+	memcpy(*bounds, (char *) data + 1, len - 1);
+	(*bounds)[len - 1] = '\0';
 	return STM_SHARE_READY;
 }
 

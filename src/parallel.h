@@ -32,10 +32,11 @@ typedef struct StmShareTotals
 typedef struct StmParallelReceiver
 {
 	void		(*row) (void *arg, Datum *values, bool *nulls);
-	void		(*bad) (void *arg, const StmBadRecord *bad);
+	/* input: which of the batch's sources the record came from (0, or 1: a join's right side) */
+	void		(*bad) (void *arg, int input, const StmBadRecord *bad);
 	void		(*group) (void *arg, Datum *values, bool *nulls);	/* aggregates: a partial group */
 	/* a parsed source row (valid until the callback returns) */
-	void		(*source_row) (void *arg, MinimalTuple tuple);
+	void		(*source_row) (void *arg, int input, MinimalTuple tuple);
 	/* a late row kept: its position (jsonb text) and event time */
 	void		(*late) (void *arg, const char *position, TimestampTz event_time, bool isnull);
 	void	   *arg;
@@ -58,8 +59,10 @@ extern StmParallel *stm_parallel_start(int32 stream_id, int nhelpers, int elevel
 									   MemoryContext cxt);
 extern int	stm_parallel_count(StmParallel *par);
 extern bool stm_parallel_dirty(StmParallel *par);
-extern void stm_parallel_send_shares(StmParallel *par, StmSource *src, int nshares,
-									bool leader_first, TupleDesc desc, TupleDesc partial_desc);
+extern char *stm_parallel_share_bounds(StmSource **srcs, int nsrcs, int k, int share,
+									   int nshares);
+extern void stm_parallel_send_shares(StmParallel *par, StmSource **srcs, int nsrcs, int nshares,
+									 bool leader_first, TupleDesc desc, TupleDesc partial_desc);
 extern bool stm_parallel_drain(StmParallel *par, StmParallelReceiver *recv,
 							   StmShareTotals *totals, bool wait);
 extern void stm_parallel_stop(StmParallel *par);
@@ -77,12 +80,12 @@ extern StmHelperOut *stm_parallel_helper_out(StmHelperLink *link);
 extern StmShareNext stm_parallel_helper_next(StmHelperLink *link, char **bounds);
 extern void stm_parallel_wake_leader(StmHelperLink *link);
 extern void stm_parallel_send_row(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
-extern void stm_parallel_send_source_row(StmHelperOut *out, TupleDesc desc, Datum *values,
-										 bool *nulls);
+extern void stm_parallel_send_source_row(StmHelperOut *out, int input, TupleDesc desc,
+										 Datum *values, bool *nulls);
 extern void stm_parallel_send_late(StmHelperOut *out, const char *position,
 								   TimestampTz event_time, bool isnull);
 extern void stm_parallel_send_group(StmHelperOut *out, TupleDesc desc, Datum *values, bool *nulls);
-extern void stm_parallel_send_bad(StmHelperOut *out, const StmBadRecord *bad);
+extern void stm_parallel_send_bad(StmHelperOut *out, int input, const StmBadRecord *bad);
 extern void stm_parallel_send_done(StmHelperOut *out, const StmShareTotals *totals);
 extern void stm_parallel_send_error(StmHelperOut *out, ErrorData *edata);
 

@@ -176,34 +176,39 @@ close_sources(StmRuntime *rt)
 static void
 close_share_source(StmRuntime *rt)
 {
-	stm_source_close(rt->share_src);
-	rt->share_src = NULL;
+	for (int k = 0; k < 2; k++)
+	{
+		stm_source_close(rt->share_src[k]);
+		rt->share_src[k] = NULL;
+	}
 	rt->share_src_dirty = false;
 }
 
 /*
  * With helpers the leader reads a share too (batch.c fetch_by_helpers):
- * through a source of its own opened as a helper's (it fetches exactly
- * the bounds set_share_bounds gives it), beside the one that plans, whose
- * plan stays the batch's.  It lives as long as the helpers, and is opened
- * again after a fetch of it failed part-way, as helpers are replaced then.
+ * of each source k (a join's two) through a source of its own opened as a
+ * helper's (it fetches exactly the bounds set_share_bounds gives it),
+ * beside the one that plans, whose plan stays the batch's.  They live as
+ * long as the helpers, and are opened again after a fetch of one failed
+ * part-way, as helpers are replaced then.
  */
 StmSource *
-stm_runtime_share_source(StmRuntime *rt, StmStreamDef *def)
+stm_runtime_share_source(StmRuntime *rt, StmStreamDef *def, int k)
 {
+	Assert(k >= 0 && k < lengthof(rt->share_src) && k < list_length(rt->sources));
 	if (rt->share_src_dirty)
 		close_share_source(rt);
-	if (rt->share_src == NULL)
+	if (rt->share_src[k] == NULL)
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(rt->cxt);
-		StmSourceRuntime *srt = linitial(rt->sources);
+		StmSourceRuntime *srt = list_nth(rt->sources, k);
 
 		/* as a helper's: reads the bounds it is given, for latency when continuous */
-		rt->share_src = stm_source_open(srt->def, def->owner, true);
-		rt->share_src->low_latency = def->trigger_continuous;
+		rt->share_src[k] = stm_source_open(srt->def, def->owner, true);
+		rt->share_src[k]->low_latency = def->trigger_continuous;
 		MemoryContextSwitchTo(oldcxt);
 	}
-	return rt->share_src;
+	return rt->share_src[k];
 }
 
 /*
@@ -307,13 +312,16 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 		want = 0;
 	if (want > 0)
 	{
+		/* the first source; a join's other is the query's to check (stm_parallel_query_supported) */
 		StmSourceDef *source = rt->sources ?
 			((StmSourceRuntime *) linitial(rt->sources))->def :
 			stm_catalog_get_source_of_stream(def);
 
-		if (list_length(rt->sources) > 1 ||
-			!stm_parallel_source_supported(stm_source_routine(source->kind), &why))
+		if (!stm_parallel_source_supported(stm_source_routine(source->kind), &why))
 			want = 0;
+		foreach(lc, rt->sources)
+			if (!stm_parallel_source_supported(stm_source_routine(((StmSourceRuntime *) lfirst(lc))->def->kind), &why))
+				want = 0;
 	}
 	if (rt->parallel &&
 		(stm_parallel_dirty(rt->parallel) || rt->parallel_asked != want))
@@ -321,7 +329,7 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 		stm_parallel_stop(rt->parallel);
 		rt->parallel = NULL;
 	}
-	if (rt->share_src && (rt->parallel == NULL || rt->share_src_dirty))
+	if ((rt->share_src[0] || rt->share_src[1]) && (rt->parallel == NULL || rt->share_src_dirty))
 		close_share_source(rt);
 	rt->parallel_wanted = want;
 	foreach(lc, rt->sources)
@@ -342,14 +350,22 @@ stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def)
 
 /*
  * How many helpers an automatic stream starts for this plan: no more than
- * the source's parts can keep busy beside the leader, which reads a share
- * too, so none for a single part.
+ * the sources' parts (a join's two together) can keep busy beside the
+ * leader, which reads a share too, so none for a single part.
  */
 static int
 automatic_count(StmRuntime *rt, int want)
 {
-	StmSource  *src = ((StmSourceRuntime *) linitial(rt->sources))->src;
-	int			parts = src->routine->share_parts ? src->routine->share_parts(src) : 0;
+	int			parts = 0;
+	ListCell   *lc;
+
+	foreach(lc, rt->sources)
+	{
+		StmSource  *src = ((StmSourceRuntime *) lfirst(lc))->src;
+
+		if (src->routine->share_parts)
+			parts += src->routine->share_parts(src);
+	}
 
 	return parts < 2 ? 0 : Min(want, parts - 1);
 }
@@ -527,14 +543,15 @@ stm_runtime_deliver(StmRuntime *rt, bool busy)
 static StmSource **
 runtime_sources(StmRuntime *rt, int *n)
 {
-	StmSource **sources = palloc0(sizeof(StmSource *) * (list_length(rt->sources) + 1));
+	StmSource **sources = palloc0(sizeof(StmSource *) * (list_length(rt->sources) + 2));
 	ListCell   *lc;
 
 	*n = 0;
 	foreach(lc, rt->sources)
 		sources[(*n)++] = ((StmSourceRuntime *) lfirst(lc))->src;
-	if (rt->share_src)
-		sources[(*n)++] = rt->share_src;
+	for (int k = 0; k < 2; k++)
+		if (rt->share_src[k])
+			sources[(*n)++] = rt->share_src[k];
 	return sources;
 }
 
@@ -606,7 +623,7 @@ stm_runtime_abandon(StmRuntime *rt)
 {
 	stm_parallel_abandon(rt->parallel);
 	rt->parallel = NULL;
-	rt->share_src = NULL;
+	rt->share_src[0] = rt->share_src[1] = NULL;
 	rt->share_src_dirty = false;
 }
 

@@ -39,8 +39,8 @@ typedef struct StmRuntime
 	const char *sink_problem;	/* what the sink cannot do now (the worker's to set), or NULL */
 	bool		parallel_allowed;	/* a worker: helpers even inside a transaction block */
 	struct StmParallel *parallel;	/* its helpers (parallel.c), or NULL */
-	struct StmSource *share_src;	/* with helpers: the leader's own share's source
-									 * (opened as a helper's), or NULL */
+	struct StmSource *share_src[2];	/* with helpers: the leader's own share's source
+									 * of each source (opened as a helper's), or NULL */
 	bool		share_src_dirty;	/* a fetch of it did not end: open it again */
 	int			parallel_wanted;	/* helpers this batch may read with (0: none) */
 	int			parallel_asked; /* parallel_wanted when the helpers started */
@@ -54,7 +54,7 @@ extern List *stm_runtime_open_sources(StmRuntime *rt, StmStreamDef *def);
 extern StmSink *stm_runtime_open_sink(StmRuntime *rt, StmStreamDef *def);
 extern void stm_runtime_prepare_helpers(StmRuntime *rt, StmStreamDef *def);
 extern void stm_runtime_start_helpers(StmRuntime *rt, StmStreamDef *def);
-extern struct StmSource *stm_runtime_share_source(StmRuntime *rt, StmStreamDef *def);
+extern struct StmSource *stm_runtime_share_source(StmRuntime *rt, StmStreamDef *def, int k);
 extern void stm_runtime_note_plan(StmRuntime *rt, StmSourceRuntime *srt);
 extern char *stm_runtime_source_problem(StmRuntime *rt);
 extern char *stm_runtime_source_error(StmRuntime *rt);

@@ -1,0 +1,223 @@
+# 032_stream_join_helpers.pl: parallel helpers for joins of two sources
+# (issue 21 item 1, SPEC 3.6): both sources' partitions split over the
+# helpers and the worker, each helper's rows tagged with their source, the
+# join run by the worker.
+#
+# Orders and payments on two 4-partition topics, read in small batches
+# (max_offsets_per_trigger).  Each shape runs twice, with
+# parallel_workers => 2 and => 0: an inner join and a left outer join
+# (a payment within 30 minutes of its order, a watermark of 1 hour on each
+# side), and a self-join of the orders (one source under two aliases, read
+# once); and the inner join once more with parallel_workers NULL
+# (automatic), which takes helpers from both sources' partitions.  Each
+# round produces its orders and the payments of the next round's orders
+# (payments before their orders), and some of this round's, so a pair's
+# two rows arrive in either order, in one batch or in two.  While a round
+# waits (the streams held between two batches), the worker of a stream
+# with helpers is killed with kill -9.  At the end an order and its
+# payment far later in event time move the watermark past every other
+# row, so the left join gives the NULL row of every order that never
+# matched.  Then every stream's sink is the same join over all records in
+# plain tables (every pair, every NULL row exactly once), each pair of
+# streams holds the same rows, no row was late, every record was read
+# once and the positions are the topics' ends.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use StreamingTest;
+use Test::More;
+
+my $kafka = StreamingTest::Kafka->start;
+my ($orders_topic) = $kafka->create_topic('orders_032', 4);
+my ($payments_topic) = $kafka->create_topic('payments_032', 4);
+
+my $node = streaming_node('main',
+	conf => "streaming.retry_delay = '100ms'\nstreaming.max_retries = 1000\n");
+orders_payments_sources($node, $kafka, $orders_topic, $payments_topic, 120);
+$node->safe_psql('postgres', q{
+CREATE VIEW self_expected AS
+SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS gap
+  FROM orders_all a JOIN orders_all b
+    ON b.order_id = a.order_id + 1 AND b.order_time BETWEEN a.order_time AND a.order_time + interval '10 seconds';
+});
+
+my $op = q{'{"o": {"event_time": "order_time", "delay": "1 hour"},
+             "p": {"event_time": "payment_time", "delay": "1 hour"}}'};
+my $ab = q{'{"a": {"event_time": "order_time", "delay": "1 hour"},
+             "b": {"event_time": "order_time", "delay": "1 hour"}}'};
+my $pair = q{SELECT o.order_id, o.amount, p.payment_id, p.payment_time
+		   FROM orders_src o %s payments_src p
+		     ON p.order_id = o.order_id
+		    AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes'};
+my %shapes = (
+	paid => [ sprintf($pair, 'JOIN'), $op, 'paid_expected' ],
+	orders_left => [ sprintf($pair, 'LEFT JOIN'), $op, 'orders_left_expected' ],
+	self => [
+		q{SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS gap
+		    FROM orders_src a JOIN orders_src b
+		      ON b.order_id = a.order_id + 1 AND b.order_time BETWEEN a.order_time AND a.order_time + interval '10 seconds'},
+		$ab, 'self_expected'
+	],);
+my @shapes = sort keys %shapes;
+my @streams;
+for my $shape (@shapes)
+{
+	my ($query, $wm) = @{ $shapes{$shape} };
+	for my $w (0, 2)
+	{
+		$node->safe_psql('postgres',
+			"SELECT streaming.create_stream('${shape}_$w', \$\$$query\$\$, watermarks => $wm, parallel_workers => $w)");
+		push @streams, "${shape}_$w";
+	}
+}
+# automatic: helpers from both sources' partitions
+$node->safe_psql('postgres',
+	"SELECT streaming.create_stream('paid_auto', \$\$" . sprintf($pair, 'JOIN') . "\$\$, watermarks => $op)");
+push @streams, 'paid_auto';
+my %expected = map { my $s = $_; ($s => $shapes{ (grep { $s =~ /^${_}_/ } @shapes)[0] }[2]) } @streams;
+
+# orders one second apart; most have a payment 0-30 minutes later, some
+# none, some two, some only one outside the 30 minutes; the payments of
+# a round's orders come partly with the round, partly one round earlier
+my $base = 1_704_067_200;    # 2024-01-01 00:00:00 UTC
+my $next_order = 1;
+my ($norders, $npayments) = (0, 0);
+my @early_payments;
+
+sub payments_of
+{
+	my ($id, $t) = @_;
+	my $r = rand();
+	my @delays =
+	    $r < 0.08 ? ()
+	  : $r < 0.12 ? (-60)
+	  : $r < 0.16 ? (1801 + int(rand(600)))
+	  : $r < 0.24 ? (int(rand(1801)), int(rand(1801)))
+	  : (int(rand(1801)));
+	my $k = 0;
+	return map { sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10 + $k++, $id, iso_utc($t + $_)) }
+	  @delays;
+}
+
+sub produce
+{
+	my ($topic, $table, $lines) = @_;
+	return unless @$lines;
+	$kafka->produce_lines($topic, $lines);
+	$node->safe_psql('postgres',
+		"INSERT INTO $table SELECT d::jsonb FROM unnest(" . sql_array($lines) . "::text[]) d");
+	return;
+}
+
+sub produce_round
+{
+	my ($n, %opts) = @_;
+	my (@o, @p);
+	my @now = @early_payments;
+	@early_payments = ();
+	for (1 .. $n)
+	{
+		my $id = $next_order++;
+		my $t = $opts{at} // $base + $id;
+		push @o, sprintf('{"order_id": %d, "amount": %.2f, "order_time": "%s"}', $id, 1 + rand(500), iso_utc($t));
+		# the flush: its order's payment at once
+		push @now, sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10, $id, iso_utc($t))
+		  if $opts{at};
+	}
+	# the next round's orders' payments, half of them now (before their orders)
+	unless ($opts{at} || $opts{last})
+	{
+		for my $id ($next_order .. $next_order + $n - 1)
+		{
+			my @ps = payments_of($id, $base + $id);
+			if (rand() < 0.5) { push @p, @ps; }
+			else { push @early_payments, @ps; }
+		}
+	}
+	push @p, @now;
+	# the payments first: a batch may hold a payment whose order is still unread
+	produce($payments_topic, 'payments_in', \@p);
+	produce($orders_topic, 'orders_in', \@o);
+	$norders += @o;
+	$npayments += @p;
+	return;
+}
+
+sub process_all
+{
+	for my $s (@streams)
+	{
+		query_retry($node, "SELECT streaming.process_available('$s', '180s')");
+	}
+}
+
+produce_round(400);
+process_all();
+for my $shape (@shapes)
+{
+	is(scalar(helper_pids($node, "${shape}_2")), 2, "$shape: the stream has two helpers");
+	is(scalar(helper_pids($node, "${shape}_0")), 0, "$shape: its twin has none");
+}
+is(scalar(helper_pids($node, 'paid_auto')), 2,
+	'parallel_workers NULL: a join takes two helpers from its sources\' partitions');
+
+# a round waits while the worker of a stream with helpers is killed
+for my $victim ('orders_left_2', 'paid_2', 'self_2')
+{
+	my $hold = hold_streams($node, 'true');
+	produce_round(400);
+	my ($before, $pid) = split /\|/, $hold->query_safe(
+		"SELECT coalesce(last_batch_id, -1), worker_pid FROM streaming.streams WHERE name = '$victim'");
+	ok($pid, "$victim has a worker ($pid) after batch $before");
+	ok(kill('KILL', $pid), "kill -9 of the worker $pid of $victim while a round waits");
+	eval { release_streams($hold); 1 } or note 'the holding session went with the restart';
+	wait_for($node,
+		"SELECT status = 'running' AND worker_pid IS NOT NULL AND worker_pid <> $pid "
+		  . "AND coalesce(last_batch_id, -1) > $before FROM streaming.streams WHERE name = '$victim'",
+		't', "$victim runs again in a new worker, and makes progress", $victim);
+	process_all();
+}
+# the last round has its payments
+produce_round(400, last => 1);
+
+# the final flush: an order and its payment a day later
+my $flush = $next_order;
+produce_round(1, at => $base + $flush + 86_400);
+for my $s (@streams)
+{
+	wait_for($node,
+		"SELECT lag = 0 AND watermark > '2024-01-01 12:00+00' FROM streaming.streams WHERE name = '$s'",
+		't', "$s: caught up, the watermark past every other row", $s);
+	wait_for($node,
+		"SELECT num_input_rows = 0 FROM streaming.progress WHERE stream = '$s' ORDER BY batch_id DESC LIMIT 1",
+		't', "$s: the last batch is the no-data batch", $s);
+}
+
+note "$norders orders, $npayments payments";
+ok($node->safe_psql('postgres', "SELECT count(*) FROM orders_left_expected WHERE payment_id IS NULL") > 0,
+	'some orders have no payment in time');
+for my $s (@streams)
+{
+	compare_rows($node, $s, $expected{$s}, '*', "$s: the sink is the join over all records");
+	is($node->safe_psql('postgres',
+			"SELECT coalesce(sum(num_late_rows), 0) FROM streaming.progress WHERE stream = '$s'"),
+		'0', "$s: no row was late");
+	check_progress($node, $s, $s =~ /^self/ ? $norders : $norders + $npayments, $s);
+	check_offsets($node, $s, $kafka, $orders_topic, "$s: orders");
+	check_offsets($node, $s, $kafka, $payments_topic, "$s: payments") unless $s =~ /^self/;
+	is(stream_row($node, $s)->{status}, 'running', "$s is running");
+}
+for my $shape (@shapes)
+{
+	compare_rows($node, "${shape}_2", "${shape}_0", '*', "$shape: with helpers the rows it holds without");
+}
+my $log = slurp_file($node->logfile);
+my $signal_9 = () = $log =~ /terminated by signal 9: Killed/g;
+is($signal_9, 3, 'the postmaster saw the three killed workers');
+
+$node->stop;
+done_testing();
