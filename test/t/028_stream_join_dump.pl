@@ -39,17 +39,12 @@ my ($paid_topic) = $kafka->create_topic('paid_028', 2);
 my $node = streaming_node('main');
 orders_payments_sources($node, $kafka, $orders_topic, $payments_topic, 40);
 my $bs = StreamingTest::quote_literal($kafka->bootstrap);
-my $watermarks = q{'{"o": {"event_time": "order_time", "delay": "1 hour"},
-                    "p": {"event_time": "payment_time", "delay": "1 hour"}}'};
-my $join = q{SELECT o.order_id, o.amount, p.payment_id, p.payment_time
-	FROM orders_src o %s payments_src p
-	  ON p.order_id = o.order_id
-	 AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes'};
+my $watermarks = orders_payments_watermarks();
 $node->safe_psql('postgres', "SELECT streaming.create_kafka_sink('paid_sink', $bs, '$paid_topic', key_columns => ARRAY['order_id'])");
 $node->safe_psql('postgres',
-	"SELECT streaming.create_stream('paid_kafka', \$\$" . sprintf($join, 'JOIN') . "\$\$, sink => 'paid_sink', watermarks => $watermarks, start => false)");
+	"SELECT streaming.create_stream('paid_kafka', \$\$" . orders_payments_join('JOIN') . "\$\$, sink => 'paid_sink', watermarks => $watermarks, start => false)");
 $node->safe_psql('postgres',
-	"SELECT streaming.create_stream('orders_left', \$\$" . sprintf($join, 'LEFT JOIN') . "\$\$, watermarks => $watermarks, start => false)");
+	"SELECT streaming.create_stream('orders_left', \$\$" . orders_payments_join('LEFT JOIN') . "\$\$, watermarks => $watermarks, start => false)");
 
 # orders a minute apart; most have a payment 0-30 minutes later, some none,
 # some one outside the 30 minutes; payments produced in order of their

@@ -45,17 +45,12 @@ SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS ga
     ON b.order_id = a.order_id + 1 AND b.order_time BETWEEN a.order_time AND a.order_time + interval '10 seconds';
 });
 
-my $op = q{'{"o": {"event_time": "order_time", "delay": "1 hour"},
-             "p": {"event_time": "payment_time", "delay": "1 hour"}}'};
+my $op = orders_payments_watermarks();
 my $ab = q{'{"a": {"event_time": "order_time", "delay": "1 hour"},
              "b": {"event_time": "order_time", "delay": "1 hour"}}'};
-my $pair = q{SELECT o.order_id, o.amount, p.payment_id, p.payment_time
-		   FROM orders_src o %s payments_src p
-		     ON p.order_id = o.order_id
-		    AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes'};
 my %shapes = (
-	paid => [ sprintf($pair, 'JOIN'), $op, 'paid_expected' ],
-	orders_left => [ sprintf($pair, 'LEFT JOIN'), $op, 'orders_left_expected' ],
+	paid => [ orders_payments_join('JOIN'), $op, 'paid_expected' ],
+	orders_left => [ orders_payments_join('LEFT JOIN'), $op, 'orders_left_expected' ],
 	self => [
 		q{SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS gap
 		    FROM orders_src a JOIN orders_src b
@@ -76,7 +71,7 @@ for my $shape (@shapes)
 }
 # automatic: helpers from both sources' partitions
 $node->safe_psql('postgres',
-	"SELECT streaming.create_stream('paid_auto', \$\$" . sprintf($pair, 'JOIN') . "\$\$, watermarks => $op)");
+	"SELECT streaming.create_stream('paid_auto', \$\$" . orders_payments_join('JOIN') . "\$\$, watermarks => $op)");
 push @streams, 'paid_auto';
 my %expected = map { my $s = $_; ($s => $shapes{ (grep { $s =~ /^${_}_/ } @shapes)[0] }[2]) } @streams;
 

@@ -59,7 +59,7 @@ our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
   wait_for query_retry set_fault hold_streams rehold_streams release_streams stream_row sink_stats check_sink check_offsets check_progress
   orders_table compare_rows topic_table
   diag_stream psql_error test_seed parallel_workers_list helpers_of helper_pids
-  orders_payments_sources iso_utc sql_array
+  orders_payments_sources orders_payments_join orders_payments_watermarks iso_utc sql_array
   ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
 # The declared columns of the orders sources, and what the streams select.
@@ -326,6 +326,25 @@ sub set_fault
 	wait_for($node, "SELECT current_setting('streaming.test_fault')",
 		$value // '', 'streaming.test_fault is ' . ($value // 'cleared'));
 	return;
+}
+
+# orders_payments_join(JOIN): the stream-stream join tests' query over
+# orders_payments_sources, JOIN being 'JOIN' or 'LEFT JOIN' (what
+# paid_expected and orders_left_expected give), and
+# orders_payments_watermarks(): its watermarks argument, a quoted literal.
+sub orders_payments_join
+{
+	my ($join) = @_;
+	return "SELECT o.order_id, o.amount, p.payment_id, p.payment_time
+	  FROM orders_src o $join payments_src p
+	    ON p.order_id = o.order_id
+	   AND p.payment_time BETWEEN o.order_time AND o.order_time + interval '30 minutes'";
+}
+
+sub orders_payments_watermarks
+{
+	return q{'{"o": {"event_time": "order_time", "delay": "1 hour"},
+	  "p": {"event_time": "payment_time", "delay": "1 hour"}}'};
 }
 
 # orders_payments_sources(NODE, KAFKA, ORDERS_TOPIC, PAYMENTS_TOPIC, CAP): the
