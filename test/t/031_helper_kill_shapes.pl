@@ -1,0 +1,220 @@
+# 031_helper_kill_shapes.pl: a HELPER (not the worker) of a stream-stream
+# join dies mid-batch (issue 21, "helpers are covered in every shape,
+# including kill -9 of helpers").  Audit of the other shapes: stateless,
+# windows, dedup, session windows, late_rows keep and table joins are
+# covered by 027 (kill -9 of a helper, helper_chunk error and kill -9);
+# rate and file sources by 034 (kill -9 of a helper only); stream-stream
+# joins by 032 (kill -9 of the worker only).  This test fills the join gap:
+# for the inner join, the left join and the self-join (parallel_workers 2,
+# each beside a twin with none), kill -9 of one helper while a round waits,
+# then the fault point helper_chunk with error and with kill -9.  Then the
+# same end checks as 032: each sink is the join over plain tables, no row
+# late, every record read once, positions at the topics' ends.
+# Setup copied from 032 (orders_payments_sources and friends).
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use StreamingTest;
+use Test::More;
+
+my $kafka = StreamingTest::Kafka->start;
+my ($orders_topic) = $kafka->create_topic('orders_031', 4);
+my ($payments_topic) = $kafka->create_topic('payments_031', 4);
+
+my $node = streaming_node('main',
+	conf => "streaming.retry_delay = '100ms'\nstreaming.max_retries = 1000\n");
+orders_payments_sources($node, $kafka, $orders_topic, $payments_topic, 120);
+$node->safe_psql('postgres', q{
+CREATE VIEW self_expected AS
+SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS gap
+  FROM orders_all a JOIN orders_all b
+    ON b.order_id = a.order_id + 1 AND b.order_time BETWEEN a.order_time AND a.order_time + interval '10 seconds';
+});
+
+my $op = orders_payments_watermarks();
+my $ab = q{'{"a": {"event_time": "order_time", "delay": "1 hour"},
+             "b": {"event_time": "order_time", "delay": "1 hour"}}'};
+my %shapes = (
+	paid => [ orders_payments_join('JOIN'), $op, 'paid_expected' ],
+	orders_left => [ orders_payments_join('LEFT JOIN'), $op, 'orders_left_expected' ],
+	self => [
+		q{SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS gap
+		    FROM orders_src a JOIN orders_src b
+		      ON b.order_id = a.order_id + 1 AND b.order_time BETWEEN a.order_time AND a.order_time + interval '10 seconds'},
+		$ab, 'self_expected'
+	],);
+my @shapes = sort keys %shapes;
+my @streams;
+for my $shape (@shapes)
+{
+	my ($query, $wm) = @{ $shapes{$shape} };
+	for my $w (0, 2)
+	{
+		$node->safe_psql('postgres',
+			"SELECT streaming.create_stream('${shape}_$w', \$\$$query\$\$, watermarks => $wm, parallel_workers => $w)");
+		push @streams, "${shape}_$w";
+	}
+}
+my %expected = map { my $s = $_; ($s => $shapes{ (grep { $s =~ /^${_}_/ } @shapes)[0] }[2]) } @streams;
+
+# orders one second apart; most have a payment 0-30 minutes later, some
+# none, some two, some only one outside the 30 minutes; the payments of
+# a round's orders come partly with the round, partly one round earlier
+my $base = 1_704_067_200;    # 2024-01-01 00:00:00 UTC
+my $next_order = 1;
+my ($norders, $npayments) = (0, 0);
+my @early_payments;
+
+sub payments_of
+{
+	my ($id, $t) = @_;
+	my $r = rand();
+	my @delays =
+	    $r < 0.08 ? ()
+	  : $r < 0.12 ? (-60)
+	  : $r < 0.16 ? (1801 + int(rand(600)))
+	  : $r < 0.24 ? (int(rand(1801)), int(rand(1801)))
+	  : (int(rand(1801)));
+	my $k = 0;
+	return map { sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10 + $k++, $id, iso_utc($t + $_)) }
+	  @delays;
+}
+
+sub produce
+{
+	my ($topic, $table, $lines) = @_;
+	return unless @$lines;
+	$kafka->produce_lines($topic, $lines);
+	$node->safe_psql('postgres',
+		"INSERT INTO $table SELECT d::jsonb FROM unnest(" . sql_array($lines) . "::text[]) d");
+	return;
+}
+
+sub produce_round
+{
+	my ($n, %opts) = @_;
+	my (@o, @p);
+	my @now = @early_payments;
+	@early_payments = ();
+	for (1 .. $n)
+	{
+		my $id = $next_order++;
+		my $t = $opts{at} // $base + $id;
+		push @o, sprintf('{"order_id": %d, "amount": %.2f, "order_time": "%s"}', $id, 1 + rand(500), iso_utc($t));
+		# the flush: its order's payment at once
+		push @now, sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10, $id, iso_utc($t))
+		  if $opts{at};
+	}
+	# the next round's orders' payments, half of them now (before their orders)
+	unless ($opts{at} || $opts{last})
+	{
+		for my $id ($next_order .. $next_order + $n - 1)
+		{
+			my @ps = payments_of($id, $base + $id);
+			if (rand() < 0.5) { push @p, @ps; }
+			else { push @early_payments, @ps; }
+		}
+	}
+	push @p, @now;
+	# the payments first: a batch may hold a payment whose order is still unread
+	produce($payments_topic, 'payments_in', \@p);
+	produce($orders_topic, 'orders_in', \@o);
+	$norders += @o;
+	$npayments += @p;
+	return;
+}
+
+sub process_all
+{
+	for my $s (@streams)
+	{
+		query_retry($node, "SELECT streaming.process_available('$s', '180s')");
+	}
+}
+
+produce_round(400);
+process_all();
+for my $shape (@shapes)
+{
+	is(scalar(helper_pids($node, "${shape}_2")), 2, "$shape: the stream has two helpers");
+	is(scalar(helper_pids($node, "${shape}_0")), 0, "$shape: its twin has none");
+}
+
+# kill -9 of one HELPER of each join stream while a round waits (every
+# stream held between two batches, so the backlog is there when it plans)
+my $killed = 0;
+for my $victim ('orders_left_2', 'paid_2', 'self_2')
+{
+	my $hold = hold_streams($node, 'true');
+	produce_round(400);
+	my ($pid) = helper_pids($node, $victim);
+	ok($pid, "$victim has a helper ($pid)");
+	ok(kill('KILL', $pid), "kill -9 of helper $pid of $victim while a round waits");
+	$killed++;
+	eval { release_streams($hold); 1 } or note 'the holding session went with the restart';
+	wait_for($node,
+		"SELECT count(*) = 2 AND bool_and(pid <> $pid) FROM pg_stat_activity WHERE " . helpers_of($victim),
+		't', "$victim has two new helpers", $victim);
+	process_all();
+}
+
+# the fault point helper_chunk (a helper fails after sending a chunk's
+# rows): with an error (the worker fails the batch and retries it), then
+# with kill -9; cleared once reached
+for my $action ('error', 'kill9')
+{
+	my $hold = hold_streams($node, 'true');
+	produce_round(400);
+	my $log_start = -s $node->logfile;
+	set_fault($node, "helper_chunk:$action");
+	eval { release_streams($hold); 1 } or note 'the holding session went';
+	$node->wait_for_log(qr/streaming fault point reached: helper_chunk/, $log_start);
+	set_fault($node, undef);
+	$killed++ if $action eq 'kill9';
+	process_all();
+}
+# the last round has its payments
+produce_round(400, last => 1);
+
+# the final flush: an order and its payment a day later
+my $flush = $next_order;
+produce_round(1, at => $base + $flush + 86_400);
+for my $s (@streams)
+{
+	wait_for($node,
+		"SELECT lag = 0 AND watermark > '2024-01-01 12:00+00' FROM streaming.streams WHERE name = '$s'",
+		't', "$s: caught up, the watermark past every other row", $s);
+	wait_for($node,
+		"SELECT num_input_rows = 0 FROM streaming.progress WHERE stream = '$s' ORDER BY batch_id DESC LIMIT 1",
+		't', "$s: the last batch is the no-data batch", $s);
+}
+
+note "$norders orders, $npayments payments";
+ok($node->safe_psql('postgres', "SELECT count(*) FROM orders_left_expected WHERE payment_id IS NULL") > 0,
+	'some orders have no payment in time');
+for my $s (@streams)
+{
+	compare_rows($node, $s, $expected{$s}, '*', "$s: the sink is the join over all records");
+	is($node->safe_psql('postgres',
+			"SELECT coalesce(sum(num_late_rows), 0) FROM streaming.progress WHERE stream = '$s'"),
+		'0', "$s: no row was late");
+	check_progress($node, $s, $s =~ /^self/ ? $norders : $norders + $npayments, $s);
+	check_offsets($node, $s, $kafka, $orders_topic, "$s: orders");
+	check_offsets($node, $s, $kafka, $payments_topic, "$s: payments") unless $s =~ /^self/;
+	is(stream_row($node, $s)->{status}, 'running', "$s is running");
+}
+for my $shape (@shapes)
+{
+	compare_rows($node, "${shape}_2", "${shape}_0", '*', "$shape: with helpers the rows it holds without");
+}
+my $log = slurp_file($node->logfile);
+my $signal_9 = () = $log =~ /streaming helper.*terminated by signal 9/g;
+ok($signal_9 >= $killed, "the postmaster saw the killed helpers ($signal_9 >= $killed)");
+like($log, qr/parallel helper \d+ of stream "[^"]+"/, 'a worker failed the batch whose helper failed');
+
+$node->stop;
+done_testing();
