@@ -1,6 +1,7 @@
 # 034_rate_file_helpers.pl: parallel helpers for the rate source and for
 # dedup_keys over file and rate sources (issue 21), chosen automatically
-# (parallel_workers NULL), and kill -9 of a helper.
+# (parallel_workers NULL), kill -9 of a helper, and the fault point
+# helper_chunk with an error and with kill -9.
 #
 # The rate source: a stateless stream (3 partitions, a batch every 250 ms,
 # so that a batch has more than one chunk of values to share: a batch of
@@ -115,6 +116,22 @@ wait_for($node,
 	"SELECT (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_dedup') > $seen + 200000 "
 	  . "AND (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_plain') > $seen_plain + 100000",
 	't', 'both rate streams go on after the kill', 'rate_dedup');
+# the fault point helper_chunk (a helper fails after sending a chunk's
+# rows): with an error (the worker fails the batch and retries it), then
+# with kill -9 (the postmaster restarts every process); cleared once reached
+for my $action ('error', 'kill9')
+{
+	$log_start = -s $node->logfile;
+	set_fault($node, "helper_chunk:$action");
+	$node->wait_for_log(qr/streaming fault point reached: helper_chunk/, $log_start);
+	set_fault($node, undef);
+	$seen = committed('rate_dedup');
+	$seen_plain = committed('rate_plain');
+	wait_for($node,
+		"SELECT (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_dedup') > $seen + 200000 "
+		  . "AND (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_plain') > $seen_plain + 100000",
+		't', "both rate streams go on after helper_chunk:$action", 'rate_dedup');
+}
 query_retry($node, "SELECT streaming.stop('rate_plain'); SELECT streaming.stop('rate_dedup')");
 wait_for($node,
 	"SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('streaming worker', 'streaming helper')",
@@ -194,6 +211,21 @@ check_files('after the kill', 16);
 wait_for($node,
 	"SELECT count(*) = 2 AND bool_and(pid <> $victim) FROM pg_stat_activity WHERE " . helpers_of('file_dedup'),
 	't', 'file_dedup has two new helpers', 'file_dedup');
+
+# helper_chunk with an error, then with kill -9, while more files wait
+my $round = 0;
+for my $action ('error', 'kill9')
+{
+	$round++;
+	$hold = hold_streams($node, "name = 'file_dedup'");
+	put_files(time() - 3000 + 100 * $round, map { sprintf("c$round%02d.csv", $_) } 1 .. 8);
+	$log_start = -s $node->logfile;
+	set_fault($node, "helper_chunk:$action");
+	eval { release_streams($hold); 1 } or note 'the holding session went';
+	$node->wait_for_log(qr/streaming fault point reached: helper_chunk/, $log_start);
+	set_fault($node, undef);
+	check_files("after helper_chunk:$action", 16 + 8 * $round);
+}
 is(stream_row($node, 'file_dedup')->{status}, 'running', 'file_dedup is running');
 
 $node->stop;
