@@ -75,72 +75,7 @@ $node->safe_psql('postgres',
 push @streams, 'paid_auto';
 my %expected = map { my $s = $_; ($s => $shapes{ (grep { $s =~ /^${_}_/ } @shapes)[0] }[2]) } @streams;
 
-# orders one second apart; most have a payment 0-30 minutes later, some
-# none, some two, some only one outside the 30 minutes; the payments of
-# a round's orders come partly with the round, partly one round earlier
-my $base = 1_704_067_200;    # 2024-01-01 00:00:00 UTC
-my $next_order = 1;
-my ($norders, $npayments) = (0, 0);
-my @early_payments;
-
-sub payments_of
-{
-	my ($id, $t) = @_;
-	my $r = rand();
-	my @delays =
-	    $r < 0.08 ? ()
-	  : $r < 0.12 ? (-60)
-	  : $r < 0.16 ? (1801 + int(rand(600)))
-	  : $r < 0.24 ? (int(rand(1801)), int(rand(1801)))
-	  : (int(rand(1801)));
-	my $k = 0;
-	return map { sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10 + $k++, $id, iso_utc($t + $_)) }
-	  @delays;
-}
-
-sub produce
-{
-	my ($topic, $table, $lines) = @_;
-	return unless @$lines;
-	$kafka->produce_lines($topic, $lines);
-	$node->safe_psql('postgres',
-		"INSERT INTO $table SELECT d::jsonb FROM unnest(" . sql_array($lines) . "::text[]) d");
-	return;
-}
-
-sub produce_round
-{
-	my ($n, %opts) = @_;
-	my (@o, @p);
-	my @now = @early_payments;
-	@early_payments = ();
-	for (1 .. $n)
-	{
-		my $id = $next_order++;
-		my $t = $opts{at} // $base + $id;
-		push @o, sprintf('{"order_id": %d, "amount": %.2f, "order_time": "%s"}', $id, 1 + rand(500), iso_utc($t));
-		# the flush: its order's payment at once
-		push @now, sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10, $id, iso_utc($t))
-		  if $opts{at};
-	}
-	# the next round's orders' payments, half of them now (before their orders)
-	unless ($opts{at} || $opts{last})
-	{
-		for my $id ($next_order .. $next_order + $n - 1)
-		{
-			my @ps = payments_of($id, $base + $id);
-			if (rand() < 0.5) { push @p, @ps; }
-			else { push @early_payments, @ps; }
-		}
-	}
-	push @p, @now;
-	# the payments first: a batch may hold a payment whose order is still unread
-	produce($payments_topic, 'payments_in', \@p);
-	produce($orders_topic, 'orders_in', \@o);
-	$norders += @o;
-	$npayments += @p;
-	return;
-}
+my $rounds = StreamingTest::OrderPaymentRounds->new($node, $kafka, $orders_topic, $payments_topic);
 
 sub process_all
 {
@@ -150,7 +85,7 @@ sub process_all
 	}
 }
 
-produce_round(400);
+$rounds->round(400);
 process_all();
 for my $shape (@shapes)
 {
@@ -164,7 +99,7 @@ is(scalar(helper_pids($node, 'paid_auto')), 2,
 for my $victim ('orders_left_2', 'paid_2', 'self_2')
 {
 	my $hold = hold_streams($node, 'true');
-	produce_round(400);
+	$rounds->round(400);
 	my ($before, $pid) = split /\|/, $hold->query_safe(
 		"SELECT coalesce(last_batch_id, -1), worker_pid FROM streaming.streams WHERE name = '$victim'");
 	ok($pid, "$victim has a worker ($pid) after batch $before");
@@ -177,11 +112,11 @@ for my $victim ('orders_left_2', 'paid_2', 'self_2')
 	process_all();
 }
 # the last round has its payments
-produce_round(400, last => 1);
+$rounds->round(400, last => 1);
 
 # the final flush: an order and its payment a day later
-my $flush = $next_order;
-produce_round(1, at => $base + $flush + 86_400);
+my $flush = $rounds->{next_order};
+$rounds->round(1, at => $rounds->{base} + $flush + 86_400);
 for my $s (@streams)
 {
 	wait_for($node,
@@ -192,6 +127,7 @@ for my $s (@streams)
 		't', "$s: the last batch is the no-data batch", $s);
 }
 
+my ($norders, $npayments) = @$rounds{qw(norders npayments)};
 note "$norders orders, $npayments payments";
 ok($node->safe_psql('postgres', "SELECT count(*) FROM orders_left_expected WHERE payment_id IS NULL") > 0,
 	'some orders have no payment in time');

@@ -589,6 +589,98 @@ sub csv_field
 
 #-------------------------------------------------------------------------
 # What was produced: the expected content of a sink.
+package StreamingTest::OrderPaymentRounds;
+
+# The stream-stream join tests' input in rounds (TAP 031, 032), on the
+# topics and tables of orders_payments_sources: orders one second apart;
+# most have a payment 0-30 minutes later, some none, some two, some only
+# one outside the 30 minutes; a round's orders' payments come partly with
+# the round, partly one round earlier (before their orders).  Each record
+# goes to Kafka and, as jsonb, to orders_in or payments_in.
+#   my $r = StreamingTest::OrderPaymentRounds->new($node, $kafka, $orders_topic, $payments_topic);
+#   $r->round(400);                  # a round (and half the next one's payments)
+#   $r->round(400, last => 1);       # the rest of the payments, none ahead
+#   $r->round(1, at => $r->{base} + $r->{next_order} + 86_400);   # a flush
+#   $r->{norders}, $r->{npayments}: how many were produced
+
+use strict;
+use warnings;
+
+sub new
+{
+	my ($class, $node, $kafka, $orders_topic, $payments_topic) = @_;
+	return bless {
+		node => $node,
+		kafka => $kafka,
+		orders_topic => $orders_topic,
+		payments_topic => $payments_topic,
+		base => 1_704_067_200,    # 2024-01-01 00:00:00 UTC
+		next_order => 1,
+		norders => 0,
+		npayments => 0,
+		early => [],
+	}, $class;
+}
+
+sub _payments_of
+{
+	my ($id, $t) = @_;
+	my $r = rand();
+	my @delays =
+	    $r < 0.08 ? ()
+	  : $r < 0.12 ? (-60)
+	  : $r < 0.16 ? (1801 + int(rand(600)))
+	  : $r < 0.24 ? (int(rand(1801)), int(rand(1801)))
+	  : (int(rand(1801)));
+	my $k = 0;
+	return map { sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10 + $k++, $id, StreamingTest::iso_utc($t + $_)) }
+	  @delays;
+}
+
+sub _produce
+{
+	my ($self, $topic, $table, $lines) = @_;
+	return unless @$lines;
+	$self->{kafka}->produce_lines($topic, $lines);
+	$self->{node}->safe_psql('postgres',
+		"INSERT INTO $table SELECT d::jsonb FROM unnest(" . StreamingTest::sql_array($lines) . "::text[]) d");
+	return;
+}
+
+sub round
+{
+	my ($self, $n, %opts) = @_;
+	my (@o, @p);
+	my @now = @{ $self->{early} };
+	$self->{early} = [];
+	for (1 .. $n)
+	{
+		my $id = $self->{next_order}++;
+		my $t = $opts{at} // $self->{base} + $id;
+		push @o, sprintf('{"order_id": %d, "amount": %.2f, "order_time": "%s"}', $id, 1 + rand(500), StreamingTest::iso_utc($t));
+		# the flush: its order's payment at once
+		push @now, sprintf('{"payment_id": %d, "order_id": %d, "payment_time": "%s"}', $id * 10, $id, StreamingTest::iso_utc($t))
+		  if $opts{at};
+	}
+	# the next round's orders' payments, half of them now (before their orders)
+	unless ($opts{at} || $opts{last})
+	{
+		for my $id ($self->{next_order} .. $self->{next_order} + $n - 1)
+		{
+			my @ps = _payments_of($id, $self->{base} + $id);
+			if (rand() < 0.5) { push @p, @ps; }
+			else { push @{ $self->{early} }, @ps; }
+		}
+	}
+	push @p, @now;
+	# the payments first: a batch may hold a payment whose order is still unread
+	$self->_produce($self->{payments_topic}, 'payments_in', \@p);
+	$self->_produce($self->{orders_topic}, 'orders_in', \@o);
+	$self->{norders} += @o;
+	$self->{npayments} += @p;
+	return;
+}
+
 package StreamingTest::Orders;
 
 use strict;
