@@ -112,37 +112,7 @@ for my $action ('error', 'kill9')
 	$killed++ if $action eq 'kill9';
 	process_all();
 }
-# the last round has its payments
-$rounds->round(400, last => 1);
-
-# the final flush: an order and its payment a day later
-my $flush = $rounds->{next_order};
-$rounds->round(1, at => $rounds->{base} + $flush + 86_400);
-for my $s (@streams)
-{
-	wait_for($node,
-		"SELECT lag = 0 AND watermark > '2024-01-01 12:00+00' FROM streaming.streams WHERE name = '$s'",
-		't', "$s: caught up, the watermark past every other row", $s);
-	wait_for($node,
-		"SELECT num_input_rows = 0 FROM streaming.progress WHERE stream = '$s' ORDER BY batch_id DESC LIMIT 1",
-		't', "$s: the last batch is the no-data batch", $s);
-}
-
-my ($norders, $npayments) = @$rounds{qw(norders npayments)};
-note "$norders orders, $npayments payments";
-ok($node->safe_psql('postgres', "SELECT count(*) FROM orders_left_expected WHERE payment_id IS NULL") > 0,
-	'some orders have no payment in time');
-for my $s (@streams)
-{
-	compare_rows($node, $s, $expected{$s}, '*', "$s: the sink is the join over all records");
-	is($node->safe_psql('postgres',
-			"SELECT coalesce(sum(num_late_rows), 0) FROM streaming.progress WHERE stream = '$s'"),
-		'0', "$s: no row was late");
-	check_progress($node, $s, $s =~ /^self/ ? $norders : $norders + $npayments, $s);
-	check_offsets($node, $s, $kafka, $orders_topic, "$s: orders");
-	check_offsets($node, $s, $kafka, $payments_topic, "$s: payments") unless $s =~ /^self/;
-	is(stream_row($node, $s)->{status}, 'running', "$s is running");
-}
+$rounds->finish_and_check(\@streams, \%expected);
 for my $shape (@shapes)
 {
 	compare_rows($node, "${shape}_2", "${shape}_0", '*', "$shape: with helpers the rows it holds without");

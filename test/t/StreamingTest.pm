@@ -600,8 +600,7 @@ package StreamingTest::OrderPaymentRounds;
 #   my $r = StreamingTest::OrderPaymentRounds->new($node, $kafka, $orders_topic, $payments_topic);
 #   $r->round(400);                  # a round (and half the next one's payments)
 #   $r->round(400, last => 1);       # the rest of the payments, none ahead
-#   $r->round(1, at => $r->{base} + $r->{next_order} + 86_400);   # a flush
-#   $r->{norders}, $r->{npayments}: how many were produced
+#   $r->finish_and_check(\@streams, \%expected);   # the last round, the flush, the end checks
 
 use strict;
 use warnings;
@@ -678,6 +677,48 @@ sub round
 	$self->_produce($self->{orders_topic}, 'orders_in', \@o);
 	$self->{norders} += @o;
 	$self->{npayments} += @p;
+	return;
+}
+
+# finish_and_check(STREAMS, EXPECTED): the last round (its payments), then
+# the final flush (an order and its payment a day later); once each stream
+# has caught up and run its no-data batch: its sink is the view
+# EXPECTED->{stream} (every pair, every NULL row exactly once), no row was
+# late, every record was read once (a self-join's stream, named self*,
+# reads only the orders), positions at the topics' ends, still running.
+sub finish_and_check
+{
+	my ($self, $streams, $expected) = @_;
+	my $node = $self->{node};
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+
+	$self->round(400, last => 1);
+	$self->round(1, at => $self->{base} + $self->{next_order} + 86_400);
+	for my $s (@$streams)
+	{
+		StreamingTest::wait_for($node,
+			"SELECT lag = 0 AND watermark > '2024-01-01 12:00+00' FROM streaming.streams WHERE name = '$s'",
+			't', "$s: caught up, the watermark past every other row", $s);
+		StreamingTest::wait_for($node,
+			"SELECT num_input_rows = 0 FROM streaming.progress WHERE stream = '$s' ORDER BY batch_id DESC LIMIT 1",
+			't', "$s: the last batch is the no-data batch", $s);
+	}
+	Test::More::note("$self->{norders} orders, $self->{npayments} payments");
+	Test::More::ok($node->safe_psql('postgres', "SELECT count(*) FROM orders_left_expected WHERE payment_id IS NULL") > 0,
+		'some orders have no payment in time');
+	for my $s (@$streams)
+	{
+		StreamingTest::compare_rows($node, $s, $expected->{$s}, '*', "$s: the sink is the join over all records");
+		Test::More::is($node->safe_psql('postgres',
+				"SELECT coalesce(sum(num_late_rows), 0) FROM streaming.progress WHERE stream = '$s'"),
+			'0', "$s: no row was late");
+		StreamingTest::check_progress($node, $s,
+			$s =~ /^self/ ? $self->{norders} : $self->{norders} + $self->{npayments}, $s);
+		StreamingTest::check_offsets($node, $s, $self->{kafka}, $self->{orders_topic}, "$s: orders");
+		StreamingTest::check_offsets($node, $s, $self->{kafka}, $self->{payments_topic}, "$s: payments")
+		  unless $s =~ /^self/;
+		Test::More::is(StreamingTest::stream_row($node, $s)->{status}, 'running', "$s is running");
+	}
 	return;
 }
 
