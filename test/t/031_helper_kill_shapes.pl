@@ -28,38 +28,10 @@ my ($payments_topic) = $kafka->create_topic('payments_031', 4);
 my $node = streaming_node('main',
 	conf => "streaming.retry_delay = '100ms'\nstreaming.max_retries = 1000\n");
 orders_payments_sources($node, $kafka, $orders_topic, $payments_topic, 120);
-$node->safe_psql('postgres', q{
-CREATE VIEW self_expected AS
-SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS gap
-  FROM orders_all a JOIN orders_all b
-    ON b.order_id = a.order_id + 1 AND b.order_time BETWEEN a.order_time AND a.order_time + interval '10 seconds';
-});
-
-my $op = orders_payments_watermarks();
-my $ab = q{'{"a": {"event_time": "order_time", "delay": "1 hour"},
-             "b": {"event_time": "order_time", "delay": "1 hour"}}'};
-my %shapes = (
-	paid => [ orders_payments_join('JOIN'), $op, 'paid_expected' ],
-	orders_left => [ orders_payments_join('LEFT JOIN'), $op, 'orders_left_expected' ],
-	self => [
-		q{SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS gap
-		    FROM orders_src a JOIN orders_src b
-		      ON b.order_id = a.order_id + 1 AND b.order_time BETWEEN a.order_time AND a.order_time + interval '10 seconds'},
-		$ab, 'self_expected'
-	],);
-my @shapes = sort keys %shapes;
-my @streams;
-for my $shape (@shapes)
-{
-	my ($query, $wm) = @{ $shapes{$shape} };
-	for my $w (0, 2)
-	{
-		$node->safe_psql('postgres',
-			"SELECT streaming.create_stream('${shape}_$w', \$\$$query\$\$, watermarks => $wm, parallel_workers => $w)");
-		push @streams, "${shape}_$w";
-	}
-}
-my %expected = map { my $s = $_; ($s => $shapes{ (grep { $s =~ /^${_}_/ } @shapes)[0] }[2]) } @streams;
+my ($shapes, $streams, $expected) = orders_payments_twins($node);
+my @shapes = @$shapes;
+my @streams = @$streams;
+my %expected = %$expected;
 
 my $rounds = StreamingTest::OrderPaymentRounds->new($node, $kafka, $orders_topic, $payments_topic);
 

@@ -59,7 +59,7 @@ our @EXPORT = qw(streaming_node create_orders_source create_orders_stream
   wait_for query_retry set_fault hold_streams rehold_streams release_streams stream_row sink_stats check_sink check_offsets check_progress
   orders_table compare_rows topic_table
   diag_stream psql_error test_seed parallel_workers_list helpers_of helper_pids
-  orders_payments_sources orders_payments_join orders_payments_watermarks iso_utc sql_array
+  orders_payments_sources orders_payments_join orders_payments_watermarks orders_payments_twins iso_utc sql_array
   ORDER_COLUMNS ORDER_QUERY_COLUMNS);
 
 # The declared columns of the orders sources, and what the streams select.
@@ -345,6 +345,41 @@ sub orders_payments_watermarks
 {
 	return q{'{"o": {"event_time": "order_time", "delay": "1 hour"},
 	  "p": {"event_time": "payment_time", "delay": "1 hour"}}'};
+}
+
+# orders_payments_twins(NODE): over orders_payments_sources, the inner join
+# (paid), the left join (orders_left) and a self-join of the orders (self),
+# each as a stream with parallel_workers 2 (name_2) and one with none
+# (name_0); returns the shapes, the streams and each stream's expected
+# view (paid_expected, orders_left_expected, self_expected).
+sub orders_payments_twins
+{
+	my ($node) = @_;
+	my $self_join = q{SELECT a.order_id AS a_id, b.order_id AS b_id, b.order_time - a.order_time AS gap
+	    FROM %s a JOIN %s b
+	      ON b.order_id = a.order_id + 1 AND b.order_time BETWEEN a.order_time AND a.order_time + interval '10 seconds'};
+	$node->safe_psql('postgres', 'CREATE VIEW self_expected AS ' . sprintf($self_join, 'orders_all', 'orders_all'));
+	my $op = orders_payments_watermarks();
+	my $ab = q{'{"a": {"event_time": "order_time", "delay": "1 hour"},
+	             "b": {"event_time": "order_time", "delay": "1 hour"}}'};
+	my %shapes = (
+		paid => [ orders_payments_join('JOIN'), $op ],
+		orders_left => [ orders_payments_join('LEFT JOIN'), $op ],
+		self => [ sprintf($self_join, 'orders_src', 'orders_src'), $ab ],);
+	my @shapes = sort keys %shapes;
+	my (@streams, %expected);
+	for my $shape (@shapes)
+	{
+		my ($query, $wm) = @{ $shapes{$shape} };
+		for my $w (0, 2)
+		{
+			$node->safe_psql('postgres',
+				"SELECT streaming.create_stream('${shape}_$w', \$\$$query\$\$, watermarks => $wm, parallel_workers => $w)");
+			push @streams, "${shape}_$w";
+			$expected{"${shape}_$w"} = "${shape}_expected";
+		}
+	}
+	return (\@shapes, \@streams, \%expected);
 }
 
 # orders_payments_sources(NODE, KAFKA, ORDERS_TOPIC, PAYMENTS_TOPIC, CAP): the
