@@ -110,12 +110,18 @@ wait_for($node,
 	"SELECT count(*) BETWEEN 1 AND 2 AND bool_and(pid <> $victim) FROM pg_stat_activity WHERE "
 	  . helpers_of('rate_dedup'),
 	't', 'rate_dedup has new helpers', 'rate_dedup');
-$seen = committed('rate_dedup');
-my $seen_plain = committed('rate_plain');
-wait_for($node,
-	"SELECT (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_dedup') > $seen + 200000 "
-	  . "AND (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_plain') > $seen_plain + 100000",
-	't', 'both rate streams go on after the kill', 'rate_dedup');
+# both rate streams commit more values (after WHAT)
+sub rate_streams_go_on
+{
+	my ($what) = @_;
+	my ($dedup, $plain) = (committed('rate_dedup'), committed('rate_plain'));
+	wait_for($node,
+		"SELECT (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_dedup') > $dedup + 200000 "
+		  . "AND (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_plain') > $plain + 100000",
+		't', "both rate streams go on after $what", 'rate_dedup');
+	return;
+}
+rate_streams_go_on('the kill');
 # the fault point helper_chunk (a helper fails after sending a chunk's
 # rows): with an error (the worker fails the batch and retries it), then
 # with kill -9 (the postmaster restarts every process); cleared once reached
@@ -125,12 +131,7 @@ for my $action ('error', 'kill9')
 	set_fault($node, "helper_chunk:$action");
 	$node->wait_for_log(qr/streaming fault point reached: helper_chunk/, $log_start);
 	set_fault($node, undef);
-	$seen = committed('rate_dedup');
-	$seen_plain = committed('rate_plain');
-	wait_for($node,
-		"SELECT (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_dedup') > $seen + 200000 "
-		  . "AND (SELECT sum(committed_offset) FROM streaming.source_lag WHERE stream = 'rate_plain') > $seen_plain + 100000",
-		't', "both rate streams go on after helper_chunk:$action", 'rate_dedup');
+	rate_streams_go_on("helper_chunk:$action");
 }
 query_retry($node, "SELECT streaming.stop('rate_plain'); SELECT streaming.stop('rate_dedup')");
 wait_for($node,

@@ -623,7 +623,6 @@ sub csv_field
 }
 
 #-------------------------------------------------------------------------
-# What was produced: the expected content of a sink.
 package StreamingTest::OrderPaymentRounds;
 
 # The stream-stream join tests' input in rounds (TAP 031, 032), on the
@@ -715,12 +714,21 @@ sub round
 	return;
 }
 
+# process_all(STREAMS): each stream's process_available, in turn.
+sub process_all
+{
+	my ($self, $streams) = @_;
+	StreamingTest::query_retry($self->{node}, "SELECT streaming.process_available('$_', '180s')") for @$streams;
+	return;
+}
+
 # finish_and_check(STREAMS, EXPECTED): the last round (its payments), then
 # the final flush (an order and its payment a day later); once each stream
 # has caught up and run its no-data batch: its sink is the view
 # EXPECTED->{stream} (every pair, every NULL row exactly once), no row was
 # late, every record was read once (a self-join's stream, named self*,
-# reads only the orders), positions at the topics' ends, still running.
+# reads only the orders), positions at the topics' ends, still running;
+# a stream with helpers (name_2) holds the rows of its twin without (name_0).
 sub finish_and_check
 {
 	my ($self, $streams, $expected) = @_;
@@ -754,9 +762,16 @@ sub finish_and_check
 		  unless $s =~ /^self/;
 		Test::More::is(StreamingTest::stream_row($node, $s)->{status}, 'running', "$s is running");
 	}
+	my %streams = map { $_ => 1 } @$streams;
+	for my $s (grep { /_2$/ && $streams{ s/_2$/_0/r } } @$streams)
+	{
+		StreamingTest::compare_rows($node, $s, $s =~ s/_2$/_0/r, '*', "$s: with helpers the rows its twin holds without");
+	}
 	return;
 }
 
+#-------------------------------------------------------------------------
+# What was produced: the expected content of a sink.
 package StreamingTest::Orders;
 
 use strict;
