@@ -35,13 +35,7 @@ my %expected = %$expected;
 
 my $rounds = StreamingTest::OrderPaymentRounds->new($node, $kafka, $orders_topic, $payments_topic);
 
-$rounds->round(400);
-$rounds->process_all(\@streams);
-for my $shape (@shapes)
-{
-	is(scalar(helper_pids($node, "${shape}_2")), 2, "$shape: the stream has two helpers");
-	is(scalar(helper_pids($node, "${shape}_0")), 0, "$shape: its twin has none");
-}
+$rounds->first_round(\@streams, \@shapes);
 
 # kill -9 of one HELPER of each join stream while a round waits (every
 # stream held between two batches, so the backlog is there when it plans)

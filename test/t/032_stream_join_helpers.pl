@@ -50,13 +50,7 @@ my %expected = %$expected;
 
 my $rounds = StreamingTest::OrderPaymentRounds->new($node, $kafka, $orders_topic, $payments_topic);
 
-$rounds->round(400);
-$rounds->process_all(\@streams);
-for my $shape (@shapes)
-{
-	is(scalar(helper_pids($node, "${shape}_2")), 2, "$shape: the stream has two helpers");
-	is(scalar(helper_pids($node, "${shape}_0")), 0, "$shape: its twin has none");
-}
+$rounds->first_round(\@streams, \@shapes);
 is(scalar(helper_pids($node, 'paid_auto')), 2,
 	'parallel_workers NULL: a join takes two helpers from its sources\' partitions');
 

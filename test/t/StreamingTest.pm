@@ -632,6 +632,7 @@ package StreamingTest::OrderPaymentRounds;
 # the round, partly one round earlier (before their orders).  Each record
 # goes to Kafka and, as jsonb, to orders_in or payments_in.
 #   my $r = StreamingTest::OrderPaymentRounds->new($node, $kafka, $orders_topic, $payments_topic);
+#   $r->first_round(\@streams, \@shapes);   # round(400), process_all, the twins' helpers
 #   $r->round(400);                  # a round (and half the next one's payments)
 #   $r->round(400, last => 1);       # the rest of the payments, none ahead
 #   $r->finish_and_check(\@streams, \%expected);   # the last round, the flush, the end checks
@@ -719,6 +720,26 @@ sub process_all
 {
 	my ($self, $streams) = @_;
 	StreamingTest::query_retry($self->{node}, "SELECT streaming.process_available('$_', '180s')") for @$streams;
+	return;
+}
+
+# first_round(STREAMS, SHAPES): a round of 400 orders, every stream's
+# process_available, then each shape's twin with helpers (SHAPE_2) holds
+# two of them and its twin without (SHAPE_0) none.
+sub first_round
+{
+	my ($self, $streams, $shapes) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+
+	$self->round(400);
+	$self->process_all($streams);
+	for my $shape (@$shapes)
+	{
+		Test::More::is(scalar(StreamingTest::helper_pids($self->{node}, "${shape}_2")), 2,
+			"$shape: the stream has two helpers");
+		Test::More::is(scalar(StreamingTest::helper_pids($self->{node}, "${shape}_0")), 0,
+			"$shape: its twin has none");
+	}
 	return;
 }
 
