@@ -132,7 +132,7 @@ typedef struct StagedChunk
 {
 	int64		first_seq;
 	int			nmsgs;
-	char	   *data;
+	Size		off;			/* its bytes: at stage_buf + off */
 	int			len;
 } StagedChunk;
 
@@ -175,7 +175,10 @@ struct StmOutbox
 
 	/*
 	 * The last batch's chunks as it wrote them (a prefix of them, up to
-	 * STAGE_BYTES).
+	 * STAGE_BYTES), one after the other in stage_buf.  The stage's memory
+	 * is kept from batch to batch: given back after each (a memory
+	 * context's reset), malloc returned its large blocks to the kernel and
+	 * the next batch faulted in fresh pages again, 4 kB at a time.
 	 */
 	MemoryContext stage_cxt;
 	int64		stage_batch;
@@ -183,7 +186,10 @@ struct StmOutbox
 	int			nstage;
 	int			stage_next;		/* the first chunk not sent yet (in part) */
 	int			stage_alloc;
-	Size		stage_bytes;
+	Size		stage_bytes;	/* its chunks' bytes and StagedChunks */
+	char	   *stage_buf;
+	Size		stage_buf_used;
+	Size		stage_buf_size;
 	bool		staging;		/* the batch in progress is being kept */
 	bool		stage_ready;	/* its batch committed, with stage_rows rows */
 	bool		stage_started;	/* some of it was sent */
@@ -193,6 +199,7 @@ struct StmOutbox
 	bool		connected;		/* the transport has a client */
 	bool		destination_ok; /* checked fine since the last failure */
 	List	   *rounds;			/* Round, in flight, oldest first */
+	List	   *spare_rounds;	/* Round, finished, for new_round to use again */
 	int64		in_flight;		/* messages of those rounds not finished yet */
 	int64		max_in_flight;	/* at most (IN_FLIGHT_ROWS, or fewer OutMsgs than a quarter of batch_memory) */
 	bool		queue_full;		/* the last try to send found no room */
@@ -507,9 +514,8 @@ stm_outbox_discard(int32 stream_id)
 static void
 drop_stage(StmOutbox *ob)
 {
-	MemoryContextReset(ob->stage_cxt);
-	ob->stage = NULL;
-	ob->nstage = ob->stage_alloc = 0;
+	ob->nstage = 0;
+	ob->stage_buf_used = 0;
 	ob->stage_next = 0;
 	ob->stage_started = false;
 	ob->stage_bytes = 0;
@@ -588,15 +594,28 @@ stage_chunk(StmOutbox *ob, int64 first_seq, int nmsgs, const char *data, int len
 	{
 		ob->stage_alloc = Max(64, ob->stage_alloc * 2);
 		ob->stage = ob->stage ?
-			repalloc(ob->stage, sizeof(StagedChunk) * ob->stage_alloc) :
-			MemoryContextAlloc(ob->stage_cxt, sizeof(StagedChunk) * ob->stage_alloc);
+			repalloc_huge(ob->stage, sizeof(StagedChunk) * ob->stage_alloc) :
+			MemoryContextAllocHuge(ob->stage_cxt, sizeof(StagedChunk) * ob->stage_alloc);
+	}
+	if (ob->stage_buf_used + len > ob->stage_buf_size)
+	{
+		/* doubled up to what the stage may hold (stage_bytes counts these bytes too) */
+		Size		size = Max(Max((Size) 64 * 1024, ob->stage_buf_size * 2),
+							   ob->stage_buf_used + len);
+
+		size = Max(Min(size, STAGE_BYTES), ob->stage_buf_used + len);
+		ob->stage_buf = ob->stage_buf ?
+			repalloc_huge(ob->stage_buf, size) :
+			MemoryContextAllocHuge(ob->stage_cxt, size);
+		ob->stage_buf_size = size;
 	}
 	c = &ob->stage[ob->nstage++];
 	c->first_seq = first_seq;
 	c->nmsgs = nmsgs;
 	c->len = len;
-	c->data = MemoryContextAlloc(ob->stage_cxt, Max(len, 1));
-	memcpy(c->data, data, len);
+	c->off = ob->stage_buf_used;
+	memcpy(ob->stage_buf + c->off, data, len);
+	ob->stage_buf_used += len;
 	ob->stage_bytes += len + sizeof(StagedChunk);
 }
 
@@ -776,18 +795,60 @@ account_message(StmOutbox *ob, Round *round, OutMsg *msg, StmOutboxOutcome outco
 	return true;
 }
 
-/* A new round for at most n messages, at the end of the rounds in flight. */
+/*
+ * A new round for at most n messages, at the end of the rounds in flight:
+ * a finished one again when there is one (each OutMsg is written whole
+ * when sent, so nothing is cleared).  A round's OutMsgs are half a
+ * megabyte: freed and allocated again for every round, malloc gave them
+ * back to the kernel and took fresh pages, a page fault each 4 kB
+ * (bench/kafka_sink.sh).
+ */
 static Round *
 new_round(StmOutbox *ob, int n)
 {
 	MemoryContext old = MemoryContextSwitchTo(ob->cxt);
-	Round	   *round = palloc0(sizeof(Round));
+	Round	   *round = NULL;
 
-	round->msgs = palloc0(sizeof(OutMsg) * n);
-	round->alloc = n;
+	if (ob->spare_rounds != NIL)
+	{
+		round = linitial(ob->spare_rounds);
+		ob->spare_rounds = list_delete_first(ob->spare_rounds);
+		if (round->alloc < n)
+		{
+			pfree(round->msgs);
+			round->msgs = palloc(sizeof(OutMsg) * n);
+			round->alloc = n;
+		}
+		round->n = round->ndone = 0;
+	}
+	else
+	{
+		round = palloc0(sizeof(Round));
+		round->msgs = palloc(sizeof(OutMsg) * n);
+		round->alloc = n;
+	}
 	ob->rounds = lappend(ob->rounds, round);	/* before anything is sent */
 	MemoryContextSwitchTo(old);
 	return round;
+}
+
+/*
+ * A round is done with: kept for the next (as many as can be in flight at
+ * once, at most), else freed.
+ */
+static void
+release_round(StmOutbox *ob, Round *round)
+{
+	if (list_length(ob->spare_rounds) < IN_FLIGHT_ROWS / ROUND_ROWS + 1)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ob->cxt);
+
+		ob->spare_rounds = lappend(ob->spare_rounds, round);
+		MemoryContextSwitchTo(old);
+		return;
+	}
+	pfree(round->msgs);
+	pfree(round);
 }
 
 /* A round that sent nothing goes. */
@@ -797,8 +858,7 @@ forget_if_empty(StmOutbox *ob, Round *round)
 	if (round->n > 0)
 		return;
 	ob->rounds = list_delete_ptr(ob->rounds, round);
-	pfree(round->msgs);
-	pfree(round);
+	release_round(ob, round);
 }
 
 typedef enum ChunkResult
@@ -946,7 +1006,7 @@ produce_stage(StmOutboxSink *sink)
 			StagedChunk *c = &ob->stage[ob->stage_next];
 
 			res = produce_chunk(sink, round, ob->stage_batch, c->first_seq, c->nmsgs,
-								c->data, c->len, &nread);
+								ob->stage_buf + c->off, c->len, &nread);
 			if (res == CHUNK_DONE)
 				ob->stage_next++;
 		}
@@ -1236,12 +1296,7 @@ finish_rounds(StmOutboxSink *sink)
 	ob->outbox_rows = Max(0, ob->outbox_rows - removed);
 	ob->in_flight -= total;
 	foreach(lc, done)
-	{
-		Round	   *r = lfirst(lc);
-
-		pfree(r->msgs);
-		pfree(r);
-	}
+		release_round(ob, (Round *) lfirst(lc));
 	list_free(done);
 	foreach(lc, chunks)
 		list_free_deep(((DoneChunk *) lfirst(lc))->refused);
