@@ -944,6 +944,9 @@ kafka_connect(StmOutboxSink *sink, int64 max_in_flight)
 	 * merges into a large chunk consolidated them again, which cost more
 	 * than producing (measured with reports of failures only; with every
 	 * report served here, fastbins were still slower, bench/kafka_sink.sh).
+	 * Measured again with the source's consumer in the same process
+	 * (issue 21): per 1M messages the worker took 4.58 and 4.59 CPU s
+	 * with this, 4.87 and 4.74 s without, interleaved in one session.
 	 */
 	mallopt(M_MXFAST, 0);
 
