@@ -4,7 +4,7 @@
 #
 #   bench/avro_cdc.sh [--records N] [--changes M] [--keys K] [--partitions P]
 #                     [--rounds R] [--perf RUN[,RUN...]] [--cache DIR] [--keep]
-#                     [--cdc-avro] [--parallel-workers N]
+#                     [--cdc-avro] [--parallel-workers N] [--source-options J]
 #
 # --rounds R runs each stream and baseline R times, interleaved (JSON, Avro,
 # upsert, COPY, then again), each stream into a sink of its own, and gives a
@@ -20,6 +20,8 @@
 # --parallel-workers N creates the two orders streams with parallel_workers
 # => N (default: NULL, automatic); 0 compares the two parsers on one
 # process, without the helpers' fetch and hand-over.
+# --source-options J gives every source kafka_options J (default {}), e.g.
+# '{"fetch.max.bytes": "1048576"}' to compare the consumer's memory.
 # --cache DIR keeps the generated orders and changes (and the Avro
 # encoding, while the registry gives its schema the same id) in DIR for the
 # next run with the same numbers.
@@ -71,6 +73,7 @@ CACHE=
 KEEP=
 CDC_AVRO=
 ORDERS_ARGS=
+SOURCE_OPTIONS='{}'
 
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -84,6 +87,7 @@ while [ $# -gt 0 ]; do
 		--keep) KEEP=1; shift ;;
 		--cdc-avro) CDC_AVRO=1; shift ;;
 		--parallel-workers) ORDERS_ARGS=", parallel_workers => $(printf %d "$2")"; shift 2 ;;
+		--source-options) SOURCE_OPTIONS=$2; shift 2 ;;
 		-h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/avro_cdc.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
@@ -242,21 +246,21 @@ for line in sys.stdin:
 fi
 chmod -R a+r "$DATA"
 
-psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" >/dev/null <<'EOF' || die "setup failed"
+psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" -v ko="$SOURCE_OPTIONS" >/dev/null <<'EOF' || die "setup failed"
 CREATE EXTENSION streaming;
 SELECT streaming.create_kafka_source('orders_avro', :'bs', topics => ARRAY['orders_avro'],
-    starting_offsets => 'earliest', format => 'avro', schema_registry => :'reg');
+    starting_offsets => 'earliest', format => 'avro', schema_registry => :'reg', kafka_options => :'ko');
 SELECT streaming.create_kafka_source('orders_json', :'bs', topics => ARRAY['orders_json'],
-    starting_offsets => 'earliest',
+    starting_offsets => 'earliest', kafka_options => :'ko',
     columns => 'order_id bigint, user_id bigint, amount numeric(10,2), status text, event_time timestamptz');
 SELECT streaming.create_kafka_source('customers_cdc', :'bs', topics => ARRAY['customers_cdc'],
-    starting_offsets => 'earliest', envelope => 'debezium',
+    starting_offsets => 'earliest', envelope => 'debezium', kafka_options => :'ko',
     columns => 'id int, name text, balance numeric(12,2)');
 EOF
-[ -z "$CDC_AVRO" ] || psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" >/dev/null <<'EOF' || die "setup failed"
+[ -z "$CDC_AVRO" ] || psql_q -v bs="$BOOTSTRAP" -v reg="{\"url\": \"$SCHEMA_REGISTRY\"}" -v ko="$SOURCE_OPTIONS" >/dev/null <<'EOF' || die "setup failed"
 SELECT streaming.create_kafka_source('customers_cdc_avro', :'bs', topics => ARRAY['customers_cdc_avro'],
     starting_offsets => 'earliest', envelope => 'debezium', format => 'avro', schema_registry => :'reg',
-    columns => 'id int, name text, balance numeric(12,2)');
+    kafka_options => :'ko', columns => 'id int, name text, balance numeric(12,2)');
 EOF
 
 for ((r = 1; r <= ROUNDS; r++)); do
