@@ -57,7 +57,8 @@
 #                       another, e.g. table_1; PERF_ARGS: perf record's options)
 #                       (perf record -g; its report goes to stderr)
 # Environment: KS_PRE_SQL, SQL run after CREATE EXTENSION (e.g. the outbox's
-# storage as it was, to compare).
+# storage as it was, to compare); KS_CONF, postgresql.conf lines of the
+# server (e.g. streaming.log_batches = on).
 # As root it runs the server as user postgres; kcat and
 # python3-confluent-kafka are installed when missing (bench/lib.sh).
 set -uo pipefail
@@ -102,7 +103,8 @@ kafka_produce orders -z lz4 -l "$DATA/orders.jsonl" || die "producing failed"
 bench_check_topic orders "$TOTAL" || die "the broker did not keep every record"
 
 bench_server_start "streaming.naptime = '$NAPTIME'
-${OUTBOX_MAX_ROWS:+streaming.outbox_max_rows = $OUTBOX_MAX_ROWS}"
+${OUTBOX_MAX_ROWS:+streaming.outbox_max_rows = $OUTBOX_MAX_ROWS}
+${KS_CONF:-}"
 psql_do -c "CREATE EXTENSION streaming" || die "CREATE EXTENSION failed"
 [ -n "${KS_PRE_SQL:-}" ] && { psql_do -c "$KS_PRE_SQL" || die "KS_PRE_SQL failed"; }
 psql_do -c "SELECT streaming.create_kafka_source('orders', '$BOOTSTRAP', topics => ARRAY['orders'],
