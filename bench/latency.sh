@@ -4,7 +4,7 @@
 #
 #   taskset -c 1 bench/latency.sh [--rates 2000,20000] [--seconds 15] [--idle 60]
 #       [--kafka-options '{"fetch.wait.max.ms": "1"}'] [--shapes stateless,window]
-#       [--triggers 0,continuous] [--keep]
+#       [--triggers 0,continuous] [--timing] [--keep]
 # (--kafka-options: the sources' kafka_options, to measure the mock's fetch hold)
 #
 # For each trigger (0, continuous) and shape, one stream on a fresh topic of
@@ -22,10 +22,32 @@
 # streaming.batches row has the same xmin): "to start" (p50, ms) is
 # produce -> the broker -> the consumer -> the batch's plan, "in batch" the
 # batch's plan -> commit record.
-# Trigger "client" (in --triggers) measures no stream: a plain librdkafka
+# Trigger "floor" (in --triggers, and first by default) measures no stream:
+# bench/floor_latency.c (built here with cc and librdkafka) produces each
+# rate as latency_producer.py does to a fresh topic and consumes it as a
+# continuous stream's source does (its consumer settings, one queue for all
+# partitions, woken by its pipe): produce -> received, what any client of
+# this broker gets, and its Fetch requests a second.  Each stream line then
+# shows its p50 and p99 minus the floor's of the same rate ("-floor").
+# With the mock broker the floor is its fetch hold: a Fetch that finds no
+# record is answered, empty, after the full fetch.wait.max.ms (5 ms for the
+# continuous trigger), even when records arrive meanwhile (librdkafka
+# 2.0.2, rd_kafka_mock_handle_Fetch); a record produced during the hold
+# waits for its end and the next Fetch.  --kafka-options go to the floor's
+# consumer too (fetch.wait.max.ms 1 there gave a p50 of 0.9 ms for 2.8).
+# Trigger "client" (in --triggers) measures no stream either: a plain librdkafka
 # consumer with the continuous trigger's fetch settings (and the
 # --kafka-options), bench/consumer_latency.py, on a fresh topic: the
 # broker's and the client's share, produce -> delivered to the consumer.
+# --timing: the server logs at DEBUG1, and the worker's "batch timing" line
+# of each batch (worker.c) splits every row's latency further, printed
+# below its stream's line as "phases": to wake (produce -> the worker's
+# wait for records ends: the broker, the client, the pipe and the latch),
+# woke (-> its step begins), xact (-> the batch begins: the transaction and
+# the stream's row), plan, query (fetch, parse, the query, the sink's
+# writes), record (positions and progress), commit (the commit, with its
+# WAL flush), each the p50 over the rows and, after "|", the mean over the
+# rows at or above the p99 (what the slow ones spent it on).
 # Then idle: the CPU seconds per minute of a continuous stream's worker (all
 # its threads) and of the mock broker with no input, against the default
 # trigger's, each measured alone for --idle seconds.
@@ -41,17 +63,19 @@ IDLE=60
 KEEP=
 KOPTS='{}'
 SHAPES=stateless,window
-TRIGGERS=0,continuous
+TRIGGERS=floor,0,continuous
+TIMING=
 while [ $# -gt 0 ]; do
 	case $1 in
 		--rates) RATES=$2; shift ;;
 		--seconds) SECS=$2; shift ;;
 		--idle) IDLE=$2; shift ;;
 		--keep) KEEP=1 ;;
+		--timing) TIMING=1 ;;
 		--kafka-options) KOPTS=$2; shift ;;
 		--shapes) SHAPES=$2; shift ;;
 		--triggers) TRIGGERS=$2; shift ;;
-		*) echo "usage: $0 [--rates R,R] [--seconds S] [--idle S] [--kafka-options JSON] [--shapes S,S] [--triggers T,T] [--keep]" >&2; exit 2 ;;
+		*) echo "usage: $0 [--rates R,R] [--seconds S] [--idle S] [--kafka-options JSON] [--shapes S,S] [--triggers T,T] [--timing] [--keep]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -59,8 +83,10 @@ done
 bench_init latency
 bench_server_start "track_commit_timestamp = on
 streaming.naptime = '1s'
-streaming.progress_history = 1000000"
+streaming.progress_history = 1000000${TIMING:+
+log_min_messages = debug1}"
 psql_do -c "CREATE EXTENSION streaming" >/dev/null || die "CREATE EXTENSION failed"
+[ -n "$TIMING" ] && { psql_do -c "CREATE TABLE lat_timing (stream text, batch_id bigint, nrows bigint, woke float8, xact float8, plan float8, query float8, record float8, commit float8, after float8)" >/dev/null || die "could not create lat_timing"; }
 
 cpu_secs()
 {
@@ -70,6 +96,11 @@ cpu_secs()
 
 COLS='order_id bigint, amount numeric(10,2), status text, event_time timestamptz, rate integer, produced_at timestamptz'
 N=0
+declare -A FLOOR50 FLOOR99
+FLOOR_BIN=$STM_TMP/floor_latency
+case ",$TRIGGERS," in *,floor,*)
+	cc -O2 -o "$FLOOR_BIN" "$BENCH/floor_latency.c" -lrdkafka -lpthread || die "could not build bench/floor_latency.c" ;;
+esac
 # start_stream TRIGGER SHAPE: a fresh topic, source and stream; sets STREAM, SINK, W
 start_stream()
 {
@@ -88,7 +119,45 @@ SELECT streaming.create_kafka_source(:'t', :'b', topics => ARRAY[:'t'], starting
 SELECT streaming.create_stream(:'s', :'q', sink => :'k', trigger => :'tr' $opts);
 EOF
 	W=$(bench_worker_pid "$STREAM") || die "the worker of $STREAM did not start"
+	LOG_AT=$(stat -c %s "$PGDATA/server.log")
 	sleep 2
+}
+
+# load_timing: the "batch timing" lines of $STREAM's worker since it started into lat_timing
+load_timing()
+{
+	tail -c +$((LOG_AT + 1)) "$PGDATA/server.log" |
+		awk -v s="$STREAM" -v w=" [$W] " 'index($0, w) && /batch timing: batch/ {
+			for (i = 1; i <= NF; i++) if ($i == "batch" && $(i + 1) ~ /^[0-9]+$/) break
+			printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s, $(i + 1), $(i + 3), $(i + 5), $(i + 7), $(i + 9), $(i + 11), $(i + 13), $(i + 15), $(i + 17) }' |
+		psql_do -c "DELETE FROM lat_timing WHERE stream = '$STREAM'" -c "COPY lat_timing FROM STDIN" >/dev/null ||
+		die "could not load the batch timings of $STREAM"
+}
+
+# print_phases RATE: the phases line of $STREAM's rows at RATE (--timing)
+print_phases()
+{
+	local r=$1 out
+	load_timing
+	out=$(psql_do -F ' ' <<EOF
+WITH a AS (SELECT produced_at, extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms, xmin::text AS x
+             FROM $SINK WHERE rate = $r),
+     m AS (SELECT * FROM a WHERE produced_at >= (SELECT min(produced_at) FROM a) + interval '2 seconds'),
+     b AS (SELECT xmin::text AS x, batch_id, started_at FROM streaming.batches WHERE stream_id = (SELECT id FROM streaming.stream_defs WHERE name = '$STREAM')),
+     j AS (SELECT m.ms, extract(epoch FROM b.started_at - m.produced_at) * 1000 - t.xact - greatest(t.woke, 0) AS to_wake,
+                  greatest(t.woke, 0) AS woke, t.xact, t.plan, t.query, t.record, t.commit
+             FROM m JOIN b USING (x) JOIN lat_timing t ON t.stream = '$STREAM' AND t.batch_id = b.batch_id),
+     p AS (SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) AS p99 FROM j)
+SELECT string_agg(format('%s %s|%s', name, round(p50::numeric, 2), round(slow::numeric, 2)), ', ' ORDER BY ord)
+  FROM (SELECT ord, name,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS p50,
+               avg(v) FILTER (WHERE ms >= (SELECT p99 FROM p)) AS slow
+          FROM j, LATERAL (VALUES (1, 'to wake', to_wake), (2, 'woke', woke), (3, 'xact', xact), (4, 'plan', plan),
+                                  (5, 'query', query), (6, 'record', record), (7, 'commit', commit)) v(ord, name, v)
+         GROUP BY ord, name) q;
+EOF
+	) || die "reading the phases of $STREAM failed"
+	printf '%-10s phases (ms, p50|mean of the rows >= p99): %s\n' "" "$out"
 }
 
 stop_stream()
@@ -116,6 +185,29 @@ measure_client()
 		printf '%-10s %-10s %7s %8s %8s %8s %8s %8s\n' client consumer "$r" "$n" "$meas" "$p50" "$p99" "$pmax"
 		first=$((l + 1))
 	done
+}
+
+# measure_floor: bench/floor_latency.c at each rate, on fresh topics
+measure_floor()
+{
+	local r out n p50 p99 pmax a50 a99 fps wps
+	for r in ${RATES//,/ }; do
+		N=$((N + 1))
+		kafka_create_topic "lat$N" 32 >/dev/null || die "could not create topic lat$N"
+		# shellcheck disable=SC2046
+		out=$("$FLOOR_BIN" "$BOOTSTRAP" "lat$N" "$r" "$SECS" $("$PY" -c 'import json, sys; print(" ".join("%s %s" % kv for kv in json.loads(sys.argv[1]).items()))' "$KOPTS")) ||
+			die "floor_latency failed: $out"
+		read -r n p50 p99 pmax a50 a99 fps wps <<<"$out"
+		FLOOR50[$r]=$p50 FLOOR99[$r]=$p99
+		printf '%-10s %-10s %7s %8s %8s %8s %8s %8s   fetches/s %s, produce->ack p50 %s ms\n' floor consumer "$r" "$n" "$n" "$p50" "$p99" "$pmax" "$fps" "$a50"
+	done
+}
+
+# minus_floor RATE P50 P99: "p50-floor/p99-floor" when the floor was measured
+minus_floor()
+{
+	[ -n "${FLOOR50[$1]:-}" ] || { echo -; return; }
+	awk -v a="$2" -v b="$3" -v fa="${FLOOR50[$1]}" -v fb="${FLOOR99[$1]}" 'BEGIN { printf "%+.2f/%+.2f", a - fa, b - fb }'
 }
 
 measure()
@@ -148,8 +240,9 @@ SELECT (SELECT count(DISTINCT order_id) FROM a WHERE order_id BETWEEN $f AND $l)
 EOF
 		) || die "reading latencies failed"
 		read -r dist meas p50 p99 pmax nb bms tos inb <<<"$stats"
-		printf '%-10s %-10s %7s %8s %8s %8s %8s %8s %8s %8s %7s %8s %8s\n' "$trigger" "$shape" "$r" "$n" "$dist" "$p50" "$p99" "$pmax" "$nb" "$bms" \
-			"$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')" "$tos" "$inb"
+		printf '%-10s %-10s %7s %8s %8s %8s %8s %8s %8s %8s %7s %8s %8s %13s\n' "$trigger" "$shape" "$r" "$n" "$dist" "$p50" "$p99" "$pmax" "$nb" "$bms" \
+			"$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }')" "$tos" "$inb" "$(minus_floor "$r" "$p50" "$p99")"
+		[ -n "$TIMING" ] && print_phases "$r"
 		first=$((l + 1))
 	done
 	stop_stream
@@ -171,9 +264,10 @@ idle_cpu()
 
 echo "bench/latency.sh: produce -> commit (pg_xact_commit_timestamp - produced_at), mock broker, fsync on, nproc $(nproc), affinity $(taskset -pc $$ | sed 's/.*: //')"
 echo "kafka_options $KOPTS; load before $LOAD_BEFORE; checkout $(git -C "$BENCH/.." rev-parse --short HEAD)"
-printf '%-10s %-10s %7s %8s %8s %8s %8s %8s %8s %8s %7s %8s %8s\n' trigger shape rate/s records distinct "p50 ms" "p99 ms" "max ms" batches "ms/batch" "CPU s" "to start" "in batch"
+printf '%-10s %-10s %7s %8s %8s %8s %8s %8s %8s %8s %7s %8s %8s %13s\n' trigger shape rate/s records distinct "p50 ms" "p99 ms" "max ms" batches "ms/batch" "CPU s" "to start" "in batch" "-floor 50/99"
+case ",$TRIGGERS," in *,floor,*) measure_floor ;; esac
 case ",$TRIGGERS," in *,client,*) measure_client ;; esac
-TRIGGERS=$(echo ",$TRIGGERS," | sed 's/,client,/,/; s/^,//; s/,$//')
+TRIGGERS=$(echo ",$TRIGGERS," | sed 's/,client,/,/; s/,floor,/,/; s/^,//; s/,$//')
 for shape in ${SHAPES//,/ }; do
 	for trigger in ${TRIGGERS//,/ }; do
 		measure "$trigger" "$shape"

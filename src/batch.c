@@ -1486,6 +1486,8 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	if (!plan_batch(&bc, rt, sink_room(rt, def)))
 		return -1;
 	planned_at = GetCurrentTimestamp();
+	rt->batch_started = bc.started;
+	rt->batch_planned = planned_at;
 	stm_runtime_start_helpers(rt, def);
 
 	bc.output = &output_to_sink;
@@ -1499,6 +1501,7 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	STM_FAULT_POINT("after_fetch");
 	end_query(&bc);
 	error_context_stack = errcb.previous;
+	rt->batch_queried = GetCurrentTimestamp();
 	/* what its state tables' VACUUM after the commit goes by (the worker's) */
 	if (bc.ssjoin)
 	{
@@ -1518,6 +1521,8 @@ run_batch_as_owner(StmRuntime *rt, StmStreamDef *def)
 	record_batch(&bc, rt, rt->no_data_due,
 				 bc.num_input_planned > 0 ? bc.started :
 				 bc.idle_advance != 0 ? GetCurrentTimestamp() : 0);
+	rt->batch_recorded = GetCurrentTimestamp();
+	rt->batch_rows = bc.num_input;
 
 	if (stm_guc_log_batches)
 		ereport(LOG,

@@ -47,6 +47,12 @@ typedef struct StmRuntime
 	TimestampTz parallel_retry_at;	/* automatic helpers: none started before then */
 	int			parallel_auto_shape;	/* parallel_workers NULL: 0 not yet asked, 1 helpers
 										 * run its query, -1 they do not */
+	/* the last batch's steps, for the worker's DEBUG1 timing line */
+	TimestampTz batch_started;	/* run_batch_as_owner began */
+	TimestampTz batch_planned;	/* its bounds fixed */
+	TimestampTz batch_queried;	/* fetched, parsed, its query run, its rows sent */
+	TimestampTz batch_recorded; /* positions and progress written */
+	int64		batch_rows;		/* its input rows */
 } StmRuntime;
 
 extern StmRuntime *stm_runtime_create(int32 stream_id);

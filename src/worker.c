@@ -320,6 +320,7 @@ typedef struct Worker
 	StmRuntime *rt;
 	StmStreamDef *def;			/* the last batch's, NULL before the first */
 	bool		batches_done;	/* once / available_now: the sink delivers the rest */
+	TimestampTz woke_at;		/* the last wait between batches ended */
 } Worker;
 
 /*
@@ -363,6 +364,7 @@ worker_start(Worker *w, Datum main_arg)
 	w->rt->parallel_allowed = true;
 	w->def = NULL;
 	w->batches_done = false;
+	w->woke_at = 0;
 
 	lock_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
 	while (!stm_lock_stream(w->stream_id, true))
@@ -467,6 +469,31 @@ batch_failed(Worker *w, int64 *wait_ms)
 #define STEP_CATALOG_NOT_READY (-3)
 
 /*
+ * DEBUG1: where a committed batch's time went, from the end of the wait
+ * before it (w->woke_at) to the end of its after-commit work, for
+ * bench/latency.sh's breakdown of produce -> commit.  A few clock reads a
+ * batch; the line only when DEBUG1 is logged.
+ */
+static void
+log_batch_timing(Worker *w, int64 batch_id, TimestampTz step_at, TimestampTz committed_at)
+{
+	StmRuntime *rt = w->rt;
+	TimestampTz now = GetCurrentTimestamp();
+
+#define MS(a, b) ((double) ((b) - (a)) / 1000.0)
+	ereport(DEBUG1,
+			(errmsg_internal("batch timing: batch " INT64_FORMAT " rows " INT64_FORMAT
+							 " woke %.3f xact %.3f plan %.3f query %.3f record %.3f commit %.3f after %.3f",
+							 batch_id, rt->batch_rows,
+							 w->woke_at > 0 && w->woke_at <= step_at ? MS(w->woke_at, step_at) : -1.0,
+							 MS(step_at, rt->batch_started), MS(rt->batch_started, rt->batch_planned),
+							 MS(rt->batch_planned, rt->batch_queried),
+							 MS(rt->batch_queried, rt->batch_recorded),
+							 MS(rt->batch_recorded, committed_at), MS(committed_at, now))));
+#undef MS
+}
+
+/*
  * One batch in a transaction of its own, as the stream's owner
  * (stm_batch_run); *batch_id is -1 when there was nothing to read,
  * STEP_CATALOG_NOT_READY when the catalog is not at the library's version
@@ -483,6 +510,8 @@ static WorkerNext
 run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 {
 	volatile WorkerNext next = WORKER_GO_ON;
+	TimestampTz step_at = GetCurrentTimestamp();
+	volatile TimestampTz committed_at = 0;
 
 	*batch_id = -1;
 	StartTransactionCommand();
@@ -530,6 +559,7 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		committed_at = GetCurrentTimestamp();
 		if (next == WORKER_GO_ON)
 		{
 			if (*batch_id >= 0)
@@ -548,6 +578,8 @@ run_step(Worker *w, int64 *batch_id, int64 *wait_ms)
 	PG_END_TRY();
 	MemoryContextSwitchTo(w->cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	if (*batch_id >= 0 && message_level_is_interesting(DEBUG1))
+		log_batch_timing(w, *batch_id, step_at, committed_at);
 	return next;
 }
 
@@ -625,6 +657,7 @@ settle_step(Worker *w, int64 batch_id, TimestampTz batch_start)
 	}
 	else
 		sleep_ms(Max(wait_ms, deliver_wait));
+	w->woke_at = GetCurrentTimestamp();
 	return WORKER_GO_ON;
 }
 
