@@ -21,7 +21,7 @@ endif
 
 # Tests (see README: "make test" runs them all on a private server).
 REGRESS        = init kafka_source kafka_probe rate_source file_source file_streams api_errors stateless bad_records \
-                 aggregates ext_aggregates sessions joins stream_joins null_groups batch_memory watermarks idle_timeout security source_views \
+                 aggregates ext_aggregates sessions joins stream_joins null_groups kept_plans batch_memory watermarks idle_timeout security source_views \
                  kafka_sink avro cdc timestamp_fast_path parallel parallel_shapes upgrade_outbox upgrade_positions scaleout
 REGRESS_OPTS   = --temp-instance=tmp_check --temp-config=test/streaming.conf \
                  --load-extension=$(EXTENSION)

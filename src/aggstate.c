@@ -65,6 +65,7 @@
 #include "catalog.h"
 #include "guc.h"
 #include "session.h"
+#include "sql.h"
 #include "statetable.h"
 #include "interrupts.h"
 
@@ -1087,6 +1088,7 @@ write_merged(StmAggBatch *ab, Tuplestorestate *rows, TupleDesc rows_desc, int64 
 	StmStateAccess access;
 	int			rc;
 	MemoryContext cxt = CurrentMemoryContext;
+	SPIPlanPtr	plan;
 
 	enr->md.name = STM_MERGED_ENR;
 	enr->md.reliddesc = InvalidOid;
@@ -1103,7 +1105,8 @@ write_merged(StmAggBatch *ab, Tuplestorestate *rows, TupleDesc rows_desc, int64 
 	for (int i = 0; i < ab->rt->naggs; i++)
 		appendStringInfo(&sql, ", state_%d = EXCLUDED.state_%d", i + 1, i + 1);
 	access = stm_statetable_begin();
-	rc = SPI_execute(sql.data, false, 0);
+	plan = stm_spi_kept_plan_reading(sql.data, rows_desc);
+	rc = plan ? SPI_execute_plan(plan, NULL, NULL, false, 0) : SPI_execute(sql.data, false, 0);
 	stm_statetable_end(access);
 	MemoryContextSwitchTo(cxt);
 	if (rc != SPI_OK_INSERT)

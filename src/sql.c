@@ -11,8 +11,10 @@
  * catalog statements in every batch; parsing and planning them each time
  * was most of a small batch's cost.  At most MAX_KEPT_PLANS are kept
  * (texts that embed names differ per stream); later ones run unkept.
- * Statements that read named tuplestores, and utility statements, are
- * never kept.
+ * Utility statements are never kept, nor statements that read named
+ * tuplestores, whose plans depend on how many rows those hold, except
+ * through stm_spi_kept_plan_reading (an INSERT of every row of one, whose
+ * plan does not): kept by their text and the tuplestore's row type.
  *
  * Every statement runs in an SPI connection of its own, never kept open
  * (a caller may be inside another SPI call), and is not read-only: under
@@ -302,6 +304,7 @@ typedef struct KeptPlan
 	char	   *sql;
 	int			nparams;
 	Oid		   *types;
+	char	   *reads;			/* the named tuplestore's row type, or NULL */
 	SPIPlanPtr	plan;
 } KeptPlan;
 
@@ -334,9 +337,11 @@ keepable(const char *sql)
 /*
  * The kept plan of this statement, prepared and kept now if it is not yet
  * and there is room; NULL when it is not to be kept.  In an SPI connection.
+ * reads: NULL, or the row type of the named tuplestore it reads (then
+ * registered in the connection), part of the key.
  */
 static SPIPlanPtr
-kept_plan(const char *sql, int nparams, Oid *types)
+kept_plan(const char *sql, int nparams, Oid *types, const char *reads)
 {
 	uint32		hash;
 	KeptPlanBucket *bucket;
@@ -363,13 +368,16 @@ kept_plan(const char *sql, int nparams, Oid *types)
 	hash = hash_bytes((const unsigned char *) sql, strlen(sql));
 	if (nparams > 0)
 		hash = hash_combine(hash, hash_bytes((const unsigned char *) types, sizeof(Oid) * nparams));
+	if (reads)
+		hash = hash_combine(hash, hash_bytes((const unsigned char *) reads, strlen(reads)));
 	bucket = hash_search(kept_plans, &hash, HASH_FIND, NULL);
 	if (bucket)
 		foreach(lc, bucket->plans)
 		{
 			kp = lfirst(lc);
 			if (kp->nparams == nparams && strcmp(kp->sql, sql) == 0 &&
-				(nparams == 0 || memcmp(kp->types, types, sizeof(Oid) * nparams) == 0))
+				(nparams == 0 || memcmp(kp->types, types, sizeof(Oid) * nparams) == 0) &&
+				(reads == NULL ? kp->reads == NULL : kp->reads != NULL && strcmp(kp->reads, reads) == 0))
 				return kp->plan;
 		}
 	if (nkept >= MAX_KEPT_PLANS)
@@ -387,6 +395,7 @@ kept_plan(const char *sql, int nparams, Oid *types)
 	kp->types = palloc(sizeof(Oid) * Max(nparams, 1));
 	if (nparams > 0)
 		memcpy(kp->types, types, sizeof(Oid) * nparams);
+	kp->reads = reads ? pstrdup(reads) : NULL;
 	kp->plan = plan;
 	bucket = hash_search(kept_plans, &hash, HASH_ENTER, &found);
 	if (!found)
@@ -412,7 +421,7 @@ execute(const char *sql, int nparams, Oid *types, Datum *values, const char *nul
 	foreach(lc, enrs)
 		if (SPI_register_relation(lfirst(lc)) != SPI_OK_REL_REGISTER)
 			elog(ERROR, "could not register a named tuplestore for: %s", sql);
-	plan = enrs == NIL ? kept_plan(sql, nparams, types) : NULL;
+	plan = enrs == NIL ? kept_plan(sql, nparams, types, NULL) : NULL;
 	if (plan)
 		rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	else
@@ -430,6 +439,37 @@ execute(const char *sql, int nparams, Oid *types, Datum *values, const char *nul
 	}
 	SPI_finish();
 	return n;
+}
+
+/*
+ * The kept plan of sql, a statement without parameters that reads every
+ * row of one named tuplestore whose rows are shaped as desc (an INSERT ...
+ * SELECT * FROM it [ON CONFLICT ...]: its plan is the same whatever the
+ * tuplestore holds), registered in the current SPI connection; NULL when
+ * there is no room (then run it unkept).  A continuous stream's batch
+ * wrote its aggregate state and its sink's changes so, parsing and
+ * planning both each time.  The key holds the row type, so that a
+ * tuplestore of other columns under the same name is never read by a plan
+ * made for these; PostgreSQL's plan cache re-plans it when its table
+ * changes.
+ */
+SPIPlanPtr
+stm_spi_kept_plan_reading(const char *sql, TupleDesc desc)
+{
+	StringInfoData reads;
+	SPIPlanPtr	plan;
+
+	initStringInfo(&reads);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		appendStringInfo(&reads, "%s%s %u %d %u", i ? ", " : "", NameStr(att->attname),
+						 att->atttypid, att->atttypmod, att->attcollation);
+	}
+	plan = kept_plan(sql, 0, NULL, reads.data);
+	pfree(reads.data);
+	return plan;
 }
 
 static uint64

@@ -52,6 +52,9 @@ extern Datum stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *va
 extern List *stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values);
 extern char *stm_catalog_text(const char *sql, Oid argtype, Datum arg);
 
+/* kept plans of statements that insert every row of a named tuplestore */
+extern struct _SPI_plan *stm_spi_kept_plan_reading(const char *sql, TupleDesc desc);
+
 struct EphemeralNamedRelationData;
 
 #define STM_SQL_MAX_PARAMS 32
