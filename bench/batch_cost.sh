@@ -20,17 +20,24 @@
 #   --rate R      values a second (default 20000)
 #   --seconds S   how long (default 120)
 #   --every E     interval between samples (default 15)
+#   --window      the stream is a 1-minute tumbling window in update mode,
+#                 grouped by the window and value % 1000 (its batches merge
+#                 their groups into the state table and upsert the sink)
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/../test/pg_env.sh"
 
 RATE=20000
 SECS=120
 EVERY=15
+QUERY='SELECT value FROM r'
+OPTS=
 while [ $# -gt 0 ]; do
 	case $1 in
 		--rate) RATE=${2:-}; shift 2 || exit 2 ;;
 		--seconds) SECS=${2:-}; shift 2 || exit 2 ;;
 		--every) EVERY=${2:-}; shift 2 || exit 2 ;;
+		--window) QUERY="SELECT streaming.window_start() AS ws, value % 1000 AS k, count(*) AS n, sum(value) AS total FROM r GROUP BY streaming.tumble(\"timestamp\", '1 minute'), value % 1000"
+			OPTS=", output_mode => 'update'"; shift ;;
 		-h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/batch_cost.sh: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -51,7 +58,7 @@ cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
 last_batch() { psql_q -c "SELECT coalesce(max(batch_id), 0) FROM streaming.progress WHERE stream = 'c'"; }
 
 psql_q -c "CREATE EXTENSION streaming" -c "SELECT streaming.create_rate_source('r', $RATE)" \
-	-c "SELECT streaming.create_stream('c', 'SELECT value FROM r', trigger => 'continuous', start => true)" \
+	-c "SELECT streaming.create_stream('c', \$q\$$QUERY\$q\$, trigger => 'continuous', start => true$OPTS)" \
 	>/dev/null || { stm_err "setup failed"; exit 1; }
 pid=
 until [ -n "$pid" ]; do
@@ -60,7 +67,7 @@ until [ -n "$pid" ]; do
 done
 hz=$(getconf CLK_TCK)
 b0=$(last_batch); c0=$(cpu_ticks "$pid"); t=0
-printf 'rate %s values/s, checkout %s, worker pid %s, load %s\n' "$RATE" \
+printf 'rate %s values/s, %s, checkout %s, worker pid %s, load %s\n' "$RATE" "$QUERY" \
 	"$(git -C "$STM_SRC" rev-parse --short HEAD 2>/dev/null)" "$pid" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%8s %10s %10s %14s %10s\n' seconds batches batches/s "CPU ms/batch" dead_rows
 while [ "$t" -lt "$SECS" ]; do

@@ -6,6 +6,7 @@
  * beside the streams ("floor" lines).
  *
  *   floor_latency BOOTSTRAP TOPIC RATE SECONDS [prop value]...
+ *   FLOOR_IDLE_SECONDS=S floor_latency ...
  *
  * The consumer is set up as source_kafka.c sets up a continuous stream's
  * (open_consumer and the source's options): enable.partition.eof,
@@ -28,7 +29,11 @@
  * (ack: produce -> its delivery report, as the producer's rd_kafka_poll
  * serves it, every 0.5 ms; fetches/s: the consumer's Fetch requests while
  * producing, from its statistics once a second; wakeups/s: the consumer's
- * wake-ups by its pipe).
+ * wake-ups by its pipe).  With FLOOR_IDLE_SECONDS, the
+ * producer is then destroyed and the consumer left idle that long, and a
+ * ninth figure is the process's CPU seconds a minute meanwhile (all its
+ * threads: librdkafka's fetching nothing, what a continuous stream's
+ * client costs before the worker does anything).
  *
  * Where the time goes with librdkafka 2.0.2's mock (rdkafka_mock_handlers.c,
  * rd_kafka_mock_handle_Fetch): a Fetch that finds no record is answered
@@ -49,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -224,6 +230,16 @@ dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	}
 }
 
+/* the process's CPU seconds so far, all threads */
+static double
+cpu_secs(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 static int
 cmp(const void *a, const void *b)
 {
@@ -257,6 +273,8 @@ main(int argc, char **argv)
 				sent = 0,
 				oid = 1;
 	long long	t0;
+	double		wakeups_s;
+	double		idle_cpu = -1;
 	static const char *const statuses[] = {"created", "paid", "paid", "paid", "shipped", "cancelled"};
 
 	if (argc < 5 || (argc - 5) % 2)
@@ -367,16 +385,25 @@ main(int argc, char **argv)
 	rd_kafka_flush(prod, 30000);
 	/* what is still on its way arrives within a few fetch holds */
 	usleep(500000);
-	stop = 1;
-	pthread_join(th, NULL);
 	rd_kafka_topic_destroy(prkt);
 	rd_kafka_destroy(prod);
+	wakeups_s = wakeups * 1e6 / (now_us() - t0);
+	if (getenv("FLOOR_IDLE_SECONDS"))
+	{
+		double		idle = atof(getenv("FLOOR_IDLE_SECONDS"));
+		double		c0 = cpu_secs();
+
+		usleep((useconds_t) (idle * 1e6));
+		idle_cpu = (cpu_secs() - c0) * 60 / idle;
+	}
+	stop = 1;
+	pthread_join(th, NULL);
 
 	qsort(lat, nlat, sizeof(double), cmp);
 	qsort(ack, nack, sizeof(double), cmp);
-	printf("%ld %.2f %.2f %.1f %.2f %.2f %.0f %.0f\n", nlat, q(lat, nlat, 0.5), q(lat, nlat, 0.99),
+	printf("%ld %.2f %.2f %.1f %.2f %.2f %.0f %.0f %.3f\n", nlat, q(lat, nlat, 0.5), q(lat, nlat, 0.99),
 		   nlat ? lat[nlat - 1] : -1.0, q(ack, nack, 0.5), q(ack, nack, 0.99),
 		   fetch_t1 > fetch_t0 ? (fetch_n1 - fetch_n0) * 1e6 / (fetch_t1 - fetch_t0) : -1.0,
-		   wakeups * 1e6 / (now_us() - t0));
+		   wakeups_s, idle_cpu);
 	return nlat > 0 ? 0 : 1;
 }

@@ -86,7 +86,7 @@ streaming.naptime = '1s'
 streaming.progress_history = 1000000${TIMING:+
 log_min_messages = debug1}"
 psql_do -c "CREATE EXTENSION streaming" >/dev/null || die "CREATE EXTENSION failed"
-[ -n "$TIMING" ] && { psql_do -c "CREATE TABLE lat_timing (stream text, batch_id bigint, nrows bigint, woke float8, xact float8, plan float8, query float8, record float8, commit float8, after float8)" >/dev/null || die "could not create lat_timing"; }
+[ -n "$TIMING" ] && { psql_do -c "CREATE TABLE lat_timing (stream text, batch_id bigint, nrows bigint, woke float8, xact float8, plan float8, query float8, record float8, commit float8, after float8, waited int)" >/dev/null || die "could not create lat_timing"; }
 
 cpu_secs()
 {
@@ -129,7 +129,7 @@ load_timing()
 	tail -c +$((LOG_AT + 1)) "$PGDATA/server.log" |
 		awk -v s="$STREAM" -v w=" [$W] " 'index($0, w) && /batch timing: batch/ {
 			for (i = 1; i <= NF; i++) if ($i == "batch" && $(i + 1) ~ /^[0-9]+$/) break
-			printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s, $(i + 1), $(i + 3), $(i + 5), $(i + 7), $(i + 9), $(i + 11), $(i + 13), $(i + 15), $(i + 17) }' |
+			printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s, $(i + 1), $(i + 3), $(i + 5), $(i + 7), $(i + 9), $(i + 11), $(i + 13), $(i + 15), $(i + 17), $(i + 19) }' |
 		psql_do -c "DELETE FROM lat_timing WHERE stream = '$STREAM'" -c "COPY lat_timing FROM STDIN" >/dev/null ||
 		die "could not load the batch timings of $STREAM"
 }
@@ -158,6 +158,22 @@ SELECT string_agg(format('%s %s|%s', name, round(p50::numeric, 2), round(slow::n
 EOF
 	) || die "reading the phases of $STREAM failed"
 	printf '%-10s phases (ms, p50|mean of the rows >= p99): %s\n' "" "$out"
+	# rows of a batch that began without a wait (they arrived while the
+	# batch before it ran) against those of a batch the worker woke for
+	out=$(psql_do -F ' ' <<EOF
+WITH a AS (SELECT produced_at, extract(epoch FROM pg_xact_commit_timestamp(xmin) - produced_at) * 1000 AS ms, xmin::text AS x
+             FROM $SINK WHERE rate = $r),
+     m AS (SELECT * FROM a WHERE produced_at >= (SELECT min(produced_at) FROM a) + interval '2 seconds'),
+     b AS (SELECT xmin::text AS x, batch_id FROM streaming.batches WHERE stream_id = (SELECT id FROM streaming.stream_defs WHERE name = '$STREAM')),
+     j AS (SELECT m.ms, t.waited = 0 AS follow FROM m JOIN b USING (x) JOIN lat_timing t ON t.stream = '$STREAM' AND t.batch_id = b.batch_id)
+SELECT round(100.0 * count(*) FILTER (WHERE follow) / nullif(count(*), 0), 1),
+       round((percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FILTER (WHERE follow))::numeric, 2),
+       round((percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) FILTER (WHERE NOT follow))::numeric, 2)
+  FROM j;
+EOF
+	) || die "reading the follow-on batches of $STREAM failed"
+	read -r fshare f50 o50 <<<"$out"
+	printf '%-10s rows of batches begun without a wait (records came during the batch before): %s%%, p50 %s ms; after a wait: p50 %s ms\n' "" "$fshare" "$f50" "$o50"
 }
 
 stop_stream()
@@ -190,17 +206,19 @@ measure_client()
 # measure_floor: bench/floor_latency.c at each rate, on fresh topics
 measure_floor()
 {
-	local r out n p50 p99 pmax a50 a99 fps wps
+	local r out n p50 p99 pmax a50 a99 fps wps idle last
 	for r in ${RATES//,/ }; do
+		last=$r
 		N=$((N + 1))
 		kafka_create_topic "lat$N" 32 >/dev/null || die "could not create topic lat$N"
 		# shellcheck disable=SC2046
-		out=$("$FLOOR_BIN" "$BOOTSTRAP" "lat$N" "$r" "$SECS" $("$PY" -c 'import json, sys; print(" ".join("%s %s" % kv for kv in json.loads(sys.argv[1]).items()))' "$KOPTS")) ||
+		out=$(FLOOR_IDLE_SECONDS=$( [ "$r" = "${RATES##*,}" ] && echo "$IDLE" ) "$FLOOR_BIN" "$BOOTSTRAP" "lat$N" "$r" "$SECS" $("$PY" -c 'import json, sys; print(" ".join("%s %s" % kv for kv in json.loads(sys.argv[1]).items()))' "$KOPTS")) ||
 			die "floor_latency failed: $out"
-		read -r n p50 p99 pmax a50 a99 fps wps <<<"$out"
+		read -r n p50 p99 pmax a50 a99 fps wps idle <<<"$out"
 		FLOOR50[$r]=$p50 FLOOR99[$r]=$p99
 		printf '%-10s %-10s %7s %8s %8s %8s %8s %8s   fetches/s %s, produce->ack p50 %s ms\n' floor consumer "$r" "$n" "$n" "$p50" "$p99" "$pmax" "$fps" "$a50"
 	done
+	FLOOR_IDLE=$idle
 }
 
 # minus_floor RATE P50 P99: "p50-floor/p99-floor" when the floor was measured
@@ -273,6 +291,8 @@ for shape in ${SHAPES//,/ }; do
 		measure "$trigger" "$shape"
 	done
 done
+[ -n "${FLOOR_IDLE:-}" ] && [ "$FLOOR_IDLE" != -1.000 ] &&
+	printf '%-10s idle %s s: bench/floor_latency.c'"'"'s consumer alone (librdkafka'"'"'s threads, nothing to fetch) %s CPU s/min\n' floor "$IDLE" "$FLOOR_IDLE"
 for trigger in ${TRIGGERS//,/ }; do
 	idle_cpu "$trigger"
 done

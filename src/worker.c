@@ -321,6 +321,7 @@ typedef struct Worker
 	StmStreamDef *def;			/* the last batch's, NULL before the first */
 	bool		batches_done;	/* once / available_now: the sink delivers the rest */
 	TimestampTz woke_at;		/* the last wait between batches ended */
+	bool		waited;			/* ... and the worker waited for records in it */
 } Worker;
 
 /*
@@ -365,6 +366,7 @@ worker_start(Worker *w, Datum main_arg)
 	w->def = NULL;
 	w->batches_done = false;
 	w->woke_at = 0;
+	w->waited = false;
 
 	lock_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
 	while (!stm_lock_stream(w->stream_id, true))
@@ -483,13 +485,13 @@ log_batch_timing(Worker *w, int64 batch_id, TimestampTz step_at, TimestampTz com
 #define MS(a, b) ((double) ((b) - (a)) / 1000.0)
 	ereport(DEBUG1,
 			(errmsg_internal("batch timing: batch " INT64_FORMAT " rows " INT64_FORMAT
-							 " woke %.3f xact %.3f plan %.3f query %.3f record %.3f commit %.3f after %.3f",
+							 " woke %.3f xact %.3f plan %.3f query %.3f record %.3f commit %.3f after %.3f waited %d",
 							 batch_id, rt->batch_rows,
 							 w->woke_at > 0 && w->woke_at <= step_at ? MS(w->woke_at, step_at) : -1.0,
 							 MS(step_at, rt->batch_started), MS(rt->batch_started, rt->batch_planned),
 							 MS(rt->batch_planned, rt->batch_queried),
 							 MS(rt->batch_queried, rt->batch_recorded),
-							 MS(rt->batch_recorded, committed_at), MS(committed_at, now))));
+							 MS(rt->batch_recorded, committed_at), MS(committed_at, now), w->waited ? 1 : 0)));
 #undef MS
 }
 
@@ -650,7 +652,8 @@ settle_step(Worker *w, int64 batch_id, TimestampTz batch_start)
 		wait_ms = stm_guc_naptime_ms;
 	}
 	/* nothing to read: sleep until the sources have records, unless the sink retries later */
-	if (batch_id < 0 && deliver_wait <= wait_ms)
+	w->waited = batch_id < 0 && deliver_wait <= wait_ms;
+	if (w->waited)
 	{
 		if (!ShutdownRequestPending)
 			(void) stm_runtime_wait(w->rt, wait_ms);
