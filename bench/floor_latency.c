@@ -78,6 +78,7 @@ static long long fetch_t0 = 0,
 			fetch_t1 = 0;
 static long fetch_n0,
 			fetch_n1;
+static volatile long received = 0;	/* records received, all of them */
 static long wakeups = 0;		/* the consumer's pops, each after its pipe woke it */
 
 static long long
@@ -194,6 +195,7 @@ consume(void *arg)
 				long long t = now_us();
 				long long at = produced_at(m);
 
+				received++;
 				if (at > 0 && first_us < 0)
 					first_us = at;
 				if (at > 0 && at >= first_us + SKIP_US && nlat < cap)
@@ -383,8 +385,9 @@ main(int argc, char **argv)
 		usleep(500);
 	}
 	rd_kafka_flush(prod, 30000);
-	/* what is still on its way arrives within a few fetch holds */
-	usleep(500000);
+	/* every record delivered is received (a consumer that fell behind catches up), within 60 s */
+	for (int i = 0; received < total && i < 60000; i++)
+		usleep(1000);
 	rd_kafka_topic_destroy(prkt);
 	rd_kafka_destroy(prod);
 	wakeups_s = wakeups * 1e6 / (now_us() - t0);
