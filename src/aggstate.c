@@ -1020,6 +1020,7 @@ merge_chunk(StmAggBatch *ab, StatePlans *p, const char *select, TupleHashEntry *
 	HASHCTL		ctl;
 	HTAB	   *stored;
 	int		   *next;
+	SPIPlanPtr	plan;
 
 	for (int g = 0; g < n; g++)
 	{
@@ -1038,7 +1039,10 @@ merge_chunk(StmAggBatch *ab, StatePlans *p, const char *select, TupleHashEntry *
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
 	access = stm_statetable_begin();
-	rc = SPI_execute_with_args(select, 1, &argtype, &arg, NULL, false, 0);
+	/* kept: by the hash index whatever the hashes (enable_seqscan is off for it) */
+	plan = stm_spi_kept_plan(select, 1, &argtype);
+	rc = plan ? SPI_execute_plan(plan, &arg, NULL, false, 0) :
+		SPI_execute_with_args(select, 1, &argtype, &arg, NULL, false, 0);
 	stm_statetable_end(access);
 	AtEOXact_GUC(true, nest);
 	MemoryContextSwitchTo(cxt);

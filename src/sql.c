@@ -442,6 +442,19 @@ execute(const char *sql, int nparams, Oid *types, Datum *values, const char *nul
 }
 
 /*
+ * The kept plan of a statement (no named tuplestores) that the caller runs
+ * in its own SPI connection, as execute() keeps its own; NULL when it is
+ * not kept (then run it unkept).  Its plan is re-planned by the plan cache
+ * as any kept plan: for statements whose plan suits every value of their
+ * parameters.
+ */
+SPIPlanPtr
+stm_spi_kept_plan(const char *sql, int nargs, Oid *types)
+{
+	return kept_plan(sql, nargs, types, NULL);
+}
+
+/*
  * The kept plan of sql, a statement without parameters that reads every
  * row of one named tuplestore whose rows are shaped as desc (an INSERT ...
  * SELECT * FROM it [ON CONFLICT ...]: its plan is the same whatever the

@@ -52,7 +52,8 @@ extern Datum stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *va
 extern List *stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values);
 extern char *stm_catalog_text(const char *sql, Oid argtype, Datum arg);
 
-/* kept plans of statements that insert every row of a named tuplestore */
+/* kept plans, for callers that run their statements themselves (in SPI) */
+extern struct _SPI_plan *stm_spi_kept_plan(const char *sql, int nargs, Oid *types);
 extern struct _SPI_plan *stm_spi_kept_plan_reading(const char *sql, TupleDesc desc);
 
 struct EphemeralNamedRelationData;
