@@ -74,6 +74,7 @@ static double *ack;				/* ms, produce -> delivery report */
 static long nack = 0;
 static long long first_us = -1;
 static volatile long long produce_from = 0;	/* when the producing began */
+static volatile int produced = 0;	/* ... and once every record is received */
 static long long fetch_t0 = 0,
 			fetch_t1 = 0;
 static long fetch_n0,
@@ -131,7 +132,7 @@ stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 			fetch_t0 = t;
 			fetch_n0 = n;
 		}
-		else if (fetch_t0 > 0 && !stop)
+		else if (fetch_t0 > 0 && !produced)
 		{
 			fetch_t1 = t;
 			fetch_n1 = n;
@@ -388,6 +389,7 @@ main(int argc, char **argv)
 	/* every record delivered is received (a consumer that fell behind catches up), within 60 s */
 	for (int i = 0; received < total && i < 60000; i++)
 		usleep(1000);
+	produced = 1;
 	rd_kafka_topic_destroy(prkt);
 	rd_kafka_destroy(prod);
 	wakeups_s = wakeups * 1e6 / (now_us() - t0);

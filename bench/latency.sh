@@ -4,8 +4,9 @@
 #
 #   taskset -c 1 bench/latency.sh [--rates 2000,20000] [--seconds 15] [--idle 60]
 #       [--kafka-options '{"fetch.wait.max.ms": "1"}'] [--shapes stateless,window]
-#       [--triggers 0,continuous] [--timing] [--keep]
-# (--kafka-options: the sources' kafka_options, to measure the mock's fetch hold)
+#       [--triggers floor,0,continuous] [--timing] [--keep]
+# (--kafka-options: the sources' kafka_options and the floor's consumer's, to measure the mock's fetch hold;
+# --triggers: floor, client, 0, continuous, in any combination)
 #
 # For each trigger (0, continuous) and shape, one stream on a fresh topic of
 # 32 partitions on the mock broker (which keeps 5 MiB per partition: 20,000
