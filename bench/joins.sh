@@ -47,6 +47,10 @@
 # most).  Worker CPU is the worker's user + system time (all its threads)
 # when the data part is done; its share of the wall time shows how much it
 # waited (for the broker, the disk, or a CPU: the machine is shared).
+# Also then: the worker's peak RSS (VmHWM, shared buffers it touched
+# included) and its threads' minor page faults: in this VM each fault of a
+# new page costs microseconds of system time, and librdkafka's threads
+# fault in every page the held records take (issue 19, item 8).
 #
 # Checked, for every run: the sink equals the baseline's table (EXCEPT ALL
 # both ways, all seven columns, after the flush), holds the expected rows
@@ -70,7 +74,12 @@
 #   --explain-ms MS (default 200)
 #   --parallel-workers N  the streams' parallel_workers (default: NULL,
 #                   automatic); worker CPU does not count the helpers'
+#   --kafka-options JSON  the sources' kafka_options (default {}), e.g.
+#                   '{"queued.max.messages.kbytes": "2048"}'
 #   --keep          keep the temp dir (data, server log, perf.data)
+# Environment: PERF_RECORD_OPTS, perf record's options for --perf (default
+#   "-g -F 999"; "--call-graph dwarf -F 299" sees into librdkafka's threads,
+#   "-g -c 1 -e page-faults" shows who touches new memory).
 # As root it runs the server as user postgres; it installs kcat and
 # python3-confluent-kafka when missing (bench_init), and linux-perf for --perf.
 set -uo pipefail
@@ -86,6 +95,7 @@ EXPLAIN=
 EXPLAIN_MS=200
 KEEP=
 PARALLEL_WORKERS=NULL
+KAFKA_OPTIONS='{}'
 while [ $# -gt 0 ]; do
 	case $1 in
 		--records) RECORDS=$2; shift 2 ;;
@@ -98,6 +108,7 @@ while [ $# -gt 0 ]; do
 		--explain) EXPLAIN=1; shift ;;
 		--explain-ms) EXPLAIN_MS=$2; shift 2 ;;
 		--parallel-workers) PARALLEL_WORKERS=$2; shift 2 ;;
+		--kafka-options) KAFKA_OPTIONS=$2; shift 2 ;;
 		--keep) KEEP=1; shift ;;
 		-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 		*) echo "bench/joins.sh: unknown argument \"$1\"" >&2; exit 2 ;;
@@ -185,9 +196,9 @@ for r in "${RUNS[@]}"; do
 	case $r in *_capped) cap=$MAX_OFFSETS ;; esac
 	psql_do -c "CREATE TABLE out_$r ($SINK_COLS)" \
 		-c "SELECT streaming.create_kafka_source('o_$r', '$BOOTSTRAP', topics => ARRAY['orders', 'end_o_$r'],
-			starting_offsets => 'earliest', columns => '$ORDER_COLS', max_offsets_per_trigger => $cap)" \
+			starting_offsets => 'earliest', columns => '$ORDER_COLS', max_offsets_per_trigger => $cap, kafka_options => '$KAFKA_OPTIONS')" \
 		-c "SELECT streaming.create_kafka_source('p_$r', '$BOOTSTRAP', topics => ARRAY['payments', 'end_p_$r'],
-			starting_offsets => 'earliest', columns => '$PAYMENT_COLS', max_offsets_per_trigger => $cap)" \
+			starting_offsets => 'earliest', columns => '$PAYMENT_COLS', max_offsets_per_trigger => $cap, kafka_options => '$KAFKA_OPTIONS')" \
 		>/dev/null || die "creating the sources of $r failed"
 done
 
@@ -196,6 +207,12 @@ now() { date +%s.%N; }
 cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat" 2>/dev/null; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 # runq_s PID: seconds the process's threads waited on a run queue for a CPU
+# mem_s PID: the process's peak resident memory and its minor page faults
+# (all threads: each costs microseconds of system time in a VM)
+mem_s() {
+	awk '/^VmHWM/ { printf "%d MB peak RSS, ", $2 / 1024 }' "/proc/$1/status" 2>/dev/null
+	cat /proc/"$1"/task/*/stat 2>/dev/null | awk '{ sub(/^.*\) /, ""); f += $8 } END { printf "%d minor faults", f }'
+}
 runq_s() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ w += $2 } END { printf "%.2f", w / 1e9 }'; }
 
 # ---- baseline --------------------------------------------------------------
@@ -235,7 +252,7 @@ EOF
 # stream_run RUN: create and start the stream, wait for the data; then
 # the sentinels, and wait again.  Sets R_SECS, R_FLUSH, R_CPU, R_MOCK, R_LOAD
 # of RUN.
-declare -A R_SECS R_FLUSH R_CPU R_MOCK R_LOAD R_LAST R_RUNQ
+declare -A R_SECS R_FLUSH R_CPU R_MOCK R_LOAD R_LAST R_RUNQ R_MEM
 stream_run()
 {
 	local r=$1 j=${1%%_*} kind=JOIN t0 t1 t2 pid= mock0 perf_pid= i
@@ -252,7 +269,8 @@ EOF
 		die "create_stream $r failed"
 	if [ "$PERF_RUN" = "$r" ]; then
 		pid=$(bench_worker_pid "$r") || die "no worker for $r"
-		perf record -q -g -F 999 -p "$pid" -o "$DATA/perf.data" >"$DATA/perf-record.log" 2>&1 &
+		# shellcheck disable=SC2086
+		perf record -q ${PERF_RECORD_OPTS:--g -F 999} -p "$pid" -o "$DATA/perf.data" >"$DATA/perf-record.log" 2>&1 &
 		perf_pid=$!
 	fi
 	# the data part's end: polled with short queries, not process_available,
@@ -268,6 +286,7 @@ EOF
 	pid=$(psql_do -c "SELECT worker_pid FROM streaming.streams WHERE name = '$r'")
 	R_CPU[$r]=$(cpu_s "$pid")
 	R_RUNQ[$r]=$(runq_s "$pid")
+	R_MEM[$r]=$(mem_s "$pid")
 	R_LAST[$r]=$(psql_do -c "SELECT last_batch_id FROM streaming.streams WHERE name = '$r'")
 	R_MOCK[$r]=$(awk -v a="$mock0" -v b="$(cpu_s "$MOCK_BROKER_PID")" 'BEGIN { printf "%.2f", b - a }')
 	if [ -n "$perf_pid" ]; then
@@ -401,6 +420,8 @@ COMMIT=$(git -c safe.directory="$STM_SRC" -C "$STM_SRC" rev-parse --short HEAD 2
 	echo "threads waited for a CPU (the machine's other work); the mock broker used, per run:"
 	for r in "${RUNS[@]}"; do printf '  %s %s s' "$r" "${R_MOCK[$r]}"; done
 	echo
+	echo "the worker's memory when the data part is done:"
+	for r in "${RUNS[@]}"; do printf '  %s: %s\n' "$r" "${R_MEM[$r]}"; done
 	for j in $JOINS; do
 		read -r bt bc bi <<<"${B_SECS[$j]}"
 		echo "baseline $j: COPY $bc s + INSERT $bi s"
