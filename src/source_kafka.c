@@ -1795,8 +1795,20 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		wait_for_queue(kc, empty_waits == 0 ? STALL_MS : STM_KAFKA_SLICE_MS);
 		empty_waits++;
 	}
-	/* what is held now is within its share: fetch ahead for the next batch */
-	resume_partitions(kc);
+	/*
+	 * Fetch ahead for the next batch while what is held is within its
+	 * share.  A batch cut by max_offsets_per_trigger leaves the next
+	 * batches' records held; resuming every partition then let each
+	 * batch's join phase fetch about a batch more than the next one took
+	 * (bench/joins.sh --modes capped: 400,000-500,000 records held a
+	 * source, 500 MB, every page of it a fault in librdkafka's threads).
+	 * Past the share, the partitions that hold records stay paused until
+	 * the batches need them (flow_control).
+	 */
+	if (kc->held_bytes <= kc->held_cap_bytes)
+		resume_partitions(kc);
+	else
+		flow_control(kc);
 
 	foreach(lc, kc->partitions)
 	{
