@@ -421,7 +421,20 @@ COMMIT=$(git -c safe.directory="$STM_SRC" -C "$STM_SRC" rev-parse --short HEAD 2
 	for r in "${RUNS[@]}"; do printf '  %s %s s' "$r" "${R_MOCK[$r]}"; done
 	echo
 	echo "the worker's memory when the data part is done:"
-	for r in "${RUNS[@]}"; do printf '  %s: %s\n' "$r" "${R_MEM[$r]}"; done
+	for r in "${RUNS[@]}"; do
+		# the most records a source held for later batches (kafka_fetch's log line)
+		held=$(awk -v r="$r" 'match($0, /Kafka source "[op]_[a-z]+_[a-z]+" read/) {
+				src = substr($0, RSTART + 14, RLENGTH - 20)
+				if (src != "o_" r && src != "p_" r) next
+				if (match($0, /; [0-9]+ records \([0-9]+ bytes\) held/)) {
+					split(substr($0, RSTART + 2, RLENGTH - 2), f, " ")
+					n = f[1]; b = substr(f[3], 2) + 0
+					if (n > maxn[src]) { maxn[src] = n; maxb[src] = b }
+				}
+			}
+			END { for (s in maxn) { printf "%s%s %d records (%.1f MB)", sep, s, maxn[s], maxb[s] / 1048576; sep = ", " } }' "$PGDATA/server.log")
+		printf '  %s: %s; most held for later batches: %s\n' "$r" "${R_MEM[$r]}" "${held:-none logged}"
+	done
 	for j in $JOINS; do
 		read -r bt bc bi <<<"${B_SECS[$j]}"
 		echo "baseline $j: COPY $bc s + INSERT $bi s"

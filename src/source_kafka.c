@@ -1733,6 +1733,7 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 	int64		cpu_at_start = stm_thread_cpu_us();
 	int64		waited_at_start = stm_source_waited_us();
 	int64		handed = 0;
+	int64		held = 0;
 	int			empty_waits = 0;	/* waits in a row that found nothing */
 	ListCell   *lc;
 
@@ -1816,6 +1817,7 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 
 		if (p->end > p->start)
 			p->pos = p->end;
+		held += p->nheld - p->held_next;
 	}
 	pfree(msgs);
 	pfree(kc->records);
@@ -1824,12 +1826,13 @@ kafka_fetch(StmSource *src, StmChunkFn fn, void *arg)
 		ereport(LOG,
 				(errmsg_internal("Kafka source \"%s\" read " INT64_FORMAT " records in %.1f ms: "
 								 "%.1f ms on a CPU, %.1f ms waiting for records; "
-								 "%d partitions started, %d paused, %d fetchers woken",
+								 "%d partitions started, %d paused, %d fetchers woken; "
+								 INT64_FORMAT " records (" INT64_FORMAT " bytes) held for later batches",
 								 kc->source, handed,
 								 (double) (GetCurrentTimestamp() - fetch_start) / 1000.0,
 								 (double) (stm_thread_cpu_us() - cpu_at_start) / 1000.0,
 								 (double) (stm_source_waited_us() - waited_at_start) / 1000.0,
-								 kc->restarts, kc->pauses, kc->wakes)));
+								 kc->restarts, kc->pauses, kc->wakes, held, kc->held_bytes)));
 	kc->restarts = kc->pauses = kc->wakes = 0;
 }
 
