@@ -1592,7 +1592,13 @@ flow_control(KafkaSource *kc)
 			{
 				KafkaPartition *p = lfirst(lc);
 
-				if (p->started && !p->paused && has_held(p) && reading(p) == (pass == 1))
+				/*
+				 * first those done with the batch, or holding all of it
+				 * already (a resumed partition fetches on past its end
+				 * until paused: a capped batch's main overshoot)
+				 */
+				if (p->started && !p->paused && has_held(p) &&
+					(reading(p) && p->held[p->nheld - 1]->offset < p->end - 1) == (pass == 1))
 				{
 					pause = lappend(pause, p);
 					growing -= p->held_bytes;
