@@ -1020,7 +1020,6 @@ merge_chunk(StmAggBatch *ab, StatePlans *p, const char *select, TupleHashEntry *
 	HASHCTL		ctl;
 	HTAB	   *stored;
 	int		   *next;
-	SPIPlanPtr	plan;
 
 	for (int g = 0; g < n; g++)
 	{
@@ -1040,9 +1039,7 @@ merge_chunk(StmAggBatch *ab, StatePlans *p, const char *select, TupleHashEntry *
 							 GUC_ACTION_SAVE, true, 0, false);
 	access = stm_statetable_begin();
 	/* kept: by the hash index whatever the hashes (enable_seqscan is off for it) */
-	plan = stm_spi_kept_plan(select, 1, &argtype);
-	rc = plan ? SPI_execute_plan(plan, &arg, NULL, false, 0) :
-		SPI_execute_with_args(select, 1, &argtype, &arg, NULL, false, 0);
+	rc = stm_spi_execute_kept(select, 1, &argtype, &arg);
 	stm_statetable_end(access);
 	AtEOXact_GUC(true, nest);
 	MemoryContextSwitchTo(cxt);
@@ -1092,7 +1089,6 @@ write_merged(StmAggBatch *ab, Tuplestorestate *rows, TupleDesc rows_desc, int64 
 	StmStateAccess access;
 	int			rc;
 	MemoryContext cxt = CurrentMemoryContext;
-	SPIPlanPtr	plan;
 
 	enr->md.name = STM_MERGED_ENR;
 	enr->md.reliddesc = InvalidOid;
@@ -1109,8 +1105,7 @@ write_merged(StmAggBatch *ab, Tuplestorestate *rows, TupleDesc rows_desc, int64 
 	for (int i = 0; i < ab->rt->naggs; i++)
 		appendStringInfo(&sql, ", state_%d = EXCLUDED.state_%d", i + 1, i + 1);
 	access = stm_statetable_begin();
-	plan = stm_spi_kept_plan_reading(sql.data, rows_desc);
-	rc = plan ? SPI_execute_plan(plan, NULL, NULL, false, 0) : SPI_execute(sql.data, false, 0);
+	rc = stm_spi_execute_reading(sql.data, rows_desc);
 	stm_statetable_end(access);
 	MemoryContextSwitchTo(cxt);
 	if (rc != SPI_OK_INSERT)

@@ -680,14 +680,8 @@ apply_changes(TableSinkBatch *tb)
 		if (SPI_register_relation(enr) != SPI_OK_REL_REGISTER)
 			elog(ERROR, "could not register the batch's changes");
 	}
-	if (nrows[0] > 0)
-	{
-		const char *sql = upsert_sql(tb, CHANGES_ENR_UPSERTS);
-		SPIPlanPtr	plan = stm_spi_kept_plan_reading(sql, wdesc);
-
-		if ((plan ? SPI_execute_plan(plan, NULL, NULL, false, 0) : SPI_execute(sql, false, 0)) != SPI_OK_INSERT)
-			elog(ERROR, "could not upsert into sink table %s", tb->qualified_name);
-	}
+	if (nrows[0] > 0 && stm_spi_execute_reading(upsert_sql(tb, CHANGES_ENR_UPSERTS), wdesc) != SPI_OK_INSERT)
+		elog(ERROR, "could not upsert into sink table %s", tb->qualified_name);
 	/* a join of the deletes: its plan depends on how many there are, so it is not kept */
 	if (nrows[1] > 0 && SPI_execute(delete_using_sql(tb), false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete from sink table %s", tb->qualified_name);

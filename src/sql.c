@@ -13,7 +13,7 @@
  * (texts that embed names differ per stream); later ones run unkept.
  * Utility statements are never kept, nor statements that read named
  * tuplestores, whose plans depend on how many rows those hold, except
- * through stm_spi_kept_plan_reading (an INSERT of every row of one, whose
+ * through stm_spi_execute_reading (an INSERT of every row of one, whose
  * plan does not): kept by their text and the tuplestore's row type.
  *
  * Every statement runs in an SPI connection of its own, never kept open
@@ -442,32 +442,35 @@ execute(const char *sql, int nparams, Oid *types, Datum *values, const char *nul
 }
 
 /*
- * The kept plan of a statement (no named tuplestores) that the caller runs
- * in its own SPI connection, as execute() keeps its own; NULL when it is
- * not kept (then run it unkept).  Its plan is re-planned by the plan cache
- * as any kept plan: for statements whose plan suits every value of their
- * parameters.
+ * Runs sql, a statement without named tuplestores, in the caller's SPI
+ * connection (as execute() runs its own) with the given arguments, from
+ * its kept plan, or unkept when there is no room; SPI's result code.  For
+ * statements whose plan suits every value of their parameters: the plan
+ * cache re-plans it only when its tables change.
  */
-SPIPlanPtr
-stm_spi_kept_plan(const char *sql, int nargs, Oid *types)
+int
+stm_spi_execute_kept(const char *sql, int nargs, Oid *types, Datum *values)
 {
-	return kept_plan(sql, nargs, types, NULL);
+	SPIPlanPtr	plan = kept_plan(sql, nargs, types, NULL);
+
+	return plan ? SPI_execute_plan(plan, values, NULL, false, 0) :
+		SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
 }
 
 /*
- * The kept plan of sql, a statement without parameters that reads every
- * row of one named tuplestore whose rows are shaped as desc (an INSERT ...
- * SELECT * FROM it [ON CONFLICT ...]: its plan is the same whatever the
- * tuplestore holds), registered in the current SPI connection; NULL when
- * there is no room (then run it unkept).  A continuous stream's batch
- * wrote its aggregate state and its sink's changes so, parsing and
- * planning both each time.  The key holds the row type, so that a
- * tuplestore of other columns under the same name is never read by a plan
- * made for these; PostgreSQL's plan cache re-plans it when its table
- * changes.
+ * Runs sql, a statement without parameters that reads every row of one
+ * named tuplestore whose rows are shaped as desc (an INSERT ... SELECT *
+ * FROM it [ON CONFLICT ...]: its plan is the same whatever the tuplestore
+ * holds), registered in the caller's SPI connection, from its kept plan
+ * (unkept when there is no room); SPI's result code.  A continuous
+ * stream's batch wrote its aggregate state and its sink's changes so,
+ * parsing and planning both each time.  The key holds the row type, so
+ * that a tuplestore of other columns under the same name is never read by
+ * a plan made for these; PostgreSQL's plan cache re-plans it when its
+ * table changes.
  */
-SPIPlanPtr
-stm_spi_kept_plan_reading(const char *sql, TupleDesc desc)
+int
+stm_spi_execute_reading(const char *sql, TupleDesc desc)
 {
 	StringInfoData reads;
 	SPIPlanPtr	plan;
@@ -482,7 +485,7 @@ stm_spi_kept_plan_reading(const char *sql, TupleDesc desc)
 	}
 	plan = kept_plan(sql, 0, NULL, reads.data);
 	pfree(reads.data);
-	return plan;
+	return plan ? SPI_execute_plan(plan, NULL, NULL, false, 0) : SPI_execute(sql, false, 0);
 }
 
 static uint64

@@ -52,9 +52,9 @@ extern Datum stm_catalog_value(const char *sql, int nargs, Oid *types, Datum *va
 extern List *stm_catalog_strings(const char *sql, int nargs, Oid *types, Datum *values);
 extern char *stm_catalog_text(const char *sql, Oid argtype, Datum arg);
 
-/* kept plans, for callers that run their statements themselves (in SPI) */
-extern struct _SPI_plan *stm_spi_kept_plan(const char *sql, int nargs, Oid *types);
-extern struct _SPI_plan *stm_spi_kept_plan_reading(const char *sql, TupleDesc desc);
+/* statements run from kept plans in the caller's own SPI connection */
+extern int	stm_spi_execute_kept(const char *sql, int nargs, Oid *types, Datum *values);
+extern int	stm_spi_execute_reading(const char *sql, TupleDesc desc);
 
 struct EphemeralNamedRelationData;
 
